@@ -1,0 +1,3 @@
+module github.com/keypool-go/keypool
+
+go 1.26
