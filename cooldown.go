@@ -1,5 +1,7 @@
 package keypool
 
+import "time"
+
 // Kind is the kind of outcome an answer is, and so how long it benches a key.
 type Kind int
 
@@ -30,4 +32,68 @@ func (k Kind) String() string {
 		return kindNames[k]
 	}
 	return "unknown"
+}
+
+// benchPolicy holds how long each kind of failure benches a key.
+type benchPolicy struct {
+	rate      time.Duration   // a throttle that gives no date
+	transient time.Duration   // a 5xx that gives no Retry-After
+	auth      time.Duration   // a revoked or unauthorized key
+	billing   time.Duration   // a spent balance or a 402
+	ladder    []time.Duration // quota answers without a date, by escalation level
+	min, max  time.Duration   // the clamp on every bench
+}
+
+func defaultBenchPolicy() benchPolicy {
+	return benchPolicy{
+		rate:      time.Minute,
+		transient: time.Minute,
+		auth:      12 * time.Hour,
+		billing:   12 * time.Hour,
+		ladder:    []time.Duration{2 * time.Minute, 10 * time.Minute, time.Hour, 12 * time.Hour},
+		min:       time.Second,
+		max:       12 * time.Hour,
+	}
+}
+
+// benchFor returns how long verdict v benches a key at now, given the
+// escalation level of the key for the model: the number of quota answers
+// without a date since its last success. climb reports that the bench came
+// from the quota ladder, so the level goes up by one. A zero duration means
+// no bench.
+func (b benchPolicy) benchFor(v verdict, level int, now time.Time) (d time.Duration, climb bool) {
+	dated := v.reset.ResetAt.After(now)
+	switch v.kind {
+	case KindRate:
+		d = b.rate
+		if dated {
+			d = v.reset.ResetAt.Sub(now)
+		}
+	case KindQuota:
+		switch {
+		case dated:
+			d = v.reset.ResetAt.Sub(now)
+		case v.billing:
+			d = b.billing
+		default:
+			d, climb = b.ladder[min(max(level, 0), len(b.ladder)-1)], true
+		}
+	case KindAuth:
+		d = b.auth
+	case KindTransient:
+		d = b.transient
+		if v.reset.HasRetryAfter && v.reset.RetryAfter > 0 {
+			d = v.reset.RetryAfter
+		}
+	default:
+		return 0, false
+	}
+	return min(max(d, b.min), b.max), climb
+}
+
+// wholeKey reports whether verdict v benches the whole key rather than the
+// key for one model: a key that is revoked or out of money is out for every
+// model.
+func (v verdict) wholeKey() bool {
+	return v.kind == KindAuth || v.billing
 }

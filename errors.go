@@ -1,0 +1,77 @@
+package keypool
+
+import (
+	"fmt"
+	"time"
+)
+
+// NoAvailableKeyError is returned when no key of the pool can take a request:
+// every key is benched, or its windows are full. RetryAt is the soonest
+// moment a key comes back; a request made then goes through.
+//
+// errors.As finds it through the *url.Error an http.Client wraps it in, and
+// also finds a *ProviderError of kind KindRate whose RetryAfter is the wait
+// until RetryAt, so code that handles vendor throttles handles this too.
+type NoAvailableKeyError struct {
+	Provider string
+	RetryAt  time.Time
+
+	wait time.Duration // RetryAt less the moment the error was made
+	last error         // the last failure of Pool.Do's function, if any
+}
+
+func (e *NoAvailableKeyError) Error() string {
+	if e.RetryAt.IsZero() {
+		return fmt.Sprintf("keypool: no %s key available", e.Provider)
+	}
+	return fmt.Sprintf("keypool: no %s key available until %s (in %s)",
+		e.Provider, e.RetryAt.UTC().Format(time.RFC3339), e.wait.Round(time.Millisecond))
+}
+
+// Unwrap returns a *ProviderError of kind KindRate whose RetryAfter is the
+// wait until RetryAt and, from Pool.Do, the last error of its function.
+func (e *NoAvailableKeyError) Unwrap() []error {
+	pe := &ProviderError{Provider: e.Provider, Kind: KindRate, RetryAfter: e.wait, ResetAt: e.RetryAt}
+	if e.last == nil {
+		return []error{pe}
+	}
+	return []error{pe, e.last}
+}
+
+// ProviderError is a vendor failure with what is known of it: its kind, the
+// HTTP status if there was one, how long to wait and when the limit lifts.
+// Pool.Do reads it from the error of its function to decide the bench. It
+// never holds a secret.
+type ProviderError struct {
+	Provider string
+	KeyID    string
+	Kind     Kind
+	Status   int
+	// RetryAfter is the sleep the vendor asked for, or 0.
+	RetryAfter time.Duration
+	// ResetAt is when the limit lifts, or zero if unknown.
+	ResetAt time.Time
+	// Window is the window the vendor named, if any.
+	Window Window
+}
+
+func (e *ProviderError) Error() string {
+	s := "keypool: " + e.Provider
+	if e.KeyID != "" {
+		s += " key " + e.KeyID
+	}
+	s += ": " + e.Kind.String()
+	if e.Window != WindowNone {
+		s += " (" + string(e.Window) + " window)"
+	}
+	if e.Status != 0 {
+		s += fmt.Sprintf(", status %d", e.Status)
+	}
+	if e.RetryAfter > 0 {
+		s += fmt.Sprintf(", retry after %s", e.RetryAfter.Round(time.Millisecond))
+	}
+	if !e.ResetAt.IsZero() {
+		s += ", resets " + e.ResetAt.UTC().Format(time.RFC3339)
+	}
+	return s
+}

@@ -1,0 +1,241 @@
+package keypool
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// maxModelsPerKey bounds the models a store tracks for one key: model names
+// come from requests, and a client sending endless names must not grow the
+// state without end. Models beyond it share one entry, overflowModel.
+const (
+	maxModelsPerKey = 1024
+	overflowModel   = "\x00other"
+)
+
+// MemoryStore keeps a pool's state in memory: it is the default store, and
+// the hot layer under the BadgerStore. It is safe for concurrent use; each
+// key has its own lock, and looking a key up takes none.
+type MemoryStore struct {
+	// index maps a key to its state. It is copied on write: keys are added
+	// once and read on every request.
+	index atomic.Pointer[map[keyRef]*memKey]
+	mu    sync.Mutex // guards writes of index
+}
+
+type keyRef struct{ provider, keyID string }
+
+// memKey is one key's state.
+type memKey struct {
+	mu     sync.Mutex // guards the fields below
+	bench  benchState
+	cap    windows
+	days   Calendar // as the last take counted days
+	models map[string]*memModel
+}
+
+// memModel is one key's state for one model. win is nil until a limit
+// applies to it.
+type memModel struct {
+	bench benchState
+	level int
+	win   *windows
+}
+
+// benchState is a bench in Unix nanoseconds; until 0 is none.
+type benchState struct {
+	kind  Kind
+	until int64
+}
+
+func (b benchState) public(now int64) BenchState {
+	if b.until <= now {
+		return BenchState{}
+	}
+	return BenchState{Kind: b.kind, Until: time.Unix(0, b.until).UTC()}
+}
+
+// extend sets the bench to kind until until unless it already lasts longer.
+func (b *benchState) extend(kind Kind, until int64) {
+	if until > b.until {
+		*b = benchState{kind: kind, until: until}
+	}
+}
+
+// NewMemoryStore returns an empty MemoryStore.
+func NewMemoryStore() *MemoryStore {
+	s := &MemoryStore{}
+	s.index.Store(&map[keyRef]*memKey{})
+	return s
+}
+
+var _ Store = (*MemoryStore)(nil)
+
+// key returns the state of a key, adding it when new.
+func (s *MemoryStore) key(provider, keyID string) *memKey {
+	ref := keyRef{provider, keyID}
+	if k := (*s.index.Load())[ref]; k != nil {
+		return k
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := *s.index.Load()
+	if k := old[ref]; k != nil {
+		return k
+	}
+	next := make(map[keyRef]*memKey, len(old)+1)
+	for r, k := range old {
+		next[r] = k
+	}
+	k := &memKey{models: map[string]*memModel{}}
+	next[ref] = k
+	s.index.Store(&next)
+	return k
+}
+
+// model returns the key's state for a model, adding it when new. k.mu must
+// be held.
+func (k *memKey) model(name string) *memModel {
+	if m := k.models[name]; m != nil {
+		return m
+	}
+	if len(k.models) >= maxModelsPerKey {
+		name = overflowModel
+		if m := k.models[name]; m != nil {
+			return m
+		}
+	}
+	m := &memModel{}
+	k.models[name] = m
+	return m
+}
+
+// Take implements Store.
+func (s *MemoryStore) Take(_ context.Context, t Take) (Grant, error) {
+	k := s.key(t.Provider, t.KeyID)
+	now := t.Now.UnixNano()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.days = t.Days
+	m := k.model(t.Model)
+	if until, kind := latest(k.bench, m.bench); until > now {
+		return Grant{RetryAt: time.Unix(0, until).UTC(), Reason: kind, Level: m.level}, nil
+	}
+	if t.Limits != (Limits{}) && m.win == nil {
+		m.win = &windows{}
+	}
+	ok, retryAt, dayFull := true, int64(0), false
+	if m.win != nil {
+		ok, retryAt, dayFull = m.win.room(now, t.Limits, t.Tokens, t.Days)
+	}
+	if t.Cap != (Limits{}) {
+		okCap, atCap, dayCap := k.cap.room(now, t.Cap, t.Tokens, t.Days)
+		ok, retryAt, dayFull = ok && okCap, max(retryAt, atCap), dayFull || dayCap
+	}
+	if !ok {
+		reason := KindRate
+		if dayFull {
+			reason = KindQuota
+		}
+		return Grant{RetryAt: time.Unix(0, retryAt).UTC(), Reason: reason, Level: m.level}, nil
+	}
+	if m.win != nil {
+		m.win.add(now, t.Limits, 1, t.Tokens, t.Days)
+	}
+	k.cap.add(now, t.Cap, 1, t.Tokens, t.Days)
+	return Grant{OK: true, Level: m.level, At: t.Now}, nil
+}
+
+// latest returns the end and kind of the later of two benches.
+func latest(a, b benchState) (int64, Kind) {
+	if b.until > a.until {
+		return b.until, b.kind
+	}
+	return a.until, a.kind
+}
+
+// Settle implements Store.
+func (s *MemoryStore) Settle(_ context.Context, t Take, g Grant, tokens int64) error {
+	s.add(t, g, 0, max(tokens, 0)-t.Tokens)
+	return nil
+}
+
+// Release implements Store.
+func (s *MemoryStore) Release(_ context.Context, t Take, g Grant) error {
+	s.add(t, g, -1, -t.Tokens)
+	return nil
+}
+
+// add changes what a granted take recorded by req requests and tok tokens.
+func (s *MemoryStore) add(t Take, g Grant, req, tok int64) {
+	if !g.OK || (req == 0 && tok == 0) {
+		return
+	}
+	k := s.key(t.Provider, t.KeyID)
+	at := g.At.UnixNano()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if m := k.model(t.Model); m.win != nil {
+		m.win.add(at, t.Limits, req, tok, t.Days)
+	}
+	k.cap.add(at, t.Cap, req, tok, t.Days)
+}
+
+// Bench implements Store.
+func (s *MemoryStore) Bench(_ context.Context, b Bench) error {
+	k := s.key(b.Provider, b.KeyID)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if b.AllModels {
+		k.bench.extend(b.Kind, b.Until.UnixNano())
+		return nil
+	}
+	m := k.model(b.Model)
+	m.bench.extend(b.Kind, b.Until.UnixNano())
+	m.level = b.Level
+	return nil
+}
+
+// ResetLevel implements Store.
+func (s *MemoryStore) ResetLevel(_ context.Context, provider, keyID, model string) error {
+	k := s.key(provider, keyID)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.model(model).level = 0
+	return nil
+}
+
+// Unbench implements Store.
+func (s *MemoryStore) Unbench(_ context.Context, provider, keyID string) error {
+	k := s.key(provider, keyID)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.bench = benchState{}
+	for _, m := range k.models {
+		m.bench, m.level = benchState{}, 0
+	}
+	return nil
+}
+
+// State implements Store.
+func (s *MemoryStore) State(_ context.Context, provider, keyID string, now time.Time) (KeyState, error) {
+	k := s.key(provider, keyID)
+	n := now.UnixNano()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	st := KeyState{Bench: k.bench.public(n), Models: make([]ModelState, 0, len(k.models))}
+	st.Cap = k.cap.usage(n, k.days)
+	for name, m := range k.models {
+		ms := ModelState{Model: name, Bench: m.bench.public(n), Level: m.level}
+		if m.win != nil {
+			ms.Usage = m.win.usage(n, k.days)
+		}
+		st.Models = append(st.Models, ms)
+	}
+	return st, nil
+}
+
+// Flush implements Store: a MemoryStore keeps nothing elsewhere.
+func (s *MemoryStore) Flush(context.Context) error { return nil }

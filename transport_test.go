@@ -1,0 +1,430 @@
+package keypool
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func threeKeys() []Key {
+	return []Key{{Secret: "sk-a", ID: "a"}, {Secret: "sk-b", ID: "b"}, {Secret: "sk-c", ID: "c"}}
+}
+
+// get sends a GET through client and returns the status, or the error.
+func get(t *testing.T, client *http.Client, url string) (int, error) {
+	t.Helper()
+	resp, err := client.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	_, _ = io.ReadAll(resp.Body)
+	return resp.StatusCode, nil
+}
+
+func TestTransportPutsKeyOnRequest(t *testing.T) {
+	tests := []struct {
+		name   string
+		opt    Option
+		target string
+		header map[string]string
+		check  func(t *testing.T, r *http.Request)
+	}{
+		{
+			name: "bearer by default", target: "/v1/chat",
+			header: map[string]string{"Authorization": "Bearer caller-token"},
+			check: func(t *testing.T, r *http.Request) {
+				assert.Equal(t, []string{"Bearer sk-a"}, r.Header.Values("Authorization"))
+			},
+		},
+		{
+			name: "header", opt: HeaderAuth("x-goog-api-key"), target: "/v1beta/models",
+			header: map[string]string{"X-Goog-Api-Key": "caller-key"},
+			check: func(t *testing.T, r *http.Request) {
+				assert.Equal(t, []string{"sk-a"}, r.Header.Values("X-Goog-Api-Key"))
+				assert.Empty(t, r.Header.Get("Authorization"))
+			},
+		},
+		{
+			name: "query", opt: QueryAuth("key"), target: "/v1beta/models?alt=sse&key=caller-key",
+			check: func(t *testing.T, r *http.Request) {
+				assert.Equal(t, []string{"sk-a"}, r.URL.Query()["key"])
+				assert.Equal(t, "sse", r.URL.Query().Get("alt"))
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var seen *http.Request
+			base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				seen = r
+				return okResponse(r), nil
+			})
+			pool, err := New("test", []Key{{Secret: "sk-a"}}, tt.opt)
+			require.NoError(t, err)
+			req, _ := http.NewRequest(http.MethodGet, "http://vendor.test"+tt.target, nil)
+			for k, v := range tt.header {
+				req.Header.Set(k, v)
+			}
+			before := req.Header.Clone()
+			beforeURL := req.URL.String()
+			resp, err := pool.Transport(base).RoundTrip(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+			tt.check(t, seen)
+			assert.Equal(t, before, req.Header, "the caller's headers changed")
+			assert.Equal(t, beforeURL, req.URL.String(), "the caller's URL changed")
+			assert.Same(t, req, resp.Request, "resp.Request is not the caller's request")
+		})
+	}
+}
+
+func TestTransportRoundRobinFreeThenPaid(t *testing.T) {
+	v, srv := newVendor(t)
+	keys := []Key{{Secret: "paid", ID: "p", Paid: true}, {Secret: "f1", ID: "f1"}, {Secret: "f2", ID: "f2"}}
+	pool, err := New("test", keys)
+	require.NoError(t, err)
+	client := &http.Client{Transport: pool.Transport(nil)}
+	for range 4 {
+		status, err := get(t, client, srv.URL)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, status)
+	}
+	assert.Equal(t, []string{"f1", "f2", "f1", "f2"}, v.keys(), "free keys round-robin, paid unused")
+
+	// Both free keys revoked: the paid key takes over, once each has failed.
+	v.on("f1", answer{status: http.StatusUnauthorized})
+	v.on("f2", answer{status: http.StatusUnauthorized})
+	for range 3 {
+		status, err := get(t, client, srv.URL)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, status)
+	}
+	assert.Equal(t, []string{"f1", "f2", "paid", "paid", "paid"}, v.keys()[4:])
+}
+
+func TestTransportFailsOverAndBenches(t *testing.T) {
+	clock := newTestClock()
+	v, srv := newVendor(t)
+	var ev evictions
+	pool, err := New("test", threeKeys(), WithClock(clock.Now), OnEvict(ev.add))
+	require.NoError(t, err)
+	client := &http.Client{Transport: pool.Transport(nil)}
+	v.on("sk-a", rateLimited("20"))
+
+	status, err := get(t, client, srv.URL)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, status, "the caller sees the second key's answer")
+	assert.Equal(t, []string{"sk-a", "sk-b"}, v.keys())
+	require.Len(t, ev.all(), 1)
+	assert.Equal(t, Eviction{Provider: "test", KeyID: "a", Kind: KindRate, For: 20 * time.Second,
+		Until: clock.Now().Add(20 * time.Second)}, ev.all()[0])
+
+	// a stays benched for 20 s: the next requests go to c, then b.
+	for range 2 {
+		_, err := get(t, client, srv.URL)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, []string{"sk-c", "sk-b"}, v.keys()[2:])
+	clock.Advance(20 * time.Second)
+	for range 3 {
+		_, err := get(t, client, srv.URL)
+		require.NoError(t, err)
+	}
+	assert.Contains(t, v.keys()[4:], "sk-a", "a is back after its bench")
+}
+
+func TestTransportReplaysBodyIntact(t *testing.T) {
+	tests := []struct {
+		name string
+		body func(s string) io.Reader
+		get  bool // the request has GetBody
+	}{
+		{name: "GetBody", body: func(s string) io.Reader { return strings.NewReader(s) }, get: true},
+		{name: "body read whole", body: func(s string) io.Reader { return io.MultiReader(strings.NewReader(s)) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v, srv := newVendor(t)
+			pool, err := New("test", threeKeys())
+			require.NoError(t, err)
+			v.on("sk-a", rateLimited("1"))
+			v.on("sk-b", answer{status: http.StatusServiceUnavailable})
+			const payload = `{"model":"m","messages":[{"role":"user","content":"hello"}]}`
+			req, _ := http.NewRequest(http.MethodPost, srv.URL, tt.body(payload))
+			assert.Equal(t, tt.get, req.GetBody != nil)
+			resp, err := pool.Transport(nil).RoundTrip(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+			assert.Equal(t, http.StatusOK, resp.StatusCode)
+			got := v.received()
+			require.Len(t, got, 3)
+			for _, r := range got {
+				assert.Equal(t, payload, r.body, "key %s got another body", r.key)
+			}
+		})
+	}
+}
+
+func TestTransportNoFailoverWithoutReplayableBody(t *testing.T) {
+	v, srv := newVendor(t)
+	var ev evictions
+	pool, err := New("test", threeKeys(), OnEvict(ev.add))
+	require.NoError(t, err)
+	v.on("sk-a", rateLimited("5"))
+	// A body longer than the transport reads whole, without GetBody.
+	body := &closeCounter{Reader: io.MultiReader(strings.NewReader(`{"model":"m","x":"`),
+		strings.NewReader(strings.Repeat("y", maxBodyScan)), strings.NewReader(`"}`))}
+	req, _ := http.NewRequest(http.MethodPost, srv.URL, body)
+	resp, err := pool.Transport(nil).RoundTrip(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "the vendor's answer comes back as it is")
+	b, _ := io.ReadAll(resp.Body)
+	assert.JSONEq(t, `{"error":{"type":"rate_limit_exceeded"}}`, string(b))
+	assert.Equal(t, []string{"sk-a"}, v.keys())
+	assert.Len(t, v.received()[0].body, maxBodyScan+len(`{"model":"m","x":""}`), "the body reached the vendor whole")
+	assert.Len(t, ev.all(), 1, "the key is still benched")
+}
+
+func TestTransportAllKeysBenched(t *testing.T) {
+	clock := newTestClock()
+	v, srv := newVendor(t)
+	pool, err := New("openai", threeKeys(), WithClock(clock.Now))
+	require.NoError(t, err)
+	v.on("sk-a", rateLimited("30"))
+	v.on("sk-b", rateLimited("10"))
+	v.on("sk-c", answer{status: http.StatusUnauthorized})
+	client := &http.Client{Transport: pool.Transport(nil)}
+
+	_, err = get(t, client, srv.URL)
+	var na *NoAvailableKeyError
+	require.ErrorAs(t, err, &na, "through the *url.Error of http.Client")
+	var ue *url.Error
+	require.ErrorAs(t, err, &ue)
+	assert.Equal(t, "openai", na.Provider)
+	assert.Equal(t, clock.Now().Add(10*time.Second), na.RetryAt, "the soonest key back is b")
+	var pe *ProviderError
+	require.ErrorAs(t, err, &pe)
+	assert.Equal(t, KindRate, pe.Kind)
+	assert.Equal(t, 10*time.Second, pe.RetryAfter)
+	assert.Equal(t, []string{"sk-a", "sk-b", "sk-c"}, v.keys(), "each key tried once")
+
+	// Nothing reaches the vendor until a key is back; then b serves.
+	_, err = get(t, client, srv.URL)
+	require.ErrorAs(t, err, &na)
+	assert.Len(t, v.keys(), 3)
+	clock.Advance(10 * time.Second)
+	status, err := get(t, client, srv.URL)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, status)
+	assert.Equal(t, "sk-b", v.keys()[3])
+}
+
+func TestTransportSingleKeyIsNotAPool(t *testing.T) {
+	v, srv := newVendor(t)
+	var ev evictions
+	pool, err := New("test", []Key{{Secret: "only"}}, OnEvict(ev.add))
+	require.NoError(t, err)
+	v.on("only", rateLimited("60"), answer{status: http.StatusServiceUnavailable})
+	client := &http.Client{Transport: pool.Transport(nil)}
+	for _, want := range []int{http.StatusTooManyRequests, http.StatusServiceUnavailable, http.StatusOK} {
+		status, err := get(t, client, srv.URL)
+		require.NoError(t, err)
+		assert.Equal(t, want, status)
+	}
+	assert.Empty(t, ev.all(), "a single key is never benched")
+	assert.Len(t, v.keys(), 3)
+}
+
+func TestTransportNetworkErrorBenchesNothing(t *testing.T) {
+	var ev evictions
+	pool, err := New("test", threeKeys(), OnEvict(ev.add), WithLimits(Limits{RPM: 1}))
+	require.NoError(t, err)
+	boom := errors.New("connection refused")
+	base := roundTripFunc(func(*http.Request) (*http.Response, error) { return nil, boom })
+	req, _ := http.NewRequest(http.MethodGet, "http://vendor.test/", nil)
+	_, err = pool.Transport(base).RoundTrip(req)
+	assert.ErrorIs(t, err, boom)
+	assert.Empty(t, ev.all())
+	for _, ks := range pool.Stats() {
+		assert.Zero(t, ks.Bench)
+		for _, m := range ks.Models {
+			assert.Zero(t, m.Usage.MinuteRequests, "key %s kept the reservation of a request that never reached the vendor", ks.ID)
+		}
+	}
+}
+
+func TestTransportClosesRequestBodyOnce(t *testing.T) {
+	tests := []struct {
+		name  string
+		base  http.RoundTripper
+		keys  []Key
+		setup func(p *Pool)
+	}{
+		{name: "success", base: closingBase(http.StatusOK), keys: threeKeys()},
+		{name: "failover", base: closingBase(http.StatusTooManyRequests), keys: threeKeys()},
+		{name: "no key available", base: closingBase(http.StatusOK), keys: threeKeys(), setup: func(p *Pool) {
+			for _, k := range p.keys {
+				_ = p.store.Bench(context.Background(), Bench{Provider: p.provider, KeyID: k.ID, AllModels: true,
+					Kind: KindAuth, Until: time.Now().Add(time.Hour)})
+			}
+		}},
+		{name: "network error", base: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			r.Body.Close()
+			return nil, errors.New("reset")
+		}), keys: threeKeys()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pool, err := New("test", tt.keys)
+			require.NoError(t, err)
+			if tt.setup != nil {
+				tt.setup(pool)
+			}
+			body := &closeCounter{Reader: strings.NewReader(`{"model":"m"}`)}
+			req, _ := http.NewRequest(http.MethodPost, "http://vendor.test/", body)
+			resp, _ := pool.Transport(tt.base).RoundTrip(req)
+			if resp != nil {
+				resp.Body.Close()
+			}
+			assert.Equal(t, 1, body.count(), "Close calls on the request body")
+		})
+	}
+}
+
+func TestTransportDrainsDiscardedAnswer(t *testing.T) {
+	pool, err := New("test", threeKeys())
+	require.NoError(t, err)
+	var bodies []*closeCounter
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		status := http.StatusOK
+		if len(bodies) == 0 {
+			status = http.StatusServiceUnavailable
+		}
+		b := &closeCounter{Reader: strings.NewReader(strings.Repeat("x", 100<<10))}
+		bodies = append(bodies, b)
+		return &http.Response{StatusCode: status, Header: http.Header{}, Body: b, Request: r}, nil
+	})
+	req, _ := http.NewRequest(http.MethodGet, "http://vendor.test/", nil)
+	resp, err := pool.Transport(base).RoundTrip(req)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Len(t, bodies, 2)
+	assert.Equal(t, 1, bodies[0].count(), "the discarded answer is closed")
+	assert.Equal(t, 0, bodies[1].count(), "the answer returned is the caller's to close")
+}
+
+func TestTransportFailureBodyReachesCaller(t *testing.T) {
+	big := `{"error":{"type":"insufficient_quota","pad":"` + strings.Repeat("z", 2*maxFailureBody) + `"}}`
+	v, srv := newVendor(t)
+	pool, err := New("test", []Key{{Secret: "only"}})
+	require.NoError(t, err)
+	v.on("only", answer{status: http.StatusTooManyRequests, body: big})
+	resp, err := (&http.Client{Transport: pool.Transport(nil)}).Get(srv.URL)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	assert.Equal(t, big, string(b))
+}
+
+func TestTransportBenchByKind(t *testing.T) {
+	tests := []struct {
+		name     string
+		answer   answer
+		kind     Kind
+		wantFor  time.Duration
+		allModel bool
+	}{
+		{"429 with Retry-After", rateLimited("20"), KindRate, 20 * time.Second, false},
+		{"429 without date", answer{status: 429}, KindRate, time.Minute, false},
+		{"Retry-After below the floor", rateLimited("0"), KindRate, time.Second, false},
+		{"Retry-After beyond the ceiling", rateLimited("999999"), KindRate, 12 * time.Hour, false},
+		{"401", answer{status: 401}, KindAuth, 12 * time.Hour, true},
+		{"402", answer{status: 402}, KindQuota, 12 * time.Hour, true},
+		{"insufficient_quota", answer{status: 429, body: `{"error":{"code":"insufficient_quota"}}`}, KindQuota, 12 * time.Hour, true},
+		{"credit balance", answer{status: 400, body: `{"error":{"message":"Your credit balance is too low to access the Anthropic API."}}`}, KindQuota, 12 * time.Hour, true},
+		{"503", answer{status: 503}, KindTransient, time.Minute, false},
+		{"529", answer{status: 529}, KindTransient, time.Minute, false},
+		{"403 remaining 0", answer{status: 403, header: map[string]string{"X-Ratelimit-Remaining": "0"}}, KindRate, time.Minute, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := newTestClock()
+			v, srv := newVendor(t)
+			var ev evictions
+			pool, err := New("test", threeKeys(), WithClock(clock.Now), OnEvict(ev.add))
+			require.NoError(t, err)
+			v.on("sk-a", tt.answer)
+			req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(`{"model":"gpt-x"}`))
+			resp, err := pool.Transport(nil).RoundTrip(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+			require.Len(t, ev.all(), 1)
+			e := ev.all()[0]
+			assert.Equal(t, tt.kind, e.Kind)
+			assert.Equal(t, tt.wantFor, e.For)
+			wantModel := "gpt-x"
+			if tt.allModel {
+				wantModel = ""
+			}
+			assert.Equal(t, wantModel, e.Model)
+			st := pool.Stats()[0]
+			if tt.allModel {
+				assert.Equal(t, BenchState{Kind: tt.kind, Until: clock.Now().Add(tt.wantFor)}, st.Bench)
+			} else {
+				assert.Zero(t, st.Bench)
+				require.Len(t, st.Models, 1)
+				assert.Equal(t, BenchState{Kind: tt.kind, Until: clock.Now().Add(tt.wantFor)}, st.Models[0].Bench)
+			}
+		})
+	}
+}
+
+func TestTransportBenchIsPerModel(t *testing.T) {
+	v, srv := newVendor(t)
+	pool, err := New("test", []Key{{Secret: "sk-a"}, {Secret: "sk-b", Paid: true}})
+	require.NoError(t, err)
+	client := &http.Client{Transport: pool.Transport(nil)}
+	v.on("sk-a", rateLimited("30"))
+	post := func(model string) {
+		resp, err := client.Post(srv.URL, "application/json", strings.NewReader(`{"model":"`+model+`"}`))
+		require.NoError(t, err)
+		resp.Body.Close()
+	}
+	post("m1") // a throttled for m1: b serves
+	post("m2") // a serves m2
+	post("m1") // b serves m1
+	assert.Equal(t, []string{"sk-a", "sk-b", "sk-a", "sk-b"}, v.keys())
+}
+
+// roundTripFunc is an http.RoundTripper from a function.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func okResponse(r *http.Request) *http.Response {
+	return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: io.NopCloser(bytes.NewReader(nil)), Request: r}
+}
+
+// closingBase answers status after reading and closing the request body, as
+// http.Transport does.
+func closingBase(status int) http.RoundTripper {
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if r.Body != nil {
+			_, _ = io.ReadAll(r.Body)
+			r.Body.Close()
+		}
+		return &http.Response{StatusCode: status, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("")), Request: r}, nil
+	})
+}

@@ -1,0 +1,263 @@
+package keypool
+
+import "time"
+
+// Windows count the requests and tokens a key has sent. They are pure
+// arithmetic on times given as input: no locks, no clock, no goroutines. The
+// store that owns them serializes access.
+//
+// A sliding window is conservative: it never admits more than its limit within
+// any span of its length, and under saturating load it admits at least
+// (windowBuckets-1)/windowBuckets of it (96.8%). It keeps windowBuckets
+// buckets of width span/(windowBuckets-1), and counts a bucket until all of it
+// has left the span, so what it counts always covers the last span in full.
+
+// windowBuckets is the number of buckets of a sliding window.
+const windowBuckets = 31
+
+// The spans of the two sliding windows, and their bucket widths in
+// nanoseconds: the width is rounded up so that windowBuckets-1 buckets always
+// cover the span.
+const (
+	minuteSpan  = time.Minute
+	daySpan     = 24 * time.Hour
+	minuteWidth = int64((minuteSpan + windowBuckets - 2) / (windowBuckets - 1))
+	dayWidth    = int64((daySpan + windowBuckets - 2) / (windowBuckets - 1))
+)
+
+// axis is one window's pair of limits: requests and tokens; 0 is no limit.
+type axis struct{ requests, tokens int64 }
+
+func (a axis) set() bool { return a.requests != 0 || a.tokens != 0 }
+
+// sliding is a sliding window of requests and tokens. Bucket i holds what was
+// taken in [i*width, (i+1)*width) nanoseconds after the Unix epoch; the window
+// at bucket head holds buckets head-windowBuckets+1 through head. The zero
+// sliding is an empty window.
+type sliding struct {
+	head     int64
+	requests [windowBuckets]uint32
+	tokens   [windowBuckets]int64
+	sumReq   int64
+	sumTok   int64
+}
+
+// advance drops the buckets that have left the window by bucket c. A c before
+// head (a clock that stepped back) keeps head: what is taken then counts in
+// the newest bucket, which leaves the window last.
+func (s *sliding) advance(c int64) {
+	if c <= s.head {
+		return
+	}
+	if c-s.head >= windowBuckets {
+		*s = sliding{head: c}
+		return
+	}
+	for i := s.head + 1; i <= c; i++ {
+		slot := i % windowBuckets
+		s.sumReq -= int64(s.requests[slot])
+		s.sumTok -= s.tokens[slot]
+		s.requests[slot], s.tokens[slot] = 0, 0
+	}
+	s.head = c
+}
+
+// fits reports whether the window, less freedReq requests and freedTok
+// tokens, has room under lim for one more request of tok tokens.
+func (s *sliding) fits(lim axis, tok, freedReq, freedTok int64) bool {
+	return (lim.requests == 0 || s.sumReq-freedReq+1 <= lim.requests) &&
+		(lim.tokens == 0 || s.sumTok-freedTok+tok <= lim.tokens)
+}
+
+// room reports whether the window has room at now (Unix nanoseconds) for one
+// more request of tok tokens under lim. When it has none it returns the
+// earliest time, in Unix nanoseconds, at which the request would fit.
+func (s *sliding) room(now, width int64, lim axis, tok int64) (ok bool, retryAt int64) {
+	s.advance(now / width)
+	if s.fits(lim, tok, 0, 0) {
+		return true, 0
+	}
+	var freedReq, freedTok int64
+	for i := max(s.head-windowBuckets+1, 0); i <= s.head; i++ {
+		slot := i % windowBuckets
+		freedReq += int64(s.requests[slot])
+		freedTok += s.tokens[slot]
+		if s.fits(lim, tok, freedReq, freedTok) {
+			return false, (i + windowBuckets) * width
+		}
+	}
+	return false, (s.head + windowBuckets) * width
+}
+
+// add changes what was taken at time at (Unix nanoseconds) by req requests
+// and tok tokens, if that bucket is still in the window; a take is an add at
+// now after room. It never takes a bucket below zero.
+func (s *sliding) add(at, width int64, req, tok int64) {
+	s.advance(at / width)
+	i := at / width
+	if i > s.head || i <= s.head-windowBuckets {
+		return
+	}
+	slot := i % windowBuckets
+	r := max(int64(s.requests[slot])+req, 0)
+	t := max(s.tokens[slot]+tok, 0)
+	s.sumReq += r - int64(s.requests[slot])
+	s.sumTok += t - s.tokens[slot]
+	s.requests[slot], s.tokens[slot] = uint32(r), t
+}
+
+// used returns the requests and tokens the window counts at now.
+func (s *sliding) used(now, width int64) (requests, tokens int64) {
+	c := now / width
+	if c-s.head >= windowBuckets {
+		return 0, 0
+	}
+	requests, tokens = s.sumReq, s.sumTok
+	for i := s.head + 1; i <= c; i++ {
+		slot := i % windowBuckets
+		requests -= int64(s.requests[slot])
+		tokens -= s.tokens[slot]
+	}
+	return requests, tokens
+}
+
+// fixed is a calendar window: it counts from start until end, then starts
+// again from zero. The zero fixed has ended.
+type fixed struct {
+	start, end int64 // Unix nanoseconds
+	requests   int64
+	tokens     int64
+}
+
+// roll starts the period that holds now once the current one has ended. A
+// clock that steps back stays in the current period.
+func (f *fixed) roll(now int64, c Calendar) {
+	if now >= f.end {
+		f.start, f.end = c.period(now)
+		f.requests, f.tokens = 0, 0
+	}
+}
+
+// room reports whether the period has room at now for one more request of tok
+// tokens under lim; when it has none, it returns the period's end.
+func (f *fixed) room(now int64, c Calendar, lim axis, tok int64) (ok bool, retryAt int64) {
+	f.roll(now, c)
+	if (lim.requests != 0 && f.requests+1 > lim.requests) || (lim.tokens != 0 && f.tokens+tok > lim.tokens) {
+		return false, f.end
+	}
+	return true, 0
+}
+
+// add changes what was taken at time at by req requests and tok tokens, if
+// at falls in the current period.
+func (f *fixed) add(at int64, req, tok int64) {
+	if at < f.start || at >= f.end {
+		return
+	}
+	f.requests = max(f.requests+req, 0)
+	f.tokens = max(f.tokens+tok, 0)
+}
+
+// used returns what the period counts at now.
+func (f *fixed) used(now int64) (requests, tokens int64) {
+	if now >= f.end {
+		return 0, 0
+	}
+	return f.requests, f.tokens
+}
+
+// Calendar says how day windows count: over the last 24 hours when Loc is
+// nil (the zero Calendar), else by calendar days that start at Hour o'clock
+// in Loc, as vendors that reset at midnight Pacific time count them.
+type Calendar struct {
+	Hour int
+	Loc  *time.Location
+}
+
+// period returns the calendar day that holds now, in Unix nanoseconds.
+func (c Calendar) period(now int64) (start, end int64) {
+	s, e := calendarDay(time.Unix(0, now), c.Hour, c.Loc)
+	return s.UnixNano(), e.UnixNano()
+}
+
+// calendarDay returns the calendar day that holds now: it starts at hour
+// o'clock in loc and ends at the same hour the next day (23 or 25 hours later
+// across a change of daylight saving time).
+func calendarDay(now time.Time, hour int, loc *time.Location) (start, end time.Time) {
+	t := now.In(loc)
+	start = time.Date(t.Year(), t.Month(), t.Day(), hour, 0, 0, 0, loc)
+	if start.After(t) {
+		start = time.Date(t.Year(), t.Month(), t.Day()-1, hour, 0, 0, 0, loc)
+	}
+	end = time.Date(start.Year(), start.Month(), start.Day()+1, hour, 0, 0, 0, loc)
+	return start, end
+}
+
+// windows is the window set of one key for one model, or of one key across
+// its models: a sliding minute for RPM and TPM, and a day for RPD and TPD —
+// sliding, or a calendar day when the pool counts days that way. The zero
+// windows is empty.
+type windows struct {
+	minute sliding
+	day    sliding
+	cal    fixed
+}
+
+// room reports whether the windows have room at now for one more request of
+// tok tokens under lim. If not, it returns the earliest time they all will,
+// and whether a day window is among the full ones.
+func (w *windows) room(now int64, lim Limits, tok int64, c Calendar) (ok bool, retryAt int64, dayFull bool) {
+	ok = true
+	if a := (axis{lim.RPM, lim.TPM}); a.set() {
+		if fit, at := w.minute.room(now, minuteWidth, a, tok); !fit {
+			ok, retryAt = false, max(retryAt, at)
+		}
+	}
+	if a := (axis{lim.RPD, lim.TPD}); a.set() {
+		var fit bool
+		var at int64
+		if c.Loc != nil {
+			fit, at = w.cal.room(now, c, a, tok)
+		} else {
+			fit, at = w.day.room(now, dayWidth, a, tok)
+		}
+		if !fit {
+			ok, retryAt, dayFull = false, max(retryAt, at), true
+		}
+	}
+	return ok, retryAt, dayFull
+}
+
+// add records req requests and tok tokens as taken at time at in every
+// window lim sets; negative counts give back what an earlier add recorded.
+func (w *windows) add(at int64, lim Limits, req, tok int64, c Calendar) {
+	if lim.RPM != 0 || lim.TPM != 0 {
+		w.minute.add(at, minuteWidth, req, tok)
+	}
+	if lim.RPD != 0 || lim.TPD != 0 {
+		if c.Loc != nil {
+			w.cal.add(at, req, tok)
+		} else {
+			w.day.add(at, dayWidth, req, tok)
+		}
+	}
+}
+
+// Usage is what a window set counts: requests and tokens in the last minute
+// and in the last day (or the current calendar day).
+type Usage struct {
+	MinuteRequests, MinuteTokens int64
+	DayRequests, DayTokens       int64
+}
+
+// usage returns what the windows count at now.
+func (w *windows) usage(now int64, c Calendar) Usage {
+	var u Usage
+	u.MinuteRequests, u.MinuteTokens = w.minute.used(now, minuteWidth)
+	if c.Loc != nil {
+		u.DayRequests, u.DayTokens = w.cal.used(now)
+	} else {
+		u.DayRequests, u.DayTokens = w.day.used(now, dayWidth)
+	}
+	return u
+}
