@@ -434,8 +434,9 @@ func (p *Pool) Do(ctx context.Context, model string, fn func(ctx context.Context
 		}
 		p.sent(&l)
 		err = fn(ctx, l.key.Key)
-		v := verdictOf(err)
-		c.sooner(p.observe(ctx, &l, v, p.cfg.clock()))
+		now := p.cfg.clock()
+		v := verdictOf(err, now)
+		c.sooner(p.observe(ctx, &l, v, now))
 		if err == nil || v.kind == KindNone || p.single() {
 			return err
 		}
@@ -443,14 +444,17 @@ func (p *Pool) Do(ctx context.Context, model string, fn func(ctx context.Context
 	}
 }
 
-// verdictOf reads the verdict of an error from Pool.Do's function.
-func verdictOf(err error) verdict {
+// verdictOf reads the verdict of an error from Pool.Do's function at now.
+func verdictOf(err error, now time.Time) verdict {
 	var pe *ProviderError
 	if err == nil || !errors.As(err, &pe) {
 		return verdict{}
 	}
 	v := verdict{kind: pe.Kind, billing: pe.Kind == KindQuota && pe.Status == 402}
 	v.reset = Reset{RetryAfter: pe.RetryAfter, HasRetryAfter: pe.RetryAfter > 0, ResetAt: pe.ResetAt, Window: pe.Window}
+	if v.reset.ResetAt.IsZero() && v.reset.HasRetryAfter {
+		v.reset.ResetAt = now.Add(pe.RetryAfter)
+	}
 	return v
 }
 

@@ -33,6 +33,7 @@ type memKey struct {
 	bench  benchState
 	cap    windows
 	days   Calendar // as the last take counted days
+	last   int64    // the latest time a take was recorded, Unix nanoseconds
 	models map[string]*memModel
 }
 
@@ -115,9 +116,12 @@ func (k *memKey) model(name string) *memModel {
 // Take implements Store.
 func (s *MemoryStore) Take(_ context.Context, t Take) (Grant, error) {
 	k := s.key(t.Provider, t.KeyID)
-	now := t.Now.UnixNano()
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	// A clock that steps back records at the latest time seen, so what is
+	// taken counts at least as long as it should.
+	now := max(t.Now.UnixNano(), k.last)
+	k.last = now
 	k.days = t.Days
 	m := k.model(t.Model)
 	if until, kind := latest(k.bench, m.bench); until > now {
@@ -145,7 +149,7 @@ func (s *MemoryStore) Take(_ context.Context, t Take) (Grant, error) {
 		m.win.add(now, t.Limits, 1, t.Tokens, t.Days)
 	}
 	k.cap.add(now, t.Cap, 1, t.Tokens, t.Days)
-	return Grant{OK: true, Level: m.level, At: t.Now}, nil
+	return Grant{OK: true, Level: m.level, At: time.Unix(0, now).UTC()}, nil
 }
 
 // latest returns the end and kind of the later of two benches.

@@ -42,9 +42,8 @@ type sliding struct {
 	sumTok   int64
 }
 
-// advance drops the buckets that have left the window by bucket c. A c before
-// head (a clock that stepped back) keeps head: what is taken then counts in
-// the newest bucket, which leaves the window last.
+// advance drops the buckets that have left the window by bucket c. A c
+// before head keeps head: the window never moves back.
 func (s *sliding) advance(c int64) {
 	if c <= s.head {
 		return

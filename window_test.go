@@ -1,0 +1,240 @@
+package keypool
+
+import (
+	"math/rand/v2"
+	"sort"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// event is one admitted take.
+type event struct {
+	at  int64
+	tok int64
+}
+
+// maxInSpan returns the most requests and the most tokens admitted within
+// any span [t, t+span) of the events, which are sorted by time.
+func maxInSpan(events []event, span int64) (requests, tokens int64) {
+	var tok int64
+	j := 0
+	for i, e := range events {
+		tok += e.tok
+		for events[j].at <= e.at-span {
+			tok -= events[j].tok
+			j++
+		}
+		requests = max(requests, int64(i-j+1))
+		tokens = max(tokens, tok)
+	}
+	return requests, tokens
+}
+
+// simulate offers takes to one window set at random times over runs spans
+// and returns those admitted.
+func simulate(rng *rand.Rand, lim Limits, span, gap time.Duration, maxTok int64, runs int, cal Calendar) []event {
+	var w windows
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano() + rng.Int64N(int64(span))
+	end := start + int64(runs)*int64(span)
+	var got []event
+	for now := start; now < end; now += 1 + rng.Int64N(int64(gap)) {
+		tok := int64(0)
+		if maxTok > 0 {
+			tok = 1 + rng.Int64N(maxTok)
+		}
+		if ok, _, _ := w.room(now, lim, tok, cal); ok {
+			w.add(now, lim, 1, tok, cal)
+			got = append(got, event{now, tok})
+		}
+	}
+	return got
+}
+
+func TestWindowNeverExceedsLimitProperty(t *testing.T) {
+	for seed := range uint64(200) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		lim := Limits{RPM: 1 + rng.Int64N(120), TPM: 100 + rng.Int64N(10_000)}
+		gap := time.Duration(1 + rng.Int64N(int64(2*time.Second)))
+		events := simulate(rng, lim, time.Minute, gap, lim.TPM/5, 8, Calendar{})
+		req, tok := maxInSpan(events, int64(time.Minute))
+		require.LessOrEqual(t, req, lim.RPM, "seed %d: requests in a minute", seed)
+		require.LessOrEqual(t, tok, lim.TPM, "seed %d: tokens in a minute", seed)
+	}
+}
+
+func TestWindowDayNeverExceedsLimitProperty(t *testing.T) {
+	for seed := range uint64(40) {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		lim := Limits{RPD: 1 + rng.Int64N(500), TPD: 1000 + rng.Int64N(100_000)}
+		gap := time.Duration(1 + rng.Int64N(int64(10*time.Minute)))
+		events := simulate(rng, lim, 24*time.Hour, gap, lim.TPD/20, 5, Calendar{})
+		req, tok := maxInSpan(events, int64(24*time.Hour))
+		require.LessOrEqual(t, req, lim.RPD, "seed %d: requests in a day", seed)
+		require.LessOrEqual(t, tok, lim.TPD, "seed %d: tokens in a day", seed)
+	}
+}
+
+func TestWindowUsesCapacityUnderSaturationProperty(t *testing.T) {
+	const runs = 20
+	for seed := range uint64(50) {
+		rng := rand.New(rand.NewPCG(seed, 3))
+		t.Run("requests", func(t *testing.T) {
+			lim := Limits{RPM: 5 + rng.Int64N(300)}
+			gap := time.Minute / time.Duration(lim.RPM*4) // four times the capacity
+			events := simulate(rng, lim, time.Minute, gap, 0, runs, Calendar{})
+			share := float64(len(events)) / float64(lim.RPM*runs)
+			assert.GreaterOrEqual(t, share, 0.95, "seed %d: RPM %d served %.3f of capacity", seed, lim.RPM, share)
+		})
+		t.Run("tokens", func(t *testing.T) {
+			lim := Limits{TPM: 10_000 + rng.Int64N(100_000)}
+			maxTok := lim.TPM / 50
+			gap := time.Minute / time.Duration(4*lim.TPM/maxTok*2)
+			events := simulate(rng, lim, time.Minute, gap, maxTok, runs, Calendar{})
+			var used int64
+			for _, e := range events {
+				used += e.tok
+			}
+			share := float64(used) / float64(lim.TPM*runs)
+			assert.GreaterOrEqual(t, share, 0.95, "seed %d: TPM %d served %.3f of capacity", seed, lim.TPM, share)
+		})
+	}
+}
+
+func TestWindowRetryAtIsExact(t *testing.T) {
+	for seed := range uint64(100) {
+		rng := rand.New(rand.NewPCG(seed, 5))
+		lim := Limits{RPM: 1 + rng.Int64N(50), TPM: 1000, RPD: 1 + rng.Int64N(200)}
+		var w windows
+		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+		for range 500 {
+			now += rng.Int64N(int64(5 * time.Second))
+			tok := 1 + rng.Int64N(300)
+			ok, at, _ := w.room(now, lim, tok, Calendar{})
+			if ok {
+				w.add(now, lim, 1, tok, Calendar{})
+				continue
+			}
+			require.Greater(t, at, now, "seed %d: RetryAt not after now", seed)
+			probe := w
+			fit, _, _ := probe.room(at-1, lim, tok, Calendar{})
+			assert.False(t, fit, "seed %d: fits before RetryAt", seed)
+			probe = w
+			fit, _, _ = probe.room(at, lim, tok, Calendar{})
+			assert.True(t, fit, "seed %d: does not fit at RetryAt", seed)
+		}
+	}
+}
+
+func TestWindowRoomReportsWhichWindowIsFull(t *testing.T) {
+	var w windows
+	lim := Limits{RPM: 10, RPD: 2}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	for range 2 {
+		ok, _, _ := w.room(now, lim, 0, Calendar{})
+		require.True(t, ok)
+		w.add(now, lim, 1, 0, Calendar{})
+	}
+	ok, at, dayFull := w.room(now, lim, 0, Calendar{})
+	assert.False(t, ok)
+	assert.True(t, dayFull)
+	assert.InDelta(t, float64(now+int64(24*time.Hour)), float64(at), float64(dayWidth), "a day window frees a day later")
+}
+
+func TestWindowAddGivesBack(t *testing.T) {
+	var w windows
+	lim := Limits{RPM: 1, TPM: 100}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	ok, _, _ := w.room(now, lim, 80, Calendar{})
+	require.True(t, ok)
+	w.add(now, lim, 1, 80, Calendar{})
+	later := now + int64(10*time.Second)
+	ok, _, _ = w.room(later, lim, 10, Calendar{})
+	assert.False(t, ok, "the minute is full")
+	w.add(now, lim, -1, -80, Calendar{}) // the request never reached the vendor
+	ok, _, _ = w.room(later, lim, 100, Calendar{})
+	assert.True(t, ok, "the minute is free again")
+	assert.Equal(t, Usage{}, w.usage(later, Calendar{}))
+	w.add(now, lim, -1, -1000, Calendar{})
+	assert.Equal(t, Usage{}, w.usage(later, Calendar{}), "a bucket never goes below zero")
+}
+
+func TestWindowSettlesIntoTheBucketOfTheTake(t *testing.T) {
+	var w windows
+	lim := Limits{TPM: 1000}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	w.room(now, lim, 500, Calendar{})
+	w.add(now, lim, 1, 500, Calendar{})
+	// 30 s later the answer says it used 120 tokens.
+	w.add(now, lim, 0, 120-500, Calendar{})
+	u := w.usage(now+int64(30*time.Second), Calendar{})
+	assert.Equal(t, int64(120), u.MinuteTokens)
+	// After the minute the settlement of the old take is dropped.
+	w.add(now, lim, 0, 1000, Calendar{})
+	u = w.usage(now+int64(2*time.Minute), Calendar{})
+	assert.Zero(t, u.MinuteTokens)
+}
+
+func TestCalendarDay(t *testing.T) {
+	pacific, err := time.LoadLocation("America/Los_Angeles")
+	require.NoError(t, err)
+	tests := []struct {
+		name       string
+		now        time.Time
+		hour       int
+		start, end time.Time
+	}{
+		{"midday", time.Date(2026, 3, 5, 12, 0, 0, 0, pacific), 0,
+			time.Date(2026, 3, 5, 0, 0, 0, 0, pacific), time.Date(2026, 3, 6, 0, 0, 0, 0, pacific)},
+		{"before the reset hour", time.Date(2026, 3, 5, 1, 0, 0, 0, pacific), 2,
+			time.Date(2026, 3, 4, 2, 0, 0, 0, pacific), time.Date(2026, 3, 5, 2, 0, 0, 0, pacific)},
+		{"day of 23 hours", time.Date(2026, 3, 8, 12, 0, 0, 0, pacific), 0,
+			time.Date(2026, 3, 8, 0, 0, 0, 0, pacific), time.Date(2026, 3, 9, 0, 0, 0, 0, pacific)},
+		{"at the reset", time.Date(2026, 3, 5, 0, 0, 0, 0, pacific), 0,
+			time.Date(2026, 3, 5, 0, 0, 0, 0, pacific), time.Date(2026, 3, 6, 0, 0, 0, 0, pacific)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			start, end := calendarDay(tt.now.UTC(), tt.hour, pacific)
+			assert.True(t, start.Equal(tt.start), "start = %v, want %v", start, tt.start)
+			assert.True(t, end.Equal(tt.end), "end = %v, want %v", end, tt.end)
+		})
+	}
+	start, end := calendarDay(time.Date(2026, 3, 8, 12, 0, 0, 0, pacific), 0, pacific)
+	assert.Equal(t, 23*time.Hour, end.Sub(start))
+}
+
+func TestWindowCalendarDayResetsAtBoundary(t *testing.T) {
+	cal := Calendar{Hour: 0, Loc: time.UTC}
+	lim := Limits{RPD: 3}
+	var w windows
+	day := time.Date(2026, 1, 1, 22, 0, 0, 0, time.UTC)
+	for range 3 {
+		ok, _, _ := w.room(day.UnixNano(), lim, 0, cal)
+		require.True(t, ok)
+		w.add(day.UnixNano(), lim, 1, 0, cal)
+	}
+	ok, at, dayFull := w.room(day.Add(time.Hour).UnixNano(), lim, 0, cal)
+	assert.False(t, ok)
+	assert.True(t, dayFull)
+	assert.Equal(t, time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC).UnixNano(), at, "full until midnight")
+	ok, _, _ = w.room(at, lim, 0, cal)
+	assert.True(t, ok, "a new day at midnight")
+}
+
+func TestWindowSetFitsInOneKiB(t *testing.T) {
+	size := unsafe.Sizeof(windows{}) + unsafe.Sizeof(memModel{})
+	assert.LessOrEqual(t, size, uintptr(1024), "bytes per key × model window set")
+	t.Logf("a key × model window set takes %d bytes", size)
+}
+
+func TestMaxInSpan(t *testing.T) {
+	events := []event{{0, 1}, {10, 2}, {59, 3}, {60, 4}, {200, 5}}
+	sort.Slice(events, func(i, j int) bool { return events[i].at < events[j].at })
+	req, tok := maxInSpan(events, 60)
+	assert.Equal(t, int64(3), req)
+	assert.Equal(t, int64(9), tok)
+}
