@@ -257,8 +257,8 @@ type lease struct {
 	grant Grant
 }
 
-// call is what one request remembers across its attempts: the keys it has
-// tried, and the soonest moment a key it saw comes back.
+// call is what one request remembers across its attempts: the keys that
+// failed it, and the soonest moment a key it saw comes back.
 type call struct {
 	tried   keySet
 	soonest time.Time
@@ -319,7 +319,6 @@ func (p *Pool) scan(ctx context.Context, c *call, keys []*poolKey, cursor *atomi
 			return lease{}, false, fmt.Errorf("keypool: %s: store: %w", p.provider, err)
 		}
 		if g.OK {
-			c.tried.add(k.index)
 			return lease{key: k, take: t, grant: g}, true, nil
 		}
 		c.sooner(g.RetryAt)
@@ -440,6 +439,7 @@ func (p *Pool) Do(ctx context.Context, model string, fn func(ctx context.Context
 		if err == nil || v.kind == KindNone || p.single() {
 			return err
 		}
+		c.tried.add(l.key.index)
 		last = err
 	}
 }

@@ -3,7 +3,6 @@ package keypool
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -19,10 +18,7 @@ const (
 // the hot layer under the BadgerStore. It is safe for concurrent use; each
 // key has its own lock, and looking a key up takes none.
 type MemoryStore struct {
-	// index maps a key to its state. It is copied on write: keys are added
-	// once and read on every request.
-	index atomic.Pointer[map[keyRef]*memKey]
-	mu    sync.Mutex // guards writes of index
+	keys sync.Map // keyRef → *memKey; keys are added once and read on every request
 }
 
 type keyRef struct{ provider, keyID string }
@@ -66,34 +62,18 @@ func (b *benchState) extend(kind Kind, until int64) {
 }
 
 // NewMemoryStore returns an empty MemoryStore.
-func NewMemoryStore() *MemoryStore {
-	s := &MemoryStore{}
-	s.index.Store(&map[keyRef]*memKey{})
-	return s
-}
+func NewMemoryStore() *MemoryStore { return &MemoryStore{} }
 
 var _ Store = (*MemoryStore)(nil)
 
 // key returns the state of a key, adding it when new.
 func (s *MemoryStore) key(provider, keyID string) *memKey {
 	ref := keyRef{provider, keyID}
-	if k := (*s.index.Load())[ref]; k != nil {
-		return k
+	if k, ok := s.keys.Load(ref); ok {
+		return k.(*memKey)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	old := *s.index.Load()
-	if k := old[ref]; k != nil {
-		return k
-	}
-	next := make(map[keyRef]*memKey, len(old)+1)
-	for r, k := range old {
-		next[r] = k
-	}
-	k := &memKey{models: map[string]*memModel{}}
-	next[ref] = k
-	s.index.Store(&next)
-	return k
+	k, _ := s.keys.LoadOrStore(ref, &memKey{models: map[string]*memModel{}})
+	return k.(*memKey)
 }
 
 // model returns the key's state for a model, adding it when new. k.mu must

@@ -111,6 +111,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if p.needTokens {
 			_ = p.store.Settle(ctx, l.take, l.grant, 0)
 		}
+		c.tried.add(l.key.index)
 		drain(resp.Body)
 	}
 }

@@ -1,0 +1,56 @@
+package keypool
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// benchPool returns a pool of n keys with all four limits set high enough
+// never to refuse, and a clock that moves a microsecond per call.
+func benchPool(b *testing.B, n int) *Pool {
+	b.Helper()
+	keys := make([]Key, n)
+	for i := range keys {
+		keys[i] = Key{Secret: fmt.Sprintf("sk-%06d", i), ID: fmt.Sprintf("k%06d", i)}
+	}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var tick time.Duration
+	clock := func() time.Time { tick += time.Microsecond; return now.Add(tick) }
+	p, err := New("bench", keys, WithClock(clock),
+		WithLimits(Limits{RPM: 1 << 40, RPD: 1 << 40, TPM: 1 << 50, TPD: 1 << 50}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return p
+}
+
+// BenchmarkAcquire measures taking a key and settling its tokens: the check
+// and record of the windows, the work per request that grows with keys and
+// models if anything does.
+func BenchmarkAcquire(b *testing.B) {
+	for _, keys := range []int{1, 100, 10_000} {
+		for _, models := range []int{1, 100} {
+			b.Run(fmt.Sprintf("keys=%d/models=%d", keys, models), func(b *testing.B) {
+				p := benchPool(b, keys)
+				names := make([]string, models)
+				for i := range names {
+					names[i] = fmt.Sprintf("model-%d", i)
+				}
+				ctx := context.Background()
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					var c call
+					l, err := p.acquire(ctx, &c, names[i%models], 500)
+					if err != nil {
+						b.Fatal(err)
+					}
+					_ = p.store.Settle(ctx, l.take, l.grant, 400)
+					i++
+				}
+			})
+		}
+	}
+}
