@@ -242,8 +242,9 @@ func (ks *keyState) unified(now, start time.Time, refused string) *unified {
 	}
 	u := &unified{five: window(ks.five, fiveHour), seven: window(ks.seven, sevenDay)}
 	if lift, ok := ks.weeklyLift(now, start); ok {
+		// The spent week lifts at lift, unless a full 7-day budget lifts later.
 		u.seven.utilization = max(u.seven.utilization, 1)
-		if lift.After(u.seven.reset) {
+		if ks.seven.fits(now, 1) || lift.After(u.seven.reset) {
 			u.seven.reset = lift
 		}
 	}
