@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 )
@@ -117,6 +118,15 @@ type keyState struct {
 }
 
 func newKeyState(k Key, index int, seed uint64) *keyState {
+	// Keep copies of what the caller could change later.
+	k.Script = slices.Clone(k.Script)
+	for i := range k.Script {
+		k.Script[i].Header = k.Script[i].Header.Clone()
+	}
+	if k.Subscription != nil {
+		sub := *k.Subscription
+		k.Subscription = &sub
+	}
 	ks := &keyState{
 		cfg:        k,
 		id:         k.ID,
