@@ -30,6 +30,7 @@ type decision struct {
 	st         *state // the windows the rate-limit headers report; nil for none
 	completion int64
 	truncated  bool
+	tokens     int64 // an accepted request's total tokens; 0 otherwise
 }
 
 // ask is one request as the key sees it.
@@ -58,11 +59,10 @@ func (ks *keyState) decide(q ask) decision {
 	ks.last = now
 	d := ks.decideLocked(now, q)
 	d.now = now
-	tokens := int64(0)
 	if d.out == outServe {
-		tokens = q.req.prompt + d.completion
+		d.tokens = q.req.prompt + d.completion
 	}
-	ks.counts.add(d.class, d.out == outScript, tokens)
+	ks.counts.add(d.class, d.out == outScript, d.tokens)
 	return d
 }
 

@@ -191,11 +191,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	q.now = s.clock()
 	d := ks.decide(q)
-	tokens := int64(0)
-	if d.out == outServe {
-		tokens = q.req.prompt + d.completion
-	}
-	s.addTotal(d.class, d.out == outScript, tokens)
+	s.addTotal(d.class, d.out == outScript, d.tokens)
 
 	if !s.sleep(r, ks.cfg.Latency) {
 		return // the client is gone
