@@ -33,11 +33,14 @@ type Key struct {
 	// every answer is the dialect's long-window refusal: Anthropic's 429 with
 	// anthropic-ratelimit-unified-* headers naming the 7d window, OpenAI's
 	// 429 usage_limit_reached with resets_in_seconds, Gemini's per-day quota
-	// 429 (Gemini has no weekly window).
+	// 429 (Gemini has no weekly window). It makes the key subscription-style
+	// (see Subscription).
 	WeeklySpent time.Duration
 	// Subscription, when set, makes the key subscription-style: its 5-hour
-	// and 7-day windows are enforced, and Anthropic answers carry the
-	// anthropic-ratelimit-unified-* headers on every answer.
+	// and 7-day budgets are enforced (a full one answers as WeeklySpent
+	// does, naming the window that is full), and Anthropic answers carry the
+	// anthropic-ratelimit-unified-* headers on every answer, faults
+	// included.
 	Subscription *Subscription
 	// Script lists answers sent, in order, before the key answers as
 	// configured; each is consumed by one request. An Answer with Status 0

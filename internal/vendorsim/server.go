@@ -12,9 +12,9 @@
 // can check that nothing ever sent a key more than its limit.
 //
 // The sim is strict where a vendor is strict and simple where a test wants
-// it simple: a request's prompt is its body's length / 4 tokens, and its
+// it simple: a request's prompt is its body's length / 4 tokens, its
 // completion Config.OutputTokens (default 100) or max_tokens, whichever is
-// less.
+// less, and a key's windows are the key's, whatever model a request names.
 package vendorsim
 
 import (
