@@ -1,0 +1,195 @@
+package vendorsim
+
+import (
+	"slices"
+	"time"
+)
+
+// Counts tallies the answers the sim sent. Each answer counts in Requests
+// and in exactly one of the classes below, chosen by why it was sent (a
+// scripted answer, by its status).
+type Counts struct {
+	// Requests counts every answer.
+	Requests int64
+	// Served counts accepted requests (and scripted answers below 400).
+	Served int64
+	// RateLimited counts refusals by a window: RPM, RPD, TPM, TPD, a spent
+	// subscription window (and scripted 429s). Billing errors sent as 429
+	// count in Billing.
+	RateLimited int64
+	// Unauthorized counts authentication errors, whatever their status:
+	// missing, unknown and revoked keys (and scripted 401s and 403s).
+	Unauthorized int64
+	// Billing counts billing errors, whatever their status (and scripted
+	// 402s).
+	Billing int64
+	// ServerErrors counts faults: 5xx and 529 (and scripted 5xx).
+	ServerErrors int64
+	// BadRequests counts answers to malformed requests, unknown paths and
+	// wrong methods (and other scripted 4xx).
+	BadRequests int64
+	// Scripted counts the answers taken from a script; each also counts in
+	// its class.
+	Scripted int64
+	// Tokens counts the total tokens (prompt plus completion) of accepted
+	// requests.
+	Tokens int64
+}
+
+// KeyStats is one key's counters.
+type KeyStats struct {
+	ID string
+	Counts
+}
+
+// class is the counter an answer counts in.
+type class int
+
+const (
+	classServed class = iota
+	classRateLimited
+	classUnauthorized
+	classBilling
+	classServerError
+	classBadRequest
+)
+
+// classOfStatus is the class of a scripted answer.
+func classOfStatus(status int) class {
+	switch {
+	case status < 400:
+		return classServed
+	case status == 429:
+		return classRateLimited
+	case status == 401 || status == 403:
+		return classUnauthorized
+	case status == 402:
+		return classBilling
+	case status >= 500:
+		return classServerError
+	}
+	return classBadRequest
+}
+
+// add counts one answer.
+func (c *Counts) add(cl class, scripted bool, tokens int64) {
+	c.Requests++
+	switch cl {
+	case classServed:
+		c.Served++
+	case classRateLimited:
+		c.RateLimited++
+	case classUnauthorized:
+		c.Unauthorized++
+	case classBilling:
+		c.Billing++
+	case classServerError:
+		c.ServerErrors++
+	case classBadRequest:
+		c.BadRequests++
+	}
+	if scripted {
+		c.Scripted++
+	}
+	c.Tokens += tokens
+}
+
+// addTotal counts one answer in the server's totals.
+func (s *Server) addTotal(cl class, scripted bool, tokens int64) {
+	s.totalsMu.Lock()
+	s.totals.add(cl, scripted, tokens)
+	s.totalsMu.Unlock()
+}
+
+// Totals returns the counters of every answer the sim sent, including those
+// to unknown keys and unknown paths.
+func (s *Server) Totals() Counts {
+	s.totalsMu.Lock()
+	defer s.totalsMu.Unlock()
+	return s.totals
+}
+
+// Stats returns every key's counters, in the order of Config.Keys.
+func (s *Server) Stats() []KeyStats {
+	out := make([]KeyStats, len(s.keys))
+	for i, ks := range s.keys {
+		ks.mu.Lock()
+		out[i] = KeyStats{ID: ks.id, Counts: ks.counts}
+		ks.mu.Unlock()
+	}
+	return out
+}
+
+// StatsOf returns the counters of the key with the given ID, and false when
+// there is no such key.
+func (s *Server) StatsOf(id string) (KeyStats, bool) {
+	ks := s.byID[id]
+	if ks == nil {
+		return KeyStats{}, false
+	}
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	return KeyStats{ID: ks.id, Counts: ks.counts}, true
+}
+
+// Accepted returns when the key with the given ID accepted each request it
+// remembers (at most Config.History, the latest), oldest first, on the sim's
+// clock; nil for an unknown ID.
+func (s *Server) Accepted(id string) []time.Time {
+	ks := s.byID[id]
+	if ks == nil {
+		return nil
+	}
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	out := make([]time.Time, len(ks.history))
+	for i, e := range ks.history {
+		out[i] = e.at
+	}
+	return out
+}
+
+// MaxInWindow returns the most requests the key with the given ID accepted
+// in any half-open span of the given length, over the requests it remembers;
+// 0 for an unknown ID. A strict vendor never lets it exceed the key's limit
+// for that span.
+func (s *Server) MaxInWindow(id string, window time.Duration) int {
+	ones := s.historyOf(id)
+	for i := range ones {
+		ones[i].n = 1
+	}
+	return int(maxInSpan(ones, window))
+}
+
+// MaxTokensInWindow returns the most tokens (prompt plus completion) the key
+// with the given ID accepted in any half-open span of the given length, over
+// the requests it remembers; 0 for an unknown ID.
+func (s *Server) MaxTokensInWindow(id string, window time.Duration) int64 {
+	return maxInSpan(s.historyOf(id), window)
+}
+
+// historyOf returns a copy of a key's accepted requests.
+func (s *Server) historyOf(id string) []entry {
+	ks := s.byID[id]
+	if ks == nil {
+		return nil
+	}
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	return slices.Clone(ks.history)
+}
+
+// ResetStats zeroes every counter and forgets the accepted-request history.
+// The keys' windows, scripts and fault bursts carry on: they are the
+// vendor's state, not the counters'.
+func (s *Server) ResetStats() {
+	for _, ks := range s.keys {
+		ks.mu.Lock()
+		ks.counts = Counts{}
+		ks.history = nil
+		ks.mu.Unlock()
+	}
+	s.totalsMu.Lock()
+	s.totals = Counts{}
+	s.totalsMu.Unlock()
+}
