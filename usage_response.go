@@ -50,8 +50,9 @@ type usageBody struct {
 	settle func(tokens int64, ok bool)
 	events bool // the body is server-sent events
 
-	// usage scans a JSON body, and sse an event stream for usage; only
-	// Read touches them, and io.Reader forbids calling it concurrently.
+	// usage scans a JSON body; sse scans an event stream and feeds each
+	// event's data to usage. Only Read touches them, and io.Reader forbids
+	// calling it concurrently.
 	usage usageScanner
 	sse   sseScanner
 
