@@ -1,0 +1,203 @@
+package keypool
+
+import (
+	"bytes"
+	"strings"
+)
+
+// requestKey is what a key in a request body means to the pool.
+type requestKey uint8
+
+const (
+	keyOther     requestKey = iota
+	keyModel                // the top-level "model"
+	keyMaxOutput            // a reserved output: max_tokens and its kin
+	keyType                 // "type", which names an image part
+	keyMime                 // a media type: mime_type, mimeType, media_type
+	keyPayload              // base64 data, URLs, file URIs and signatures: never prompt text
+)
+
+// flags on an open container of a request body.
+const (
+	// flagImage: the container is an image (an image part, or a source
+	// whose media type is an image).
+	flagImage uint8 = 1 << iota
+	// flagCounted: an image in or at the container has been counted.
+	flagCounted
+	// flagText: the container is a source whose media type is text, so its
+	// payload is prompt text (Anthropic's plain-text document source).
+	flagText
+)
+
+// requestScanner reads a request body in one pass. It holds no locks.
+type requestScanner struct {
+	lex  jsonLexer
+	info RequestInfo
+	// keys holds the meaning of the last key read at each depth; flags
+	// the image evidence of each open container. Index 0 is the top level,
+	// outside any container.
+	keys  [maxTrackedDepth + 1]requestKey
+	flags [maxTrackedDepth + 1]uint8
+}
+
+// scanRequest reads a JSON request body — OpenAI chat completions and
+// Responses, Anthropic messages, Gemini generateContent and their kin — in
+// one pass, without decoding it, and returns what the pool needs to know
+// before sending it. The body may be a prefix of a longer one: scanRequest
+// reports what the prefix holds, counting an image whose payload the prefix
+// cuts. Malformed JSON never makes it panic: it returns what it read before
+// the fault. It allocates only the model name.
+func scanRequest(body []byte) RequestInfo {
+	var s requestScanner
+	for i := 0; i < len(body); {
+		var tok jsonToken
+		tok, i = s.lex.next(body, i)
+		s.take(tok, body)
+	}
+	for d := min(s.lex.depth, maxTrackedDepth); d >= 1; d-- {
+		s.close(d)
+	}
+	return s.info
+}
+
+// take records one token of the body.
+func (s *requestScanner) take(tok jsonToken, body []byte) {
+	d := s.lex.depth
+	switch tok {
+	case tokKey:
+		if d <= maxTrackedDepth {
+			s.keys[d] = classifyRequestKey(s.lex.keyBytes(), d)
+			if s.keys[d] == keyModel {
+				s.info.Model = "" // the last "model" names the model, as in JSON
+			}
+		}
+	case tokBeginObject, tokBeginArray:
+		if d <= maxTrackedDepth {
+			s.keys[d], s.flags[d] = keyOther, 0
+		}
+	case tokEndObject, tokEndArray:
+		s.close(d + 1)
+	case tokNumber:
+		if d <= maxTrackedDepth && s.keys[d] == keyMaxOutput && s.lex.numOK {
+			s.info.MaxOutput = max(s.info.MaxOutput, s.lex.num)
+		}
+	case tokString:
+		s.text(body[s.lex.start:s.lex.end], d)
+	}
+}
+
+// text records a string value of the container at depth d.
+func (s *requestScanner) text(v []byte, d int) {
+	key := keyOther
+	if d <= maxTrackedDepth {
+		key = s.keys[d]
+	}
+	switch {
+	case key == keyModel:
+		if s.lex.done {
+			s.info.Model = string(v)
+		}
+	case bytes.HasPrefix(v, []byte("data:")):
+		// A data URL is a payload, never text; an image one is an image.
+		if bytes.HasPrefix(v, []byte("data:image/")) {
+			s.dataImage(d)
+		}
+	case key == keyPayload && s.flags[d]&flagText == 0:
+	case key == keyMime:
+		switch {
+		case bytes.HasPrefix(v, []byte("image/")):
+			s.flags[d] |= flagImage
+		case bytes.HasPrefix(v, []byte("text/")):
+			s.flags[d] |= flagText
+		}
+	case key == keyType && isImageType(v):
+		s.flags[d] |= flagImage
+	default:
+		s.info.PromptChars += int64(len(v))
+	}
+}
+
+// dataImage records an image data URL held by the container at depth d.
+// In an object it marks the object as an image, counted when it closes
+// (once, whatever else marks it); elsewhere it counts at once.
+func (s *requestScanner) dataImage(d int) {
+	if s.lex.inObject() {
+		s.flags[d] |= flagImage
+		return
+	}
+	s.info.Images++
+	if d >= 1 && d <= maxTrackedDepth {
+		s.flags[d] |= flagCounted
+	}
+}
+
+// close ends the container at depth d: an image that holds no counted
+// image counts as one, and a counted image marks its parent, so that an
+// image part (OpenAI's image_url, Anthropic's image) around a source that
+// already counted is not counted again.
+func (s *requestScanner) close(d int) {
+	if d < 1 || d > maxTrackedDepth {
+		return
+	}
+	f := s.flags[d]
+	if f&(flagImage|flagCounted) == flagImage {
+		s.info.Images++
+		f |= flagCounted
+	}
+	if f&flagCounted != 0 && d > 1 {
+		s.flags[d-1] |= flagCounted
+	}
+}
+
+// classifyRequestKey says what key, read at depth d, means.
+func classifyRequestKey(key []byte, d int) requestKey {
+	switch string(key) {
+	case "model":
+		if d == 1 {
+			return keyModel
+		}
+	case "max_tokens", "max_completion_tokens":
+		if d == 1 {
+			return keyMaxOutput
+		}
+	case "max_output_tokens", "maxOutputTokens":
+		return keyMaxOutput
+	case "type":
+		return keyType
+	case "mime_type", "mimeType", "media_type":
+		return keyMime
+	case "data", "url", "image_url", "file_uri", "fileUri",
+		"signature", "thoughtSignature", "thought_signature", "encrypted_content":
+		return keyPayload
+	}
+	return keyOther
+}
+
+// isImageType reports whether a part's "type" names an image part:
+// OpenAI chat's image_url, Responses' input_image, Anthropic's image.
+func isImageType(v []byte) bool {
+	switch string(v) {
+	case "image_url", "input_image", "image":
+		return true
+	}
+	return false
+}
+
+// modelFromPath returns the model a request path names, or "": the model
+// of a Gemini path ("/v1beta/models/gemini-2.0-flash:generateContent",
+// "/v1beta/tunedModels/NAME:generateContent", and Vertex's
+// ".../publishers/google/models/NAME:streamGenerateContent"), or the
+// deployment of an Azure OpenAI path ("/openai/deployments/NAME/chat/
+// completions"). The name is a substring of path: it allocates nothing.
+func modelFromPath(path string) string {
+	for _, marker := range [...]string{"/models/", "/tunedModels/", "/deployments/"} {
+		if i := strings.Index(path, marker); i >= 0 {
+			name := path[i+len(marker):]
+			if end := strings.IndexAny(name, ":/?"); end >= 0 {
+				name = name[:end]
+			}
+			return name
+		}
+	}
+	return ""
+}

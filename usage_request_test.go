@@ -1,0 +1,364 @@
+package keypool
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// requestCases are request bodies and what scanRequest reads from them.
+// PromptChars is worked out by hand in each comment.
+var requestCases = []struct {
+	name string
+	body string
+	want RequestInfo
+}{
+	{
+		// "user" 4 + "Hello there" 11
+		name: "openai chat text",
+		body: `{"model":"gpt-4o","messages":[{"role":"user","content":"Hello there"}],"max_tokens":100}`,
+		want: RequestInfo{Model: "gpt-4o", PromptChars: 15, MaxOutput: 100},
+	},
+	{
+		// "user" 4 + "text" 4 + "What is this?" 13 + "high" 4
+		name: "openai chat image url",
+		body: `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"text","text":"What is this?"},` +
+			`{"type":"image_url","image_url":{"url":"https://example.com/a.png","detail":"high"}}]}]}`,
+		want: RequestInfo{Model: "gpt-4o", PromptChars: 25, Images: 1},
+	},
+	{
+		// "user" 4
+		name: "openai chat data url",
+		body: `{"model":"gpt-4o","messages":[{"role":"user","content":[` +
+			`{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}]}]}`,
+		want: RequestInfo{Model: "gpt-4o", PromptChars: 4, Images: 1},
+	},
+	{
+		// "user" 4 + "input_text" 10 + "describe" 8
+		name: "responses input_image url",
+		body: `{"model":"gpt-4.1","input":[{"role":"user","content":[{"type":"input_text","text":"describe"},` +
+			`{"type":"input_image","image_url":"https://example.com/y.jpg"}]}],"max_output_tokens":300}`,
+		want: RequestInfo{Model: "gpt-4.1", PromptChars: 22, MaxOutput: 300, Images: 1},
+	},
+	{
+		// "user" 4
+		name: "responses input_image data url before its type",
+		body: `{"model":"gpt-4.1","input":[{"role":"user","content":[` +
+			`{"image_url":"data:image/jpeg;base64,/9j/4AAQ","type":"input_image"}]}]}`,
+		want: RequestInfo{Model: "gpt-4.1", PromptChars: 4, Images: 1},
+	},
+	{
+		// "user" 4 + "input_file" 10 + "a.pdf" 5
+		name: "responses file data url is no prompt",
+		body: `{"input":[{"role":"user","content":[` +
+			`{"type":"input_file","filename":"a.pdf","file_data":"data:application/pdf;base64,JVBERi0xLjQ="}]}]}`,
+		want: RequestInfo{PromptChars: 19},
+	},
+	{
+		// "user" 4 + "base64" 6 + "text" 4 + "Describe." 9
+		name: "anthropic base64 image",
+		body: `{"model":"claude-sonnet-4-5","max_tokens":1024,"messages":[{"role":"user","content":[` +
+			`{"type":"image","source":{"type":"base64","media_type":"image/jpeg","data":"/9j/4AAQSkZJRg=="}},` +
+			`{"type":"text","text":"Describe."}]}]}`,
+		want: RequestInfo{Model: "claude-sonnet-4-5", PromptChars: 23, MaxOutput: 1024, Images: 1},
+	},
+	{
+		// "user" 4 + "url" 3 + "base64" 6
+		name: "anthropic url and base64 images",
+		body: `{"messages":[{"role":"user","content":[` +
+			`{"type":"image","source":{"type":"url","url":"https://example.com/a.png"}},` +
+			`{"type":"image","source":{"data":"iVBORw0KGgo=","media_type":"image/png","type":"base64"}}]}]}`,
+		want: RequestInfo{PromptChars: 13, Images: 2},
+	},
+	{
+		// "user" 4 + "document" 8 + "base64" 6
+		name: "anthropic pdf document",
+		body: `{"messages":[{"role":"user","content":[` +
+			`{"type":"document","source":{"type":"base64","media_type":"application/pdf","data":"JVBERi0xLjQ="}}]}]}`,
+		want: RequestInfo{PromptChars: 18},
+	},
+	{
+		// "user" 4 + "document" 8 + "text" 4 + "The grass is green." 19
+		name: "anthropic plain text document counts its data",
+		body: `{"messages":[{"role":"user","content":[` +
+			`{"type":"document","source":{"type":"text","media_type":"text/plain","data":"The grass is green."}}]}]}`,
+		want: RequestInfo{PromptChars: 35},
+	},
+	{
+		// "assistant" 9 + "thinking" 8 + "Let me think" 12
+		name: "anthropic thinking signature is no prompt",
+		body: `{"messages":[{"role":"assistant","content":[` +
+			`{"type":"thinking","thinking":"Let me think","signature":"EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxq"}]}]}`,
+		want: RequestInfo{PromptChars: 29},
+	},
+	{
+		// "What is in this picture?" 24
+		name: "gemini inline_data",
+		body: `{"generationConfig":{"maxOutputTokens":256},"contents":[{"parts":[{"text":"What is in this picture?"},` +
+			`{"inline_data":{"mime_type":"image/jpeg","data":"/9j/4AAQSkZJRg=="}}]}]}`,
+		want: RequestInfo{PromptChars: 24, MaxOutput: 256, Images: 1},
+	},
+	{
+		// "user" 4 + "Caption" 7
+		name: "gemini inlineData and fileData",
+		body: `{"contents":[{"role":"user","parts":[{"inlineData":{"mimeType":"image/png","data":"iVBORw0KGgo="}},` +
+			`{"fileData":{"mimeType":"image/jpeg","fileUri":"gs://bucket/a.jpg"}},{"text":"Caption"}]}]}`,
+		want: RequestInfo{PromptChars: 11, Images: 2},
+	},
+	{
+		// "Transcribe" 10
+		name: "gemini audio is no image and no prompt",
+		body: `{"contents":[{"parts":[{"text":"Transcribe"},{"inline_data":{"mime_type":"audio/mp3","data":"SUQzBAAAAA=="}}]}],` +
+			`"generation_config":{"max_output_tokens":77}}`,
+		want: RequestInfo{PromptChars: 10, MaxOutput: 77},
+	},
+	{
+		name: "data urls in an array count each",
+		body: `{"images":["data:image/png;base64,AAAA","data:image/png;base64,BBBB"]}`,
+		want: RequestInfo{Images: 2},
+	},
+	{
+		name: "largest reserve wins",
+		body: `{"max_tokens":10,"max_completion_tokens":20,"generationConfig":{"maxOutputTokens":15}}`,
+		want: RequestInfo{MaxOutput: 20},
+	},
+	{
+		// "x" 1
+		name: "nested max_tokens and model are not the request's",
+		body: `{"metadata":{"max_tokens":5,"model":"x"}}`,
+		want: RequestInfo{PromptChars: 1},
+	},
+	{
+		// "100" 3
+		name: "reserve that is no non-negative integer",
+		body: `{"max_tokens":1.5,"max_completion_tokens":-4,"max_output_tokens":"100"}`,
+		want: RequestInfo{PromptChars: 3},
+	},
+	{
+		// a \ n b \ u 0 0 e 9: 10 bytes
+		name: "escapes counted as carried",
+		body: `{"messages":[{"content":"a\nb\u00e9"}]}`,
+		want: RequestInfo{PromptChars: 10},
+	},
+	{
+		// h é(2) l l o: 6 bytes; 日本: 6 bytes
+		name: "text counted in bytes",
+		body: `{"messages":[{"content":"héllo"},{"content":"日本"}]}`,
+		want: RequestInfo{PromptChars: 12},
+	},
+	{
+		name: "last model wins",
+		body: `{"model":"a","model":"b"}`,
+		want: RequestInfo{Model: "b"},
+	},
+	{
+		name: "model that is no string",
+		body: `{"model":5}`,
+		want: RequestInfo{},
+	},
+	{
+		name: "last model that is no string",
+		body: `{"model":"a","model":5}`,
+		want: RequestInfo{},
+	},
+	{
+		// "user" 4 + "base64" 6
+		name: "prefix cut inside an image payload",
+		body: `{"model":"claude-x","messages":[{"role":"user","content":[{"type":"image","source":` +
+			`{"type":"base64","media_type":"image/png","data":"iVBORw0KGgoAAAANSUhEUgAA`,
+		want: RequestInfo{Model: "claude-x", PromptChars: 10, Images: 1},
+	},
+	{
+		// "gpt-" is cut: no model; "Hel" 3
+		name: "prefix cut inside the model",
+		body: `{"messages":[{"content":"Hel`,
+		want: RequestInfo{PromptChars: 3},
+	},
+	{
+		name: "prefix cut inside the model name",
+		body: `{"model":"gpt-`,
+		want: RequestInfo{},
+	},
+	{
+		name: "malformed after the model",
+		body: `{"model":"m","max_tokens":#,"messages":[{"content":"lost"}]}`,
+		want: RequestInfo{Model: "m"},
+	},
+	{name: "empty", body: ``, want: RequestInfo{}},
+	{name: "not json", body: `hello`, want: RequestInfo{}},
+	{name: "top-level array", body: `["ab","c"]`, want: RequestInfo{PromptChars: 3}},
+	{name: "keys are no prompt", body: `{"aaaa":"b"}`, want: RequestInfo{PromptChars: 1}},
+}
+
+func TestScanRequest(t *testing.T) {
+	for _, tt := range requestCases {
+		t.Run(tt.name, func(t *testing.T) {
+			got := scanRequest([]byte(tt.body))
+			assert.Equal(t, tt.want, got, "scanRequest(%s)", tt.body)
+		})
+	}
+}
+
+// TestScanRequestPrefixes reads every prefix of each case: none may panic
+// or report more than the prefix holds.
+func TestScanRequestPrefixes(t *testing.T) {
+	for _, tt := range requestCases {
+		t.Run(tt.name, func(t *testing.T) {
+			for n := range len(tt.body) + 1 {
+				checkRequestInfo(t, []byte(tt.body[:n]), scanRequest([]byte(tt.body[:n])))
+			}
+		})
+	}
+}
+
+// checkRequestInfo fails t when info is not something body can hold.
+func checkRequestInfo(t *testing.T, body []byte, info RequestInfo) {
+	t.Helper()
+	if info.PromptChars < 0 || info.PromptChars > int64(len(body)) {
+		t.Errorf("scanRequest(%q).PromptChars = %d, want 0..%d", body, info.PromptChars, len(body))
+	}
+	if info.MaxOutput < 0 {
+		t.Errorf("scanRequest(%q).MaxOutput = %d, want >= 0", body, info.MaxOutput)
+	}
+	if info.Images < 0 || info.Images > len(body) {
+		t.Errorf("scanRequest(%q).Images = %d, want 0..%d", body, info.Images, len(body))
+	}
+	if !bytes.Contains(body, []byte(info.Model)) {
+		t.Errorf("scanRequest(%q).Model = %q, want a substring of the body", body, info.Model)
+	}
+}
+
+// TestScanRequestLargeImagePrefix reads the first MiB of a request whose
+// image is three: the pool hands scanRequest such a prefix.
+func TestScanRequestLargeImagePrefix(t *testing.T) {
+	body := `{"generationConfig":{"maxOutputTokens":512},"contents":[{"parts":[{"text":"What is this?"},` +
+		`{"inline_data":{"mime_type":"image/png","data":"` + strings.Repeat("iVBORw0K", 3<<20/8) + `"}}]}]}`
+	got := scanRequest([]byte(body)[:1<<20])
+	want := RequestInfo{PromptChars: len64("What is this?"), MaxOutput: 512, Images: 1}
+	assert.Equal(t, want, got, "scanRequest(first MiB of a 3 MiB image request)")
+}
+
+func len64(s string) int64 { return int64(len(s)) }
+
+func TestScanRequestAllocs(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		body string
+		want float64
+	}{
+		{"with model", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`, 1},
+		{"without model", `{"contents":[{"parts":[{"text":"hi"}]}]}`, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			body := []byte(tt.body)
+			got := testing.AllocsPerRun(100, func() { scanRequest(body) })
+			assert.Equal(t, tt.want, got, "allocations of scanRequest(%s)", tt.body)
+		})
+	}
+}
+
+func TestModelFromPath(t *testing.T) {
+	tests := []struct {
+		path string
+		want string
+	}{
+		{"/v1beta/models/gemini-2.0-flash:generateContent", "gemini-2.0-flash"},
+		{"/v1beta/models/gemini-2.0-flash:streamGenerateContent", "gemini-2.0-flash"},
+		{"/v1/models/gemini-1.5-pro:countTokens", "gemini-1.5-pro"},
+		{"/v1beta/tunedModels/my-tuned-abc123:generateContent", "my-tuned-abc123"},
+		{"/v1/projects/p/locations/us-central1/publishers/google/models/gemini-1.5-pro:streamGenerateContent", "gemini-1.5-pro"},
+		{"/v1beta/models/gemini-pro:streamGenerateContent?alt=sse", "gemini-pro"},
+		{"/openai/deployments/gpt4o-prod/chat/completions", "gpt4o-prod"},
+		{"/openai/deployments/embed-small/embeddings", "embed-small"},
+		{"/v1/chat/completions", ""},
+		{"/v1/messages", ""},
+		{"/v1/models", ""},
+		{"/v1beta/models/:generateContent", ""},
+		{"", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.path, func(t *testing.T) {
+			assert.Equal(t, tt.want, modelFromPath(tt.path), "modelFromPath(%q)", tt.path)
+		})
+	}
+}
+
+func TestModelFromPathAllocs(t *testing.T) {
+	got := testing.AllocsPerRun(100, func() {
+		modelFromPath("/v1beta/models/gemini-2.0-flash:streamGenerateContent")
+		modelFromPath("/openai/deployments/gpt4o-prod/chat/completions")
+	})
+	assert.Zero(t, got, "allocations of modelFromPath")
+}
+
+// chatBody returns an OpenAI chat request of at least n bytes.
+func chatBody(n int) []byte {
+	var b bytes.Buffer
+	b.WriteString(`{"model":"gpt-4o","max_tokens":512,"messages":[{"role":"system","content":"You are terse."}`)
+	for b.Len() < n {
+		b.WriteString(`,{"role":"user","content":"Summarise the \"quarterly\" report:\nrevenue rose, costs fell, ` +
+			`and the outlook is steady."},{"role":"assistant","content":"Revenue up, costs down, outlook steady."}`)
+	}
+	b.WriteString(`]}`)
+	return b.Bytes()
+}
+
+func BenchmarkScanRequest(b *testing.B) {
+	for _, size := range []struct {
+		name string
+		n    int
+	}{{"1KiB", 1 << 10}, {"64KiB", 64 << 10}} {
+		body := chatBody(size.n)
+		b.Run(size.name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				scanRequest(body)
+			}
+		})
+	}
+}
+
+func BenchmarkModelFromPath(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		modelFromPath("/v1beta/models/gemini-2.0-flash:streamGenerateContent")
+	}
+}
+
+func FuzzScanRequest(f *testing.F) {
+	for _, tt := range requestCases {
+		f.Add([]byte(tt.body))
+	}
+	files, err := filepath.Glob(filepath.Join("testdata", "usage", "*.json"))
+	require.NoError(f, err)
+	for _, name := range files {
+		body, err := os.ReadFile(name)
+		require.NoError(f, err)
+		f.Add(body)
+	}
+	f.Add(chatBody(1 << 10))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		info := scanRequest(body)
+		checkRequestInfo(t, body, info)
+		// Where encoding/json reads the same text, the model must agree.
+		if !utf8.Valid(body) || bytes.IndexByte(body, '\\') >= 0 {
+			return
+		}
+		var top map[string]any
+		if json.Unmarshal(body, &top) != nil {
+			return
+		}
+		want, _ := top["model"].(string)
+		if info.Model != want {
+			t.Errorf("scanRequest(%q).Model = %q, want %q", body, info.Model, want)
+		}
+	})
+}

@@ -1,0 +1,565 @@
+package keypool
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// recordedUsage lists the recorded answers in testdata/usage and the tokens
+// each reports; testdata/usage/README.md names their sources.
+var recordedUsage = []struct {
+	file   string
+	tokens int64
+}{
+	{"openai_chat.json", 51},
+	{"openai_chat_stream.sse", 61},
+	{"openai_responses.json", 64},
+	{"openai_responses_stream.sse", 14},
+	{"anthropic_messages.json", 18},
+	{"anthropic_messages_stream.sse", 17},
+	{"anthropic_tool_use_stream.sse", 442},
+	{"gemini_generate.json", 281},
+	{"gemini_stream.sse", 103},
+	{"gemini_stream_cumulative.sse", 217},
+}
+
+// Content types as vendors send them.
+const (
+	jsonType   = "application/json"
+	streamType = "text/event-stream; charset=utf-8"
+)
+
+// contentTypeOf returns the content type of a recorded answer.
+func contentTypeOf(file string) string {
+	if strings.HasSuffix(file, ".sse") {
+		return streamType
+	}
+	return jsonType
+}
+
+// chunkedBody is a body that yields its data in reads of the sizes given,
+// in turn, and counts its Close calls.
+type chunkedBody struct {
+	data   []byte
+	sizes  []int
+	next   int
+	closed int
+}
+
+func (c *chunkedBody) Read(p []byte) (int, error) {
+	if len(c.data) == 0 {
+		return 0, io.EOF
+	}
+	n := min(len(p), len(c.data), c.sizes[c.next%len(c.sizes)])
+	c.next++
+	copy(p, c.data[:n])
+	c.data = c.data[n:]
+	return n, nil
+}
+
+func (c *chunkedBody) Close() error {
+	c.closed++
+	return nil
+}
+
+// settlement records the calls of a settle function.
+type settlement struct {
+	mu     sync.Mutex
+	calls  int
+	tokens int64
+	ok     bool
+}
+
+func (s *settlement) settle(tokens int64, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	s.tokens, s.ok = tokens, ok
+}
+
+func (s *settlement) get() (calls int, tokens int64, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls, s.tokens, s.ok
+}
+
+// chunkings are the ways the tests cut a body into reads: whole, a byte at
+// a time, and random sizes from a fixed seed.
+func chunkings(n int) map[string][]int {
+	rng := rand.New(rand.NewPCG(1, uint64(n)))
+	random := make([]int, 64)
+	for i := range random {
+		random[i] = 1 + rng.IntN(97)
+	}
+	return map[string][]int{"whole": {max(n, 1)}, "bytes": {1}, "random": random}
+}
+
+// readUsage reads data through newUsageBody in reads of the given sizes,
+// closes it, and returns what passed through and how it settled.
+func readUsage(t *testing.T, data []byte, contentType string, sizes []int) (passed []byte, s *settlement) {
+	t.Helper()
+	s = &settlement{}
+	src := &chunkedBody{data: data, sizes: sizes}
+	body := newUsageBody(src, contentType, s.settle)
+	buf := make([]byte, len(data)+1)
+	for {
+		n, err := body.Read(buf)
+		passed = append(passed, buf[:n]...)
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err, "Read")
+	}
+	require.NoError(t, body.Close(), "Close")
+	assert.Equal(t, 1, src.closed, "Close calls on the wrapped body")
+	return passed, s
+}
+
+func TestUsageBodyRecorded(t *testing.T) {
+	for _, rec := range recordedUsage {
+		data, err := os.ReadFile(filepath.Join("testdata", "usage", rec.file))
+		require.NoError(t, err)
+		for name, sizes := range chunkings(len(data)) {
+			t.Run(rec.file+"/"+name, func(t *testing.T) {
+				passed, s := readUsage(t, data, contentTypeOf(rec.file), sizes)
+				assert.Equal(t, data, passed, "bytes passed through")
+				calls, tokens, ok := s.get()
+				assert.Equal(t, 1, calls, "settle calls")
+				assert.True(t, ok, "settle ok")
+				assert.Equal(t, rec.tokens, tokens, "settled tokens")
+			})
+		}
+	}
+}
+
+// TestUsageRecordedListed keeps recordedUsage, the files and the README in
+// step: every recorded file is read and its source named.
+func TestUsageRecordedListed(t *testing.T) {
+	dir := filepath.Join("testdata", "usage")
+	readme, err := os.ReadFile(filepath.Join(dir, "README.md"))
+	require.NoError(t, err)
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	listed := map[string]bool{}
+	for _, rec := range recordedUsage {
+		listed[rec.file] = true
+	}
+	for _, e := range entries {
+		if e.Name() == "README.md" {
+			continue
+		}
+		assert.True(t, listed[e.Name()], "%s is in recordedUsage", e.Name())
+		assert.Contains(t, string(readme), "`"+e.Name()+"`", "README.md names %s", e.Name())
+	}
+	assert.Len(t, entries, len(recordedUsage)+1, "files in %s", dir)
+}
+
+// usageCases are answers, JSON and event streams, and what they settle.
+var usageCases = []struct {
+	name        string
+	contentType string
+	body        string
+	tokens      int64
+	ok          bool
+}{
+	{"json total", jsonType, `{"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":9}}`, 9, true},
+	{"json prompt and completion", jsonType, `{"usage":{"prompt_tokens":3,"completion_tokens":4}}`, 7, true},
+	{"json anthropic cache creation counts, cache reads do not", jsonType,
+		`{"usage":{"input_tokens":10,"cache_creation_input_tokens":100,"cache_read_input_tokens":1000,"output_tokens":5}}`, 115, true},
+	{"json gemini without total", jsonType, `{"usageMetadata":{"promptTokenCount":9,"candidatesTokenCount":28}}`, 37, true},
+	{"json usage null", jsonType, `{"usage":null}`, 0, false},
+	{"json no usage", jsonType, `{"id":"x","choices":[]}`, 0, false},
+	{"json empty usage", jsonType, `{"usage":{}}`, 0, false},
+	{"json usage not top-level", jsonType, `{"choices":[{"usage":{"total_tokens":9}}]}`, 0, false},
+	{"json decoy before usage", jsonType, `{"tool_usage":{"total_tokens":9},"usage":{"total_tokens":3}}`, 3, true},
+	{"json details ignored", jsonType, `{"usage":{"total_tokens":5,"prompt_tokens_details":{"total_tokens":99}}}`, 5, true},
+	{"json members that are no non-negative integers", jsonType,
+		`{"usage":{"input_tokens":-5,"output_tokens":2.5,"total_tokens":"7"}}`, 0, false},
+	{"json sum saturates", jsonType,
+		`{"usage":{"input_tokens":9223372036854775807,"output_tokens":5}}`, math.MaxInt64, true},
+	{"json gemini array stream, last wins", jsonType,
+		`[{"usageMetadata":{"totalTokenCount":4}},` + "\n" + `{"usageMetadata":{"totalTokenCount":9}}]`, 9, true},
+	{"json unknown content type", "", `{"usage":{"total_tokens":2}}`, 2, true},
+	{"json cut after usage", jsonType, `{"usage":{"total_tokens":5},"choices":[{"mess`, 5, true},
+	{"json cut inside usage", jsonType, `{"usage":{"total_tokens":5,"prompt_tok`, 5, true},
+	{"json broken before usage", jsonType, `{"a":#,"usage":{"total_tokens":5}}`, 0, false},
+
+	{"sse openai final chunk", streamType,
+		"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}],\"usage\":null}\n\n" +
+			"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2,\"total_tokens\":3}}\n\n" +
+			"data: [DONE]\n\n", 3, true},
+	{"sse anthropic delta replaces input", streamType,
+		"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":" +
+			"{\"input_tokens\":5,\"cache_creation_input_tokens\":7,\"output_tokens\":1}}}\n\n" +
+			"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"input_tokens\":6,\"output_tokens\":9}}\n\n", 22, true},
+	{"sse responses nested usage", streamType,
+		"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":" +
+			"{\"usage\":{\"input_tokens\":2,\"output_tokens\":3,\"total_tokens\":5}}}\n\n", 5, true},
+	{"sse gemini last wins", streamType,
+		"data: {\"usageMetadata\":{\"totalTokenCount\":4}}\r\n\r\ndata: {\"usageMetadata\":{\"totalTokenCount\":9}}\r\n\r\n", 9, true},
+	{"sse cr line ends", streamType,
+		"event: x\rdata: {\"usage\":{\"total_tokens\":3}}\r\rdata: [DONE]\r\r", 3, true},
+	{"sse data split over lines", streamType, "data: {\"usage\":\ndata: {\"total_tokens\":8}}\n\n", 8, true},
+	{"sse blank line ends the event", streamType, "data: {\"usage\":\n\ndata: {\"total_tokens\":8}}\n\n", 0, false},
+	{"sse comments and other fields", streamType,
+		": keep-alive\nevent: usage\nid: 7\nretry: 100\ndata: {\"usage\":{\"total_tokens\":4}}\n\n", 4, true},
+	{"sse data without space", streamType, "data:{\"usage\":{\"total_tokens\":4}}\n\n", 4, true},
+	{"sse last event without blank line", streamType, "data: {\"usage\":{\"total_tokens\":4}}", 4, true},
+	{"sse other field names", streamType,
+		"datax: {\"usage\":{\"total_tokens\":4}}\nDATA: {\"usage\":{\"total_tokens\":4}}\ndat: {}\n\n", 0, false},
+	{"sse broken event spares the next", streamType,
+		"data: [DONE]\n\ndata: {\"usage\":{\"total_tokens\":2}}\n\n", 2, true},
+	{"sse content type in capitals", "Text/Event-Stream; charset=UTF-8", "data: {\"usage\":{\"total_tokens\":6}}\n\n", 6, true},
+	{"sse read as json when not labelled so", jsonType, "data: [DONE]\n\ndata: {\"usage\":{\"total_tokens\":2}}\n\n", 0, false},
+	{"sse no usage", streamType, "data: {\"choices\":[]}\n\ndata: [DONE]\n\n", 0, false},
+}
+
+func TestUsageBody(t *testing.T) {
+	for _, tt := range usageCases {
+		for name, sizes := range chunkings(len(tt.body)) {
+			t.Run(tt.name+"/"+name, func(t *testing.T) {
+				passed, s := readUsage(t, []byte(tt.body), tt.contentType, sizes)
+				assert.Equal(t, tt.body, string(passed), "bytes passed through")
+				calls, tokens, ok := s.get()
+				assert.Equal(t, 1, calls, "settle calls")
+				assert.Equal(t, tt.ok, ok, "settle ok")
+				assert.Equal(t, tt.tokens, tokens, "settled tokens")
+			})
+		}
+	}
+}
+
+func TestUsageBodySettlesOnce(t *testing.T) {
+	stream, err := os.ReadFile(filepath.Join("testdata", "usage", "anthropic_messages_stream.sse"))
+	require.NoError(t, err)
+	// The message_start event: 11 input and 1 output token so far.
+	start := bytes.Index(stream, []byte("event: content_block_start"))
+	require.Positive(t, start)
+	errReset := errors.New("connection reset")
+
+	tests := []struct {
+		name   string
+		read   func(t *testing.T, body io.ReadCloser)
+		tokens int64
+		ok     bool
+	}{
+		{
+			name: "at EOF, then never again",
+			read: func(t *testing.T, body io.ReadCloser) {
+				_, err := io.ReadAll(body)
+				require.NoError(t, err)
+				n, err := body.Read(make([]byte, 8))
+				assert.Equal(t, 0, n, "Read after EOF")
+				assert.ErrorIs(t, err, io.EOF, "Read after EOF")
+				assert.NoError(t, body.Close())
+				assert.NoError(t, body.Close())
+			},
+			tokens: 17, ok: true,
+		},
+		{
+			name: "at Close before any read",
+			read: func(t *testing.T, body io.ReadCloser) {
+				assert.NoError(t, body.Close())
+				assert.NoError(t, body.Close())
+				_, err := io.ReadAll(body)
+				assert.NoError(t, err, "ReadAll after Close")
+			},
+			tokens: 0, ok: false,
+		},
+		{
+			name: "at Close with the usage read so far",
+			read: func(t *testing.T, body io.ReadCloser) {
+				_, err := io.ReadFull(body, make([]byte, start))
+				require.NoError(t, err)
+				assert.NoError(t, body.Close())
+			},
+			tokens: 12, ok: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &settlement{}
+			tt.read(t, newUsageBody(io.NopCloser(bytes.NewReader(stream)), streamType, s.settle))
+			calls, tokens, ok := s.get()
+			assert.Equal(t, 1, calls, "settle calls")
+			assert.Equal(t, tt.ok, ok, "settle ok")
+			assert.Equal(t, tt.tokens, tokens, "settled tokens")
+		})
+	}
+
+	for _, tt := range []struct {
+		name   string
+		before int
+		tokens int64
+		ok     bool
+	}{
+		{"on a read error after usage", start, 12, true},
+		{"on a read error before usage", 10, 0, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &settlement{}
+			src := io.MultiReader(bytes.NewReader(stream[:tt.before]), iotestErrReader{errReset})
+			body := newUsageBody(io.NopCloser(src), streamType, s.settle)
+			_, err := io.ReadAll(body)
+			assert.ErrorIs(t, err, errReset, "ReadAll")
+			assert.NoError(t, body.Close())
+			calls, tokens, ok := s.get()
+			assert.Equal(t, 1, calls, "settle calls")
+			assert.Equal(t, tt.ok, ok, "settle ok")
+			assert.Equal(t, tt.tokens, tokens, "settled tokens")
+		})
+	}
+}
+
+// iotestErrReader fails every read with err.
+type iotestErrReader struct{ err error }
+
+func (r iotestErrReader) Read([]byte) (int, error) { return 0, r.err }
+
+// TestUsageBodyConcurrentClose closes the body while another goroutine is
+// blocked reading it, as net/http may: settle runs once, without a race.
+func TestUsageBodyConcurrentClose(t *testing.T) {
+	for range 50 {
+		pr, pw := io.Pipe()
+		s := &settlement{}
+		body := newUsageBody(pr, streamType, s.settle)
+		go func() {
+			_, _ = pw.Write([]byte("data: {\"usage\":{\"total_tokens\":3}}\n\n"))
+			_, _ = pw.Write([]byte("data: {}\n\n"))
+		}()
+		read := make(chan error)
+		go func() {
+			_, err := io.ReadAll(body)
+			read <- err
+		}()
+		assert.NoError(t, body.Close())
+		assert.ErrorIs(t, <-read, io.ErrClosedPipe, "ReadAll on a closed body")
+		calls, tokens, ok := s.get()
+		assert.Equal(t, 1, calls, "settle calls")
+		if ok {
+			assert.Equal(t, int64(3), tokens, "settled tokens")
+		}
+		pw.Close()
+	}
+}
+
+// TestUsageBodyPassesBytesAtOnce reads a stream whose writer blocks after
+// its first bytes: Read must hand those bytes over without waiting for more.
+func TestUsageBodyPassesBytesAtOnce(t *testing.T) {
+	first := "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\n"
+	rest := "data: {\"choices\":[],\"usage\":{\"total_tokens\":7}}\n\ndata: [DONE]\n\n"
+	pr, pw := io.Pipe()
+	release := make(chan struct{})
+	go func() {
+		_, _ = pw.Write([]byte(first))
+		<-release
+		_, _ = pw.Write([]byte(rest))
+		pw.Close()
+	}()
+	s := &settlement{}
+	body := newUsageBody(pr, streamType, s.settle)
+	buf := make([]byte, 4096)
+	n, err := body.Read(buf)
+	require.NoError(t, err)
+	assert.Equal(t, first, string(buf[:n]), "first Read while the writer waits")
+	calls, _, _ := s.get()
+	assert.Zero(t, calls, "settle calls before the end")
+
+	close(release)
+	tail, err := io.ReadAll(body)
+	require.NoError(t, err)
+	assert.Equal(t, rest, string(tail), "the rest")
+	calls, tokens, ok := s.get()
+	assert.Equal(t, 1, calls, "settle calls")
+	assert.True(t, ok, "settle ok")
+	assert.Equal(t, int64(7), tokens, "settled tokens")
+}
+
+// readLog is a body that records the size of each read asked of it.
+type readLog struct {
+	io.Reader
+	asked []int
+}
+
+func (r *readLog) Read(p []byte) (int, error) {
+	r.asked = append(r.asked, len(p))
+	return r.Reader.Read(p)
+}
+
+func (r *readLog) Close() error { return nil }
+
+// TestUsageBodyReadsNoMore checks that each Read of the wrapper is one Read
+// of the body, of the caller's size: the wrapper reads nothing ahead.
+func TestUsageBodyReadsNoMore(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "usage", "openai_chat_stream.sse"))
+	require.NoError(t, err)
+	src := &readLog{Reader: bytes.NewReader(data)}
+	body := newUsageBody(src, streamType, func(int64, bool) {})
+	var asked []int
+	for size := 1; ; size = size%300 + 7 {
+		asked = append(asked, size)
+		if _, err := body.Read(make([]byte, size)); err != nil {
+			break
+		}
+	}
+	assert.Equal(t, asked, src.asked, "sizes of the body's reads")
+}
+
+func TestNewUsageBodyNil(t *testing.T) {
+	src := io.NopCloser(strings.NewReader("{}"))
+	assert.Equal(t, src, newUsageBody(src, jsonType, nil), "newUsageBody(body, type, nil)")
+
+	s := &settlement{}
+	body := newUsageBody(nil, jsonType, s.settle)
+	n, err := body.Read(make([]byte, 8))
+	assert.Equal(t, 0, n, "Read of a nil body")
+	assert.ErrorIs(t, err, io.EOF, "Read of a nil body")
+	assert.NoError(t, body.Close())
+	calls, tokens, ok := s.get()
+	assert.Equal(t, 1, calls, "settle calls")
+	assert.False(t, ok, "settle ok")
+	assert.Zero(t, tokens, "settled tokens")
+}
+
+// rewindBody is a body that can be read again.
+type rewindBody struct{ bytes.Reader }
+
+func (r *rewindBody) Close() error { return nil }
+
+// TestUsageBodyAllocs checks that the wrapper is one allocation, and its
+// reads none.
+func TestUsageBodyAllocs(t *testing.T) {
+	for _, rec := range recordedUsage {
+		t.Run(rec.file, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join("testdata", "usage", rec.file))
+			require.NoError(t, err)
+			src := &rewindBody{}
+			buf := make([]byte, 512)
+			settle := func(int64, bool) {}
+			got := testing.AllocsPerRun(50, func() {
+				src.Reset(data)
+				body := newUsageBody(src, contentTypeOf(rec.file), settle)
+				for {
+					if _, err := body.Read(buf); err != nil {
+						break
+					}
+				}
+				body.Close()
+			})
+			assert.Equal(t, 1.0, got, "allocations of newUsageBody and reading %s", rec.file)
+		})
+	}
+}
+
+// jsonAnswer returns an OpenAI chat answer of about n bytes.
+func jsonAnswer(n int) []byte {
+	head := `{"id":"chatcmpl-1","object":"chat.completion","created":1727346142,"model":"gpt-4o-2024-08-06",` +
+		`"choices":[{"index":0,"message":{"role":"assistant","content":"`
+	tail := `","refusal":null},"logprobs":null,"finish_reason":"stop"}],` +
+		`"usage":{"prompt_tokens":14,"completion_tokens":437,"total_tokens":451,"completion_tokens_details":{"reasoning_tokens":0}},` +
+		`"system_fingerprint":"fp_b40fb1c6fb"}`
+	text := strings.Repeat(`The weather in \"San Francisco\" is mild.\n`, (n-len(head)-len(tail))/44+1)
+	return []byte(head + text + tail)
+}
+
+func BenchmarkUsageBody(b *testing.B) {
+	stream, err := os.ReadFile(filepath.Join("testdata", "usage", "openai_chat_stream.sse"))
+	require.NoError(b, err)
+	for _, bench := range []struct {
+		name        string
+		contentType string
+		data        []byte
+	}{
+		{"json-2KiB", jsonType, jsonAnswer(2 << 10)},
+		{"sse-13KiB", streamType, stream},
+	} {
+		b.Run(bench.name, func(b *testing.B) {
+			src := &rewindBody{}
+			buf := make([]byte, 4096)
+			settle := func(int64, bool) {}
+			b.SetBytes(int64(len(bench.data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				src.Reset(bench.data)
+				body := newUsageBody(src, bench.contentType, settle)
+				for {
+					if _, err := body.Read(buf); err != nil {
+						break
+					}
+				}
+				body.Close()
+			}
+		})
+	}
+}
+
+// fuzzUsage reads data through newUsageBody whole, a byte at a time and in
+// reads of chunk bytes: each must pass the bytes through, settle once, never
+// settle negative tokens, and settle alike.
+func fuzzUsage(t *testing.T, data []byte, contentType string, chunk uint8) {
+	type result struct {
+		tokens int64
+		ok     bool
+	}
+	var first result
+	for i, sizes := range [][]int{{max(len(data), 1)}, {1}, {int(chunk%64) + 1, int(chunk/64) + 1}} {
+		passed, s := readUsage(t, data, contentType, sizes)
+		if !bytes.Equal(passed, data) {
+			t.Fatalf("newUsageBody(%q) passed %q", data, passed)
+		}
+		calls, tokens, ok := s.get()
+		if calls != 1 {
+			t.Fatalf("newUsageBody(%q) settled %d times, want 1", data, calls)
+		}
+		if tokens < 0 || !ok && tokens != 0 {
+			t.Fatalf("newUsageBody(%q) settled (%d, %t), want tokens >= 0, and 0 when not ok", data, tokens, ok)
+		}
+		if i == 0 {
+			first = result{tokens, ok}
+		} else if got := (result{tokens, ok}); got != first {
+			t.Fatalf("newUsageBody(%q) in reads of %v settled %+v, want %+v as read whole", data, sizes, got, first)
+		}
+	}
+}
+
+// addUsageSeeds adds the recorded answers of one kind and the usage cases
+// of one content type to f.
+func addUsageSeeds(f *testing.F, ext, contentType string) {
+	files, err := filepath.Glob(filepath.Join("testdata", "usage", "*"+ext))
+	require.NoError(f, err)
+	for _, name := range files {
+		data, err := os.ReadFile(name)
+		require.NoError(f, err)
+		f.Add(data, uint8(len(data)))
+	}
+	for _, tt := range usageCases {
+		if tt.contentType == contentType {
+			f.Add([]byte(tt.body), uint8(len(tt.body)))
+		}
+	}
+}
+
+func FuzzUsageJSON(f *testing.F) {
+	addUsageSeeds(f, ".json", jsonType)
+	f.Fuzz(func(t *testing.T, data []byte, chunk uint8) {
+		fuzzUsage(t, data, jsonType, chunk)
+	})
+}
+
+func FuzzUsageSSE(f *testing.F) {
+	addUsageSeeds(f, ".sse", streamType)
+	f.Fuzz(func(t *testing.T, data []byte, chunk uint8) {
+		fuzzUsage(t, data, streamType, chunk)
+	})
+}
