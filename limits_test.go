@@ -16,9 +16,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// chat is the body of a chat request for model with maxTokens.
+func chat(model string, maxTokens int) string {
+	return fmt.Sprintf(`{"model":%q,"max_tokens":%d,"messages":[{"role":"user","content":"hi"}]}`, model, maxTokens)
+}
+
 // post sends a chat request for model with maxTokens through client.
 func post(client *http.Client, url, model string, maxTokens int) (int, error) {
-	body := fmt.Sprintf(`{"model":%q,"max_tokens":%d,"messages":[{"role":"user","content":"hi"}]}`, model, maxTokens)
+	body := chat(model, maxTokens)
 	resp, err := client.Post(url, "application/json", strings.NewReader(body))
 	if err != nil {
 		return 0, err
@@ -78,15 +83,16 @@ func TestLimitsPerModelPerKeyAndCap(t *testing.T) {
 	require.NoError(t, send("small"))
 	assert.Error(t, send("small"), "a: 3 of small, b: 1 of small")
 
-	// The cap counts every model: b has 1, a has 3 of its 6 a day.
-	for range 5 {
+	// The cap counts every model: a has used 3 of its 6 a day, b 1.
+	for range 8 {
 		require.NoError(t, send("big"))
 	}
 	err = send("other")
 	var na *NoAvailableKeyError
 	require.ErrorAs(t, err, &na, "both keys at their daily cap across models")
 	st := pool.Stats()
-	assert.Equal(t, int64(6), st[0].Cap.DayRequests+st[1].Cap.DayRequests-3)
+	assert.Equal(t, int64(6), st[0].Cap.DayRequests)
+	assert.Equal(t, int64(6), st[1].Cap.DayRequests)
 	assert.Equal(t, Limits{RPM: 3}, st[0].Models[indexOfModel(st[0].Models, "small")].Limits)
 	assert.Equal(t, Limits{RPM: 1}, st[1].Models[indexOfModel(st[1].Models, "small")].Limits)
 }
@@ -139,7 +145,7 @@ func TestLimitsTokensEstimatedAndSettled(t *testing.T) {
 	st := pool.Stats()[0]
 	require.Len(t, st.Models, 1)
 	assert.Equal(t, int64(3), st.Models[0].Usage.MinuteRequests)
-	assert.Equal(t, 50+2*DefaultEstimate(RequestInfo{MaxOutput: 400, PromptChars: 2}), st.Models[0].Usage.MinuteTokens)
+	assert.Equal(t, 50+2*DefaultEstimate(scanRequest([]byte(chat("m", 400)))), st.Models[0].Usage.MinuteTokens)
 }
 
 func TestLimitsTakeIsAtomicUnderConcurrency(t *testing.T) {

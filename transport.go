@@ -199,6 +199,9 @@ func (p *Pool) inspect(req *http.Request) (*replay, RequestInfo, error) {
 		return nil, info, fmt.Errorf("keypool: reading request body: %w", err)
 	}
 	scanned := scanRequest(data)
+	if rest := req.ContentLength - int64(len(data)); rest > 0 {
+		scanned.PromptChars += rest // a body longer than what was read counts as prompt
+	}
 	if info.Model == "" {
 		info.Model = scanned.Model
 	}
