@@ -31,6 +31,10 @@ type memKey struct {
 	days   Calendar // as the last take counted days
 	last   int64    // the latest time a take was recorded, Unix nanoseconds
 	models map[string]*memModel
+	// dirty reports that the windows changed since a store that persists
+	// them last wrote them; benchVer counts changes of benches and levels.
+	dirty    bool
+	benchVer uint64
 }
 
 // memModel is one key's state for one model. win is nil until a limit
@@ -129,6 +133,7 @@ func (s *MemoryStore) Take(_ context.Context, t Take) (Grant, error) {
 		m.win.add(now, t.Limits, 1, t.Tokens, t.Days)
 	}
 	k.cap.add(now, t.Cap, 1, t.Tokens, t.Days)
+	k.dirty = true
 	return Grant{OK: true, Level: m.level, At: time.Unix(0, now).UTC()}, nil
 }
 
@@ -165,6 +170,7 @@ func (s *MemoryStore) add(t Take, g Grant, req, tok int64) {
 		m.win.add(at, t.Limits, req, tok, t.Days)
 	}
 	k.cap.add(at, t.Cap, req, tok, t.Days)
+	k.dirty = true
 }
 
 // Bench implements Store.
@@ -172,6 +178,7 @@ func (s *MemoryStore) Bench(_ context.Context, b Bench) error {
 	k := s.key(b.Provider, b.KeyID)
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.benchVer++
 	if b.AllModels {
 		k.bench.extend(b.Kind, b.Until.UnixNano())
 		return nil
@@ -187,6 +194,7 @@ func (s *MemoryStore) ResetLevel(_ context.Context, provider, keyID, model strin
 	k := s.key(provider, keyID)
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.benchVer++
 	k.model(model).level = 0
 	return nil
 }
@@ -196,6 +204,7 @@ func (s *MemoryStore) Unbench(_ context.Context, provider, keyID string) error {
 	k := s.key(provider, keyID)
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.benchVer++
 	k.bench = benchState{}
 	for _, m := range k.models {
 		m.bench, m.level = benchState{}, 0
@@ -219,6 +228,14 @@ func (s *MemoryStore) State(_ context.Context, provider, keyID string, now time.
 		st.Models = append(st.Models, ms)
 	}
 	return st, nil
+}
+
+// each calls fn for every key the store holds.
+func (s *MemoryStore) each(fn func(ref keyRef, k *memKey)) {
+	s.keys.Range(func(ref, k any) bool {
+		fn(ref.(keyRef), k.(*memKey))
+		return true
+	})
 }
 
 // Flush implements Store: a MemoryStore keeps nothing elsewhere.

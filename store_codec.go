@@ -1,0 +1,232 @@
+package keypool
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// A key's state is kept outside memory as two records: its windows, written
+// behind, and its benches and escalation levels, written through. Both start
+// with a format byte. Numbers are varints; a sliding window keeps only its
+// buckets that are not empty.
+
+// The record formats.
+const (
+	windowsFormat = 1
+	benchesFormat = 1
+)
+
+var errShortRecord = errors.New("record ends early")
+
+// encodeWindows appends k's windows to b. k.mu must be held.
+func (k *memKey) encodeWindows(b []byte) []byte {
+	b = append(b, windowsFormat)
+	b = binary.AppendVarint(b, k.last)
+	b = k.cap.encode(b)
+	n := 0
+	for _, m := range k.models {
+		if m.win != nil {
+			n++
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(n))
+	for name, m := range k.models {
+		if m.win != nil {
+			b = appendString(b, name)
+			b = m.win.encode(b)
+		}
+	}
+	return b
+}
+
+// decodeWindows reads windows written by encodeWindows into k. k.mu must be
+// held.
+func (k *memKey) decodeWindows(b []byte) error {
+	r := reader{b: b}
+	if f := r.byte(); f != windowsFormat {
+		return fmt.Errorf("windows record of format %d", f)
+	}
+	k.last = r.varint()
+	k.cap.decode(&r)
+	for n := r.uvarint(); n > 0 && r.err == nil; n-- {
+		m := k.model(r.string())
+		m.win = &windows{}
+		m.win.decode(&r)
+	}
+	return r.err
+}
+
+// encodeBenches appends k's benches and levels to b, with its bench version.
+// k.mu must be held.
+func (k *memKey) encodeBenches(b []byte) []byte {
+	b = append(b, benchesFormat)
+	b = binary.AppendUvarint(b, k.benchVer)
+	b = k.bench.encode(b)
+	n := 0
+	for _, m := range k.models {
+		if m.bench.until != 0 || m.level != 0 {
+			n++
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(n))
+	for name, m := range k.models {
+		if m.bench.until != 0 || m.level != 0 {
+			b = appendString(b, name)
+			b = m.bench.encode(b)
+			b = binary.AppendUvarint(b, uint64(m.level))
+		}
+	}
+	return b
+}
+
+// benchesVersion returns the bench version of a record written by
+// encodeBenches.
+func benchesVersion(b []byte) (uint64, error) {
+	r := reader{b: b}
+	if f := r.byte(); f != benchesFormat {
+		return 0, fmt.Errorf("benches record of format %d", f)
+	}
+	v := r.uvarint()
+	return v, r.err
+}
+
+// decodeBenches reads benches written by encodeBenches into k. k.mu must be
+// held.
+func (k *memKey) decodeBenches(b []byte) error {
+	r := reader{b: b}
+	if f := r.byte(); f != benchesFormat {
+		return fmt.Errorf("benches record of format %d", f)
+	}
+	k.benchVer = r.uvarint()
+	k.bench.decode(&r)
+	for n := r.uvarint(); n > 0 && r.err == nil; n-- {
+		m := k.model(r.string())
+		m.bench.decode(&r)
+		m.level = int(r.uvarint())
+	}
+	return r.err
+}
+
+func (b benchState) encode(buf []byte) []byte {
+	buf = binary.AppendUvarint(buf, uint64(b.kind))
+	return binary.AppendVarint(buf, b.until)
+}
+
+func (b *benchState) decode(r *reader) {
+	b.kind = Kind(r.uvarint())
+	b.until = r.varint()
+	if b.kind < KindNone || int(b.kind) >= len(kindNames) {
+		r.fail(fmt.Errorf("bench of kind %d", b.kind))
+	}
+}
+
+func (w *windows) encode(b []byte) []byte {
+	b = w.minute.encode(b)
+	b = w.day.encode(b)
+	for _, v := range []int64{w.cal.start, w.cal.end, w.cal.requests, w.cal.tokens} {
+		b = binary.AppendVarint(b, v)
+	}
+	return b
+}
+
+func (w *windows) decode(r *reader) {
+	w.minute.decode(r)
+	w.day.decode(r)
+	for _, v := range []*int64{&w.cal.start, &w.cal.end, &w.cal.requests, &w.cal.tokens} {
+		*v = r.varint()
+	}
+}
+
+func (s *sliding) encode(b []byte) []byte {
+	b = binary.AppendVarint(b, s.head)
+	n := 0
+	for i := range s.requests {
+		if s.requests[i] != 0 || s.tokens[i] != 0 {
+			n++
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(n))
+	for i := range s.requests {
+		if s.requests[i] != 0 || s.tokens[i] != 0 {
+			b = append(b, byte(i))
+			b = binary.AppendUvarint(b, uint64(s.requests[i]))
+			b = binary.AppendVarint(b, s.tokens[i])
+		}
+	}
+	return b
+}
+
+func (s *sliding) decode(r *reader) {
+	*s = sliding{head: r.varint()}
+	for n := r.uvarint(); n > 0 && r.err == nil; n-- {
+		i := int(r.byte())
+		req, tok := r.uvarint(), r.varint()
+		if i >= windowBuckets || req > 1<<32-1 || tok < 0 {
+			r.fail(fmt.Errorf("bucket %d of %d requests and %d tokens", i, req, tok))
+			return
+		}
+		s.requests[i], s.tokens[i] = uint32(req), tok
+		s.sumReq += int64(req)
+		s.sumTok += tok
+	}
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// reader reads a record; the first failure sticks and later reads return
+// zeros.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) fail(err error) {
+	if r.err == nil {
+		r.err = err
+	}
+}
+
+func (r *reader) byte() byte {
+	if r.err != nil || len(r.b) == 0 {
+		r.fail(errShortRecord)
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func (r *reader) uvarint() uint64 {
+	v, n := binary.Uvarint(r.b)
+	if r.err != nil || n <= 0 {
+		r.fail(errShortRecord)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) varint() int64 {
+	v, n := binary.Varint(r.b)
+	if r.err != nil || n <= 0 {
+		r.fail(errShortRecord)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) string() string {
+	n := r.uvarint()
+	if r.err != nil || n > uint64(len(r.b)) {
+		r.fail(errShortRecord)
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
+}
