@@ -9,7 +9,7 @@ import (
 
 // benchPool returns a pool of n keys with all four limits set high enough
 // never to refuse, and a clock that moves a microsecond per call.
-func benchPool(b *testing.B, n int) *Pool {
+func benchPool(b *testing.B, n int, opts ...Option) *Pool {
 	b.Helper()
 	keys := make([]Key, n)
 	for i := range keys {
@@ -18,8 +18,8 @@ func benchPool(b *testing.B, n int) *Pool {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var tick time.Duration
 	clock := func() time.Time { tick += time.Microsecond; return now.Add(tick) }
-	p, err := New("bench", keys, WithClock(clock),
-		WithLimits(Limits{RPM: 1 << 40, RPD: 1 << 40, TPM: 1 << 50, TPD: 1 << 50}))
+	opts = append([]Option{WithClock(clock), WithLimits(Limits{RPM: 1 << 40, RPD: 1 << 40, TPM: 1 << 50, TPD: 1 << 50})}, opts...)
+	p, err := New("bench", keys, opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -52,5 +52,40 @@ func BenchmarkAcquire(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkStores compares the hot path — take a key, settle its tokens — on
+// each store of this package: the Badger store writes behind, so it should
+// cost what the memory store does.
+func BenchmarkStores(b *testing.B) {
+	stores := []struct {
+		name string
+		open func(b *testing.B) Store
+	}{
+		{"memory", func(*testing.B) Store { return NewMemoryStore() }},
+		{"badger", func(b *testing.B) Store {
+			s, err := OpenBadgerStore(b.TempDir())
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = s.Close() })
+			return s
+		}},
+	}
+	for _, st := range stores {
+		b.Run(st.name, func(b *testing.B) {
+			p := benchPool(b, 100, WithStore(st.open(b)))
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				var c call
+				l, err := p.acquire(ctx, &c, "m", 500)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_ = p.store.Settle(ctx, l.take, l.grant, 400)
+			}
+		})
 	}
 }
