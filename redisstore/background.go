@@ -1,0 +1,362 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/keypool-go/keypool"
+)
+
+// The store's work off the request path.
+const (
+	// settleDelay is how long an adjustment waits for a take to carry it
+	// before the store's goroutine sends it alone.
+	settleDelay = 20 * time.Millisecond
+	// maxCarried bounds the adjustments one take carries.
+	maxCarried = 64
+	// maxSent bounds the adjustments of one pipeline sent alone.
+	maxSent = 512
+	// maxPending bounds the adjustments waiting; beyond it the oldest are
+	// dropped.
+	maxPending = 1 << 14
+	// maxJournal bounds the changes of benches and levels kept for Redis
+	// during an outage; beyond it the oldest are dropped.
+	maxJournal = 4096
+	// probeEvery is how often a Redis taken as down is asked whether it is
+	// back.
+	probeEvery = time.Second
+	// opTimeout bounds the store's own calls: the PING of New, probes,
+	// background sends.
+	opTimeout = 5 * time.Second
+	// localMark is the nanoseconds past a whole millisecond that mark a
+	// grant of the local windows: Redis's grants are on whole milliseconds.
+	localMark = 1
+)
+
+// evalCall is one call of a script.
+type evalCall struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+	cmd    *redis.Cmd
+}
+
+// run returns a function that runs the call by EVALSHA, or EVAL when Redis
+// does not know the script.
+func (c *evalCall) run(rdb redis.UniversalClient) func(context.Context) error {
+	return func(ctx context.Context) error {
+		return c.script.Run(ctx, rdb, c.keys, c.args...).Err()
+	}
+}
+
+// exec runs calls, each by EVALSHA, or EVAL when Redis does not know its
+// script (after a restart, a failover or SCRIPT FLUSH): one call alone,
+// several — and the commands extra queues after them — in one pipeline, one
+// round trip. Each call's cmd holds its answer.
+func (s *Store) exec(ctx context.Context, calls []*evalCall, extra func(redis.Pipeliner)) {
+	if len(calls) == 1 && extra == nil {
+		c := calls[0]
+		c.cmd = c.script.Run(ctx, s.rdb, c.keys, c.args...)
+		return
+	}
+	pipe := s.rdb.Pipeline()
+	for _, c := range calls {
+		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+	}
+	if extra != nil {
+		extra(pipe)
+	}
+	_, _ = pipe.Exec(ctx) // each command holds its own error
+	for _, c := range calls {
+		if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
+			c.cmd = c.script.Eval(ctx, s.rdb, c.keys, c.args...)
+		}
+	}
+}
+
+// adjustment is a settle or a release not yet sent: it changes what a take
+// recorded at server time at (Unix milliseconds) by requests and tokens.
+type adjustment struct {
+	take     keypool.Take
+	at       int64
+	requests int64
+	tokens   int64
+}
+
+// adjustCall returns the adjust script's call for a.
+func (s *Store) adjustCall(a adjustment) *evalCall {
+	t := a.take
+	n := names(s.cfg.prefix, t.Provider, t.KeyID)
+	cal := t.Days.Loc != nil
+	return &evalCall{
+		script: adjustScript,
+		keys: []string{n.index(), n.minute(t.Model), n.dayOf(t.Model, cal),
+			n.minute(overflowModel), n.dayOf(overflowModel, cal), n.capMinute(), n.capDayOf(cal)},
+		args: []any{t.Model, a.at, a.requests, a.tokens,
+			flag(t.Limits.RPM != 0 || t.Limits.TPM != 0), flag(t.Limits.RPD != 0 || t.Limits.TPD != 0),
+			flag(t.Cap.RPM != 0 || t.Cap.TPM != 0), flag(t.Cap.RPD != 0 || t.Cap.TPD != 0), flag(cal)},
+	}
+}
+
+func flag(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// queue adds an adjustment to those waiting, and wakes the store's
+// goroutine to send it if no take carries it first.
+func (s *Store) queue(a adjustment) {
+	if a.requests == 0 && a.tokens == 0 {
+		return
+	}
+	s.mu.Lock()
+	report := false
+	if len(s.pending) >= maxPending {
+		s.pending = s.pending[1:]
+		report, s.dropped = !s.dropped, true
+	}
+	s.pending = append(s.pending, a)
+	s.mu.Unlock()
+	if report {
+		s.cfg.onError(fmt.Errorf("redisstore: over %d adjustments of tokens wait for redis: dropping the oldest", maxPending))
+	}
+	s.poke()
+}
+
+// carry takes up to limit adjustments off those waiting and returns their
+// calls, with room for one more.
+func (s *Store) carry(limit int) []*evalCall {
+	s.mu.Lock()
+	n := min(len(s.pending), limit)
+	batch := s.pending[:n:n]
+	if s.pending = s.pending[n:]; len(s.pending) == 0 {
+		s.pending = nil
+	}
+	s.mu.Unlock()
+	calls := make([]*evalCall, 0, n+1)
+	for _, a := range batch {
+		calls = append(calls, s.adjustCall(a))
+	}
+	return calls
+}
+
+// checkCarried reports the adjustments among calls that failed: they are
+// dropped, for a failed pipeline may have run them. It returns the error of
+// the first.
+func (s *Store) checkCarried(ctx context.Context, calls []*evalCall) error {
+	failed := 0
+	var first error
+	for _, c := range calls {
+		if err := c.cmd.Err(); err != nil {
+			failed++
+			if first == nil {
+				first = err
+			}
+		}
+	}
+	if failed == 0 {
+		s.mu.Lock()
+		s.dropped = false
+		s.mu.Unlock()
+		return nil
+	}
+	err := s.fail(ctx, first)
+	s.cfg.onError(fmt.Errorf("redisstore: dropped %d adjustments of tokens: %w", failed, err))
+	return err
+}
+
+// sendPending sends every adjustment waiting, in pipelines.
+func (s *Store) sendPending(ctx context.Context) error {
+	for {
+		calls := s.carry(maxSent)
+		if len(calls) == 0 {
+			return nil
+		}
+		s.exec(ctx, calls, nil)
+		if err := s.checkCarried(ctx, calls); err != nil {
+			return err
+		}
+	}
+}
+
+// change makes a change of benches or levels in Redis. While Redis is
+// down, with WithLocalFallback, it makes it in the local store and keeps it
+// to make in Redis when Redis answers again; without, it returns the
+// ErrUnavailable.
+func (s *Store) change(ctx context.Context, remote func(context.Context) error, local func() error) error {
+	err := s.unavailable()
+	if err == nil {
+		if err = remote(ctx); err == nil {
+			return nil
+		}
+		err = s.fail(ctx, err)
+	}
+	if !s.fallback(err) {
+		return err
+	}
+	if err := local(); err != nil {
+		return err
+	}
+	if s.keep(remote) {
+		return nil
+	}
+	// Redis answered again meanwhile.
+	if err := remote(ctx); err != nil {
+		if err = s.fail(ctx, err); !s.fallback(err) {
+			return err
+		}
+		s.keep(remote)
+	}
+	return nil
+}
+
+// keep adds a change to the journal while Redis is down, and reports
+// whether it did.
+func (s *Store) keep(change func(context.Context) error) bool {
+	s.mu.Lock()
+	if s.down == nil {
+		s.mu.Unlock()
+		return false
+	}
+	report := len(s.journal) >= maxJournal
+	if report {
+		s.journal = s.journal[1:]
+	}
+	s.journal = append(s.journal, change)
+	s.mu.Unlock()
+	if report {
+		s.cfg.onError(fmt.Errorf("redisstore: over %d benches made during the outage: dropping the oldest", maxJournal))
+	}
+	return true
+}
+
+// unavailable returns ErrUnavailable, with its cause, while Redis is taken
+// as down; else nil.
+func (s *Store) unavailable() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.down
+}
+
+// markDown takes Redis as down, for cause, until a probe finds it back,
+// and returns the ErrUnavailable that says so.
+func (s *Store) markDown(cause error) error {
+	err := &unavailableError{cause}
+	s.mu.Lock()
+	was := s.down == nil
+	s.down = err
+	s.mu.Unlock()
+	if was {
+		s.poke()
+	}
+	return err
+}
+
+// poke wakes the store's goroutine.
+func (s *Store) poke() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run is the store's goroutine: it sends the adjustments no take carried,
+// and, while Redis is down, probes it, reporting both changes.
+func (s *Store) run() {
+	defer s.done.Done()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.kick:
+		}
+		if err := s.unavailable(); err != nil {
+			s.cfg.onStatus(false, err)
+			if !s.recover() {
+				return
+			}
+			s.cfg.onStatus(true, nil)
+			continue
+		}
+		if !s.sleep(settleDelay) {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		_ = s.sendPending(ctx) // reported by checkCarried
+		cancel()
+	}
+}
+
+// recover probes Redis every probeEvery until it answers, makes the
+// changes kept during the outage, takes Redis as up and sends the
+// adjustments waiting. It returns false if the store was closed first.
+func (s *Store) recover() bool {
+	for {
+		if !s.sleep(probeEvery) {
+			return false
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		err := s.rdb.Ping(ctx).Err()
+		if err == nil {
+			err = s.replay(ctx)
+		}
+		if err == nil {
+			_ = s.sendPending(ctx) // reported by checkCarried
+		}
+		cancel()
+		if err == nil {
+			return true
+		}
+		s.markDown(err) // the latest cause
+	}
+}
+
+// replay makes in Redis the changes kept during the outage, in order, and
+// takes Redis as up once none is left. A change Redis refuses (rather than
+// fails to answer) is reported and dropped: it would be refused again.
+func (s *Store) replay(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		batch := s.journal
+		s.journal = nil
+		if len(batch) == 0 {
+			s.down = nil
+			s.mu.Unlock()
+			return nil
+		}
+		s.mu.Unlock()
+		for i, change := range batch {
+			err := change(ctx)
+			switch {
+			case err == nil:
+			case !isUnavailable(err):
+				s.cfg.onError(fmt.Errorf("redisstore: writing a bench made during the outage: %w", err))
+			default:
+				s.mu.Lock()
+				s.journal = append(batch[i:], s.journal...)
+				if over := len(s.journal) - maxJournal; over > 0 {
+					s.journal = s.journal[over:]
+				}
+				s.mu.Unlock()
+				return err
+			}
+		}
+	}
+}
+
+// sleep waits d, and reports false if the store was closed first.
+func (s *Store) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-s.stop:
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,312 @@
+package redisstore
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The window arithmetic is keypool's (window.go), in milliseconds: a sliding
+// window keeps windowBuckets buckets of width span/(windowBuckets-1) and
+// counts a bucket until all of it has left the span.
+const (
+	windowBuckets = 31
+	minuteWidth   = int64(2 * time.Second / time.Millisecond)     // ceil(1 min / 30)
+	dayWidth      = int64(24 * time.Hour / 30 / time.Millisecond) // ceil(24 h / 30)
+)
+
+// The lives of what the store keeps, in milliseconds, and its bounds.
+const (
+	// windowMargin is added to the life of every window.
+	windowMargin = int64(time.Minute / time.Millisecond)
+	// indexLife is how long a key's index lives after its last take.
+	indexLife = int64(48 * time.Hour / time.Millisecond)
+	// levelLife is how long a key's benches and escalation levels live
+	// after its latest bench ends.
+	levelLife = int64(24 * time.Hour / time.Millisecond)
+	// maxModels bounds the models a key tracks, as keypool.MemoryStore
+	// does: model names come from requests. Models beyond it share one
+	// entry, overflowModel.
+	maxModels     = 1024
+	overflowModel = "\x00other"
+	// maxExact bounds limits and token counts: Lua numbers are doubles.
+	maxExact = int64(1) << 53
+	// reasonMinute and reasonDay are a take's refusals by a minute or a day
+	// window, in the take script's answer.
+	reasonMinute = -1
+	reasonDay    = -2
+)
+
+// prelude is the Lua every script starts with. Integers reach Redis as
+// strings written with %d (Lua 5.1's tostring would write 1e+14 and more
+// with an exponent, and Redis 7.2.0–7.2.4 wrote large numbers passed to
+// redis.call that way). Time is the server's, in milliseconds, and never
+// earlier than the latest take of the key, so what is taken counts at least
+// as long as it should when the server's clock steps back.
+const prelude = `
+redis.replicate_commands()
+local B, MW, DW, MARGIN = $B, $MW, $DW, $MARGIN
+local function int(x) return string.format('%d', x) end
+local function clock(idx)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local last = tonumber(redis.call('HGET', idx, 't') or '0') or 0
+  if last > now then now = last end
+  return now
+end
+-- model returns the name under which a key keeps model m: m itself once
+-- the key knows it or while it knows fewer than max models, else over. With
+-- add, the key learns it.
+local function model(idx, m, over, max, add)
+  if redis.call('HEXISTS', idx, 'm' .. m) == 1 then return m end
+  local n = redis.call('HLEN', idx) - redis.call('HEXISTS', idx, 't') - redis.call('HEXISTS', idx, 'd')
+  if n >= max then
+    m = over
+    if redis.call('HEXISTS', idx, 'm' .. m) == 1 then return m end
+  end
+  if add then
+    redis.call('HSET', idx, 'm' .. m, '1')
+    redis.call('PEXPIRE', idx, '$INDEXLIFE')
+  end
+  return m
+end
+-- bench reads a bench, "kind:end"; no bench is 0, 0.
+local function bench(v)
+  if not v then return 0, 0 end
+  local k, e = string.match(v, '^(%d+):(%d+)$')
+  return tonumber(k) or 0, tonumber(e) or 0
+end
+-- sliding loads a sliding window: fields r<bucket> and t<bucket> hold the
+-- requests and tokens taken in a bucket. Buckets that have left the window
+-- are deleted.
+local function sliding(key, width, now)
+  local w = {key = key, width = width, head = math.floor(now / width), r = {}, t = {}, sr = 0, st = 0}
+  local oldest = w.head - B + 1
+  local kv = redis.call('HGETALL', key)
+  local stale = {}
+  for j = 1, #kv, 2 do
+    local f = kv[j]
+    local i = tonumber(string.sub(f, 2))
+    local v = tonumber(kv[j + 1]) or 0
+    if not i or i < oldest then
+      stale[#stale + 1] = f
+    elseif string.sub(f, 1, 1) == 'r' then
+      w.r[i] = v
+      w.sr = w.sr + v
+    else
+      w.t[i] = v
+      w.st = w.st + v
+    end
+  end
+  if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
+  return w
+end
+local function fits(w, lr, lt, tok, fr, ft)
+  return (lr == 0 or w.sr - fr + 1 <= lr) and (lt == 0 or w.st - ft + tok <= lt)
+end
+-- slidingRoom reports whether one more request of tok tokens fits, and if
+-- not when it will: when the oldest buckets that make room leave.
+local function slidingRoom(w, lr, lt, tok)
+  if fits(w, lr, lt, tok, 0, 0) then return true, 0 end
+  local fr, ft = 0, 0
+  for i = w.head - B + 1, w.head do
+    fr = fr + (w.r[i] or 0)
+    ft = ft + (w.t[i] or 0)
+    if fits(w, lr, lt, tok, fr, ft) then return false, (i + B) * w.width end
+  end
+  return false, (w.head + B) * w.width
+end
+-- slidingAdd changes the bucket of time at by req requests and tok tokens,
+-- if it is still in the window, never below zero.
+local function slidingAdd(w, at, req, tok)
+  local i = math.floor(at / w.width)
+  if i > w.head or i <= w.head - B then return end
+  local r = math.max((w.r[i] or 0) + req, 0)
+  local t = math.max((w.t[i] or 0) + tok, 0)
+  w.r[i], w.t[i] = r, t
+  redis.call('HSET', w.key, 'r' .. int(i), int(r), 't' .. int(i), int(t))
+  redis.call('PEXPIRE', w.key, int(B * w.width + MARGIN))
+end
+-- calendar loads a calendar day: fields s and e bound it, r and t count it.
+-- Given the client's day [s, e) and the next one's end e2, a day that has
+-- ended by the server's clock gives way to the one of them that holds now.
+local function calendar(key, now, s, e, e2)
+  local v = redis.call('HMGET', key, 's', 'e', 'r', 't')
+  local c = {key = key, s = tonumber(v[1]), e = tonumber(v[2]), r = tonumber(v[3]) or 0, t = tonumber(v[4]) or 0}
+  if s and (not c.e or now >= c.e) then
+    if now >= e then s, e = e, e2 end
+    c.s, c.e, c.r, c.t = math.min(s, now), e, 0, 0
+  end
+  return c
+end
+local function calendarRoom(c, lr, lt, tok)
+  if (lr ~= 0 and c.r + 1 > lr) or (lt ~= 0 and c.t + tok > lt) then return false, c.e end
+  return true, 0
+end
+local function calendarAdd(c, at, now, req, tok)
+  if not c.e or at < c.s or at >= c.e then return end
+  c.r = math.max(c.r + req, 0)
+  c.t = math.max(c.t + tok, 0)
+  redis.call('HSET', c.key, 's', int(c.s), 'e', int(c.e), 'r', int(c.r), 't', int(c.t))
+  redis.call('PEXPIRE', c.key, int(c.e - now + MARGIN))
+end
+`
+
+// takeSource checks and records one request.
+//
+// KEYS: the key's index, its benches, the model's minute and day windows,
+// the overflow model's minute and day windows, the key's cap minute and day
+// windows. The day keys name calendar or sliding windows as ARGV says.
+//
+// ARGV: model, overflow model, max models, tokens, RPM, TPM, RPD, TPD, cap
+// RPM, cap TPM, cap RPD, cap TPD, and, for calendar days, the day's start and
+// end and the next day's end (0 0 0 for sliding days).
+//
+// It returns {1, at, 0, level} for a take it recorded at server time at, and
+// {0, retryAt, reason, level} for one it refused: reason is the kind of the
+// bench that holds the key, or reasonMinute or reasonDay.
+const takeSource = `
+local idx = KEYS[1]
+local now = clock(idx)
+local m = model(idx, ARGV[1], ARGV[2], tonumber(ARGV[3]), true)
+local mk, dk = KEYS[3], KEYS[4]
+if m == ARGV[2] then mk, dk = KEYS[5], KEYS[6] end
+local cs, ce, ce2 = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
+local mode = 's'
+if cs ~= 0 then mode = 'c' end
+redis.call('HSET', idx, 't', int(now), 'd', mode)
+redis.call('PEXPIRE', idx, '$INDEXLIFE')
+
+local b = redis.call('HMGET', KEYS[2], '*', 'b' .. m, 'l' .. m)
+local level = tonumber(b[3]) or 0
+local kind, ends = bench(b[1])
+local mkind, mends = bench(b[2])
+if mends > ends then kind, ends = mkind, mends end
+if ends > now then return {0, ends, kind, level} end
+
+local tok = tonumber(ARGV[4])
+local function load(minute, day, o)
+  local s = {lr = tonumber(ARGV[o]), lt = tonumber(ARGV[o + 1]), dr = tonumber(ARGV[o + 2]), dt = tonumber(ARGV[o + 3])}
+  if s.lr ~= 0 or s.lt ~= 0 then s.minute = sliding(minute, MW, now) end
+  if s.dr ~= 0 or s.dt ~= 0 then
+    if mode == 'c' then s.cal = calendar(day, now, cs, ce, ce2) else s.day = sliding(day, DW, now) end
+  end
+  return s
+end
+local sets = {load(mk, dk, 5), load(KEYS[7], KEYS[8], 9)}
+local ok, retry, reason = true, 0, reasonMinute
+for _, s in ipairs(sets) do
+  if s.minute then
+    local fit, at = slidingRoom(s.minute, s.lr, s.lt, tok)
+    if not fit then ok, retry = false, math.max(retry, at) end
+  end
+  local fit, at = true, 0
+  if s.day then fit, at = slidingRoom(s.day, s.dr, s.dt, tok) end
+  if s.cal then fit, at = calendarRoom(s.cal, s.dr, s.dt, tok) end
+  if not fit then ok, retry, reason = false, math.max(retry, at), reasonDay end
+end
+if not ok then return {0, retry, reason, level} end
+for _, s in ipairs(sets) do
+  if s.minute then slidingAdd(s.minute, now, 1, tok) end
+  if s.day then slidingAdd(s.day, now, 1, tok) end
+  if s.cal then calendarAdd(s.cal, now, now, 1, tok) end
+end
+return {1, now, 0, level}
+`
+
+// adjustSource changes what a recorded take counts: a settle's tokens, or a
+// release's request and tokens, in the windows the take counted in, if the
+// bucket (or the calendar day) of the take is still in them.
+//
+// KEYS: as the take script's, without the benches.
+//
+// ARGV: model, at (the take's server time), requests, tokens, and 1 or 0 for
+// each of: the model's minute window, its day window, the cap's minute
+// window, the cap's day window, calendar days.
+const adjustSource = `
+local idx = KEYS[1]
+local now = clock(idx)
+local mk, dk = KEYS[2], KEYS[3]
+if redis.call('HEXISTS', idx, 'm' .. ARGV[1]) == 0 then mk, dk = KEYS[4], KEYS[5] end
+local at, req, tok = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local cal = ARGV[9] == '1'
+local function apply(minute, day, fm, fd)
+  if fm == '1' then slidingAdd(sliding(minute, MW, now), at, req, tok) end
+  if fd == '1' then
+    if cal then
+      calendarAdd(calendar(day, now), at, now, req, tok)
+    else
+      slidingAdd(sliding(day, DW, now), at, req, tok)
+    end
+  end
+end
+apply(mk, dk, ARGV[5], ARGV[6])
+apply(KEYS[6], KEYS[7], ARGV[7], ARGV[8])
+return 1
+`
+
+// benchSource sets a key aside, never for less time than a bench already
+// set; it records the level for the model. The benches' hash lives until a
+// day after its latest bench ends, and its expiry only ever extends.
+//
+// KEYS: the key's index, its benches.
+//
+// ARGV: model, overflow model, max models, 1 for all models, kind, end
+// (Unix milliseconds), level.
+const benchSource = `
+local now = clock(KEYS[1])
+local f = '*'
+if ARGV[4] ~= '1' then
+  local m = model(KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3]), true)
+  f = 'b' .. m
+  redis.call('HSET', KEYS[2], 'l' .. m, ARGV[7])
+end
+local _, cur = bench(redis.call('HGET', KEYS[2], f))
+if tonumber(ARGV[6]) > cur then redis.call('HSET', KEYS[2], f, ARGV[5] .. ':' .. ARGV[6]) end
+local latest = 0
+local kv = redis.call('HGETALL', KEYS[2])
+for j = 1, #kv, 2 do
+  local c = string.sub(kv[j], 1, 1)
+  if c == '*' or c == 'b' then
+    local _, e = bench(kv[j + 1])
+    latest = math.max(latest, e)
+  end
+end
+local life = math.max(latest - now, 0) + $LEVELLIFE
+if redis.call('PTTL', KEYS[2]) < life then redis.call('PEXPIRE', KEYS[2], int(life)) end
+return 1
+`
+
+// resetLevelSource sets a key's escalation level for a model back to zero.
+//
+// KEYS: the key's index, its benches. ARGV: model, overflow model, max
+// models.
+const resetLevelSource = `
+local m = model(KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3]), false)
+return redis.call('HDEL', KEYS[2], 'l' .. m)
+`
+
+// script returns the script of a source, with the prelude and the
+// constants filled in.
+func script(src string) *redis.Script {
+	r := strings.NewReplacer(
+		"$B", strconv.Itoa(windowBuckets),
+		"$MW", strconv.FormatInt(minuteWidth, 10),
+		"$DW", strconv.FormatInt(dayWidth, 10),
+		"$MARGIN", strconv.FormatInt(windowMargin, 10),
+		"$INDEXLIFE", strconv.FormatInt(indexLife, 10),
+		"$LEVELLIFE", strconv.FormatInt(levelLife, 10),
+		"reasonMinute", strconv.Itoa(reasonMinute),
+		"reasonDay", strconv.Itoa(reasonDay),
+	)
+	return redis.NewScript(r.Replace(prelude + src))
+}
+
+var (
+	takeScript       = script(takeSource)
+	adjustScript     = script(adjustSource)
+	benchScript      = script(benchSource)
+	resetLevelScript = script(resetLevelSource)
+)

@@ -1,0 +1,156 @@
+package redisstore
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/keypool-go/keypool"
+)
+
+// state reads a key's state in two round trips: the server's time, the
+// key's index, benches and cap windows (after the adjustments waiting),
+// then the windows of each of its models.
+func (s *Store) state(ctx context.Context, provider, keyID string) (keypool.KeyState, error) {
+	n := names(s.cfg.prefix, provider, keyID)
+	var (
+		clock                      *redis.TimeCmd
+		index, benches, cm, cd, cc *redis.MapStringStringCmd
+	)
+	carried := s.carry(maxPending)
+	s.exec(ctx, carried, func(p redis.Pipeliner) {
+		clock = p.Time(ctx)
+		index = p.HGetAll(ctx, n.index())
+		benches = p.HGetAll(ctx, n.benches())
+		cm = p.HGetAll(ctx, n.capMinute())
+		cd = p.HGetAll(ctx, n.capDay())
+		cc = p.HGetAll(ctx, n.capCalendar())
+	})
+	_ = s.checkCarried(ctx, carried) // reported there
+	for _, c := range []redis.Cmder{clock, index, benches, cm, cd, cc} {
+		if err := c.Err(); err != nil {
+			return keypool.KeyState{}, err
+		}
+	}
+	idx, b := index.Val(), benches.Val()
+	now := clock.Val().UnixMilli()
+	if last, err := strconv.ParseInt(idx["t"], 10, 64); err == nil {
+		now = max(now, last)
+	}
+	cal := idx["d"] == "c"
+	capDay := cd
+	if cal {
+		capDay = cc
+	}
+	st := keypool.KeyState{Bench: benchState(b["*"], now), Cap: usage(cm.Val(), capDay.Val(), cal, now)}
+
+	var models []string
+	for f := range idx {
+		if m, ok := strings.CutPrefix(f, "m"); ok {
+			models = append(models, m)
+		}
+	}
+	for f := range b {
+		if f != "*" {
+			models = append(models, f[1:])
+		}
+	}
+	slices.Sort(models)
+	models = slices.Compact(models)
+	if len(models) == 0 {
+		return st, nil
+	}
+	minutes := make([]*redis.MapStringStringCmd, len(models))
+	days := make([]*redis.MapStringStringCmd, len(models))
+	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, m := range models {
+			minutes[i] = p.HGetAll(ctx, n.minute(m))
+			days[i] = p.HGetAll(ctx, n.dayOf(m, cal))
+		}
+		return nil
+	})
+	st.Models = make([]keypool.ModelState, len(models))
+	for i, m := range models {
+		if err := cmpErr(minutes[i].Err(), days[i].Err()); err != nil {
+			return keypool.KeyState{}, err
+		}
+		level, _ := strconv.Atoi(b["l"+m])
+		st.Models[i] = keypool.ModelState{Model: m, Bench: benchState(b["b"+m], now), Level: level,
+			Usage: usage(minutes[i].Val(), days[i].Val(), cal, now)}
+	}
+	return st, nil
+}
+
+// cmpErr returns a if it is an error, else b.
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// benchState reads a bench, "kind:end", as it stands at now (Unix
+// milliseconds): the zero BenchState once it has ended.
+func benchState(v string, now int64) keypool.BenchState {
+	k, e, ok := strings.Cut(v, ":")
+	if !ok {
+		return keypool.BenchState{}
+	}
+	kind, err1 := strconv.Atoi(k)
+	ends, err2 := strconv.ParseInt(e, 10, 64)
+	if err1 != nil || err2 != nil || ends <= now {
+		return keypool.BenchState{}
+	}
+	return keypool.BenchState{Kind: keypool.Kind(kind), Until: time.UnixMilli(ends).UTC()}
+}
+
+// usage returns what a minute window and a day window count at now.
+func usage(minute, day map[string]string, cal bool, now int64) keypool.Usage {
+	var u keypool.Usage
+	u.MinuteRequests, u.MinuteTokens = slidingUsed(minute, minuteWidth, now)
+	if cal {
+		u.DayRequests, u.DayTokens = calendarUsed(day, now)
+	} else {
+		u.DayRequests, u.DayTokens = slidingUsed(day, dayWidth, now)
+	}
+	return u
+}
+
+// slidingUsed returns what a sliding window's buckets, as the take script
+// writes them, count at now: the buckets of the last windowBuckets.
+func slidingUsed(fields map[string]string, width, now int64) (requests, tokens int64) {
+	oldest := now/width - windowBuckets + 1
+	for f, v := range fields {
+		if len(f) < 2 {
+			continue
+		}
+		i, err1 := strconv.ParseInt(f[1:], 10, 64)
+		n, err2 := strconv.ParseInt(v, 10, 64)
+		if err1 != nil || err2 != nil || i < oldest {
+			continue
+		}
+		switch f[0] {
+		case 'r':
+			requests += n
+		case 't':
+			tokens += n
+		}
+	}
+	return requests, tokens
+}
+
+// calendarUsed returns what a calendar day counts at now: nothing once it
+// has ended.
+func calendarUsed(fields map[string]string, now int64) (requests, tokens int64) {
+	end, err := strconv.ParseInt(fields["e"], 10, 64)
+	if err != nil || end <= now {
+		return 0, 0
+	}
+	requests, _ = strconv.ParseInt(fields["r"], 10, 64)
+	tokens, _ = strconv.ParseInt(fields["t"], 10, 64)
+	return requests, tokens
+}

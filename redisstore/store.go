@@ -1,0 +1,383 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/keypool-go/keypool"
+)
+
+// ErrUnavailable reports that Redis did not answer: the network, a timeout,
+// a server that is loading, read-only or down. The store's errors for it
+// read "redisstore: redis unavailable: …"; test for it with errors.Is.
+var ErrUnavailable = errors.New("redis unavailable")
+
+// unavailableError is ErrUnavailable with its cause.
+type unavailableError struct{ err error }
+
+func (e *unavailableError) Error() string   { return "redisstore: redis unavailable: " + e.err.Error() }
+func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.err} }
+
+// Store is a keypool.Store kept in Redis, so that the pools of several
+// processes — replicas of a service — share each key's windows, benches and
+// escalation levels. See the package documentation for what it writes
+// where. A Store is safe for concurrent use.
+type Store struct {
+	rdb   redis.UniversalClient
+	owned bool // Close closes rdb
+	cfg   config
+	// local serves while Redis is down, with WithLocalFallback; else nil.
+	local *keypool.MemoryStore
+
+	kick      chan struct{} // wakes the store's goroutine
+	stop      chan struct{}
+	done      sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+
+	mu sync.Mutex // guards the fields below
+	// pending are the adjustments of settles and releases not yet sent.
+	pending []adjustment
+	// journal holds the changes of benches and levels made locally during
+	// an outage, to make in Redis when it answers again.
+	journal []func(context.Context) error
+	// down is why Redis is taken as unavailable; nil while it answers.
+	down error
+	// dropped reports that an adjustment was dropped since the last report.
+	dropped bool
+}
+
+var _ keypool.Store = (*Store)(nil)
+
+// New returns a Store over a client the caller owns: Close does not close
+// it. The client may be a single server, a Sentinel failover client or a
+// Cluster client. New asks Redis for a PING: when Redis does not answer, it
+// returns an error, or, with WithLocalFallback, a store that serves locally
+// until Redis answers.
+func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("redisstore: nil client")
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	return newStore(client, false, cfg)
+}
+
+// Open returns a Store over a client of its own for the server a URL names,
+// such as "redis://user:password@localhost:6379/0" or "rediss://…" for TLS
+// (see redis.ParseURL for the options a URL can carry). Close closes the
+// client. Otherwise it is New.
+func Open(rawURL string, opts ...Option) (*Store, error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := url.Parse(rawURL); err != nil {
+		// url.Error quotes the URL, and with it any password.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("redisstore: parsing the Redis URL: %w", err)
+	}
+	o, err := redis.ParseURL(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: parsing the Redis URL: %w", err)
+	}
+	client := redis.NewClient(o)
+	s, err := newStore(client, true, cfg)
+	if err != nil {
+		_ = client.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func newStore(client redis.UniversalClient, owned bool, cfg config) (*Store, error) {
+	s := &Store{rdb: client, owned: owned, cfg: cfg, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	if cfg.fallback {
+		s.local = keypool.NewMemoryStore()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	if err := client.Ping(ctx).Err(); err != nil {
+		if !cfg.fallback {
+			return nil, &unavailableError{err}
+		}
+		s.markDown(err)
+	}
+	s.done.Add(1)
+	go s.run()
+	return s, nil
+}
+
+// Close writes the adjustments not yet sent, if Redis answers, stops the
+// store's goroutine and, for a store made by Open, closes its client. The
+// store must not be used after Close. Close may be called more than once.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.stop)
+		s.done.Wait()
+		if s.unavailable() == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+			s.closeErr = s.sendPending(ctx)
+			cancel()
+		}
+		if s.owned {
+			if err := s.rdb.Close(); err != nil && s.closeErr == nil {
+				s.closeErr = fmt.Errorf("redisstore: closing the client: %w", err)
+			}
+		}
+	})
+	return s.closeErr
+}
+
+// Take implements keypool.Store: one script checks and records the request,
+// on the server's clock; t.Now only places calendar days. The adjustments
+// of earlier settles and releases not yet sent ride in the same round trip.
+func (s *Store) Take(ctx context.Context, t keypool.Take) (keypool.Grant, error) {
+	if err := s.unavailable(); err != nil {
+		return s.takeLocal(ctx, t, err)
+	}
+	take := s.takeCall(t)
+	carried := s.carry(maxCarried)
+	s.exec(ctx, append(carried, take), nil)
+	s.checkCarried(ctx, carried)
+	v, err := take.cmd.Int64Slice()
+	if err == nil && len(v) != 4 {
+		err = fmt.Errorf("take script answered %v", v)
+	}
+	if err != nil {
+		return s.takeLocal(ctx, t, s.fail(ctx, err))
+	}
+	if v[0] == 1 {
+		return keypool.Grant{OK: true, At: time.UnixMilli(v[1]).UTC(), Level: int(v[3])}, nil
+	}
+	reason := keypool.Kind(v[2])
+	switch v[2] {
+	case reasonMinute:
+		reason = keypool.KindRate
+	case reasonDay:
+		reason = keypool.KindQuota
+	}
+	return keypool.Grant{RetryAt: time.UnixMilli(v[1]).UTC(), Reason: reason, Level: int(v[3])}, nil
+}
+
+// takeCall returns the take script's call for t.
+func (s *Store) takeCall(t keypool.Take) *evalCall {
+	n := names(s.cfg.prefix, t.Provider, t.KeyID)
+	cal := t.Days.Loc != nil
+	var start, end, next int64
+	if cal {
+		day, dayEnd := calendarDay(t.Now, t.Days.Hour, t.Days.Loc)
+		_, nextEnd := calendarDay(dayEnd, t.Days.Hour, t.Days.Loc)
+		start, end, next = day.UnixMilli(), dayEnd.UnixMilli(), nextEnd.UnixMilli()
+	}
+	return &evalCall{
+		script: takeScript,
+		keys: []string{n.index(), n.benches(), n.minute(t.Model), n.dayOf(t.Model, cal),
+			n.minute(overflowModel), n.dayOf(overflowModel, cal), n.capMinute(), n.capDayOf(cal)},
+		args: []any{t.Model, overflowModel, maxModels, exact(t.Tokens),
+			exact(t.Limits.RPM), exact(t.Limits.TPM), exact(t.Limits.RPD), exact(t.Limits.TPD),
+			exact(t.Cap.RPM), exact(t.Cap.TPM), exact(t.Cap.RPD), exact(t.Cap.TPD),
+			start, end, next},
+	}
+}
+
+// exact returns n within what a Lua number holds exactly, and never below
+// zero.
+func exact(n int64) int64 { return min(max(n, 0), maxExact) }
+
+// Settle implements keypool.Store. The adjustment is queued: the next take
+// carries it, or the store's goroutine sends it within settleDelay.
+func (s *Store) Settle(ctx context.Context, t keypool.Take, g keypool.Grant, tokens int64) error {
+	if !g.OK {
+		return nil
+	}
+	if s.isLocal(g) {
+		return s.local.Settle(ctx, s.localTake(t), g, tokens)
+	}
+	s.queue(adjustment{take: t, at: g.At.UnixMilli(), tokens: max(tokens, 0) - exact(t.Tokens)})
+	return nil
+}
+
+// Release implements keypool.Store, as Settle does.
+func (s *Store) Release(ctx context.Context, t keypool.Take, g keypool.Grant) error {
+	if !g.OK {
+		return nil
+	}
+	if s.isLocal(g) {
+		return s.local.Release(ctx, s.localTake(t), g)
+	}
+	s.queue(adjustment{take: t, at: g.At.UnixMilli(), requests: -1, tokens: -exact(t.Tokens)})
+	return nil
+}
+
+// Bench implements keypool.Store. The bench's end is kept in Unix
+// milliseconds, rounded up.
+func (s *Store) Bench(ctx context.Context, b keypool.Bench) error {
+	ends := max(b.Until.UnixMilli(), 0)
+	if b.Until.Nanosecond()%int(time.Millisecond) != 0 {
+		ends++
+	}
+	n := names(s.cfg.prefix, b.Provider, b.KeyID)
+	all := 0
+	if b.AllModels {
+		all = 1
+	}
+	c := &evalCall{script: benchScript, keys: []string{n.index(), n.benches()},
+		args: []any{b.Model, overflowModel, maxModels, all, int(b.Kind), ends, b.Level}}
+	return s.change(ctx, c.run(s.rdb), func() error { return s.local.Bench(ctx, b) })
+}
+
+// ResetLevel implements keypool.Store.
+func (s *Store) ResetLevel(ctx context.Context, provider, keyID, model string) error {
+	n := names(s.cfg.prefix, provider, keyID)
+	c := &evalCall{script: resetLevelScript, keys: []string{n.index(), n.benches()},
+		args: []any{model, overflowModel, maxModels}}
+	return s.change(ctx, c.run(s.rdb), func() error { return s.local.ResetLevel(ctx, provider, keyID, model) })
+}
+
+// Unbench implements keypool.Store.
+func (s *Store) Unbench(ctx context.Context, provider, keyID string) error {
+	key := names(s.cfg.prefix, provider, keyID).benches()
+	remote := func(ctx context.Context) error { return s.rdb.Del(ctx, key).Err() }
+	return s.change(ctx, remote, func() error { return s.local.Unbench(ctx, provider, keyID) })
+}
+
+// State implements keypool.Store, on the server's clock: now is ignored. It
+// sends the adjustments not yet sent first.
+func (s *Store) State(ctx context.Context, provider, keyID string, now time.Time) (keypool.KeyState, error) {
+	if err := s.unavailable(); err != nil {
+		if !s.fallback(err) {
+			return keypool.KeyState{}, err
+		}
+		return s.local.State(ctx, provider, keyID, now)
+	}
+	st, err := s.state(ctx, provider, keyID)
+	if err != nil {
+		if err = s.fail(ctx, err); !s.fallback(err) {
+			return keypool.KeyState{}, err
+		}
+		return s.local.State(ctx, provider, keyID, now)
+	}
+	return st, nil
+}
+
+// Flush implements keypool.Store: it sends the adjustments not yet sent.
+// While Redis is down it returns ErrUnavailable if any wait.
+func (s *Store) Flush(ctx context.Context) error {
+	if err := s.unavailable(); err != nil {
+		s.mu.Lock()
+		n := len(s.pending)
+		s.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		return err
+	}
+	return s.sendPending(ctx)
+}
+
+// fail returns the error of a failed call to Redis: ErrUnavailable, after
+// marking Redis down, when Redis did not answer; the context's error as it
+// is; any other as a failure of the store.
+func (s *Store) fail(ctx context.Context, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("redisstore: %w", err)
+	case isUnavailable(err):
+		return s.markDown(err)
+	}
+	return fmt.Errorf("redisstore: %w", err)
+}
+
+// isUnavailable reports whether err says that Redis did not answer, or
+// answered that it cannot serve now.
+func isUnavailable(err error) bool {
+	var reply redis.Error
+	if !errors.As(err, &reply) {
+		return true // no answer: the network, a timeout, a closed client
+	}
+	for _, prefix := range []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY"} {
+		if redis.HasErrorPrefix(err, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// fallback reports whether the store serves locally after err.
+func (s *Store) fallback(err error) bool {
+	return s.local != nil && errors.Is(err, ErrUnavailable)
+}
+
+// takeLocal answers a take that Redis could not, with err: from the local
+// windows with WithLocalFallback, else with err.
+func (s *Store) takeLocal(ctx context.Context, t keypool.Take, err error) (keypool.Grant, error) {
+	if !s.fallback(err) {
+		return keypool.Grant{}, err
+	}
+	return s.local.Take(ctx, s.localTake(t))
+}
+
+// localTake returns t as the local windows take it: each limit divided
+// among the replicas, the estimate within the smallest token limit, and the
+// time marked so that Settle and Release know the grant for a local one.
+func (s *Store) localTake(t keypool.Take) keypool.Take {
+	t.Limits, t.Cap = divide(t.Limits, s.cfg.replicas), divide(t.Cap, s.cfg.replicas)
+	if lim := min0(min0(t.Limits.TPM, t.Limits.TPD), min0(t.Cap.TPM, t.Cap.TPD)); lim > 0 {
+		t.Tokens = min(t.Tokens, lim)
+	}
+	t.Now = t.Now.Truncate(time.Millisecond).Add(localMark)
+	return t
+}
+
+// isLocal reports whether the local windows granted g. Redis's grants are
+// on whole milliseconds; local ones are marked.
+func (s *Store) isLocal(g keypool.Grant) bool {
+	return s.local != nil && g.At.Nanosecond()%int(time.Millisecond) == localMark
+}
+
+// divide returns each limit of l divided by n, rounded down, at least 1.
+func divide(l keypool.Limits, n int64) keypool.Limits {
+	d := func(v int64) int64 {
+		if v <= 0 {
+			return v
+		}
+		return max(v/n, 1)
+	}
+	return keypool.Limits{RPM: d(l.RPM), RPD: d(l.RPD), TPM: d(l.TPM), TPD: d(l.TPD)}
+}
+
+// min0 returns the smaller of a and b, ignoring zeros.
+func min0(a, b int64) int64 {
+	switch {
+	case a == 0:
+		return b
+	case b == 0:
+		return a
+	}
+	return min(a, b)
+}
+
+// calendarDay returns the calendar day that holds now: it starts at hour
+// o'clock in loc and ends at the same hour the next day. It is keypool's
+// own rule (window.go), which the package does not export.
+func calendarDay(now time.Time, hour int, loc *time.Location) (start, end time.Time) {
+	t := now.In(loc)
+	start = time.Date(t.Year(), t.Month(), t.Day(), hour, 0, 0, 0, loc)
+	if start.After(t) {
+		start = time.Date(t.Year(), t.Month(), t.Day()-1, hour, 0, 0, 0, loc)
+	}
+	end = time.Date(start.Year(), start.Month(), start.Day()+1, hour, 0, 0, 0, loc)
+	return start, end
+}

@@ -1,0 +1,54 @@
+package redisstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/keypool-go/keypool"
+	"github.com/keypool-go/keypool/redisstore"
+	"github.com/keypool-go/keypool/storetest"
+)
+
+// harness returns the suite's harness over a Redis: each store has a prefix
+// of its own; Reopen closes a store and opens one over the same prefix.
+func harness(c redis.UniversalClient) storetest.Harness {
+	prefixes := map[keypool.Store]string{}
+	open := func(t *testing.T, prefix string) keypool.Store {
+		s := newStore(t, c, redisstore.WithPrefix(prefix))
+		prefixes[s] = prefix
+		return s
+	}
+	return storetest.Harness{
+		Open: func(t *testing.T) keypool.Store { return open(t, newPrefix(t, c)) },
+		Reopen: func(t *testing.T, s keypool.Store) keypool.Store {
+			require.NoError(t, s.(*redisstore.Store).Close())
+			return open(t, prefixes[s])
+		},
+	}
+}
+
+func TestConformanceMiniredis(t *testing.T) {
+	f := newFakeRedis(t)
+	h := harness(f.client(t))
+	h.Now, h.Advance = f.Now, f.Advance
+	storetest.Run(t, h)
+}
+
+func TestConformanceRedis(t *testing.T) {
+	c := realRedis(t)
+	h := harness(c)
+	h.Now = func() time.Time {
+		now, err := c.Time(context.Background()).Result()
+		if err != nil {
+			t.Errorf("TIME: %v", err)
+		}
+		return now
+	}
+	h.Advance = func(_ *testing.T, d time.Duration) { time.Sleep(d) }
+	h.RealTime = true
+	storetest.Run(t, h)
+}
