@@ -36,44 +36,57 @@ const (
 	localMark = 1
 )
 
-// evalCall is one call of a script.
+// evalCall is one call of the store's script.
 type evalCall struct {
-	script *redis.Script
-	keys   []string
-	args   []any
-	cmd    *redis.Cmd
+	keys []string
+	args []any // the op's name, then its arguments
+	cmd  *redis.Cmd
+}
+
+// call returns a call of the store's script's op.
+func call(op string, keys []string, args ...any) *evalCall {
+	return &evalCall{keys: keys, args: append([]any{op}, args...)}
 }
 
 // run returns a function that runs the call by EVALSHA, or EVAL when Redis
 // does not know the script.
 func (c *evalCall) run(rdb redis.UniversalClient) func(context.Context) error {
 	return func(ctx context.Context) error {
-		return c.script.Run(ctx, rdb, c.keys, c.args...).Err()
+		return storeScript.Run(ctx, rdb, c.keys, c.args...).Err()
 	}
 }
 
-// exec runs calls, each by EVALSHA, or EVAL when Redis does not know its
-// script (after a restart, a failover or SCRIPT FLUSH): one call alone,
-// several — and the commands extra queues after them — in one pipeline, one
-// round trip. Each call's cmd holds its answer.
+// exec runs calls by EVALSHA: one call alone, several — and the commands
+// extra queues after them — in one pipeline, one round trip. Each call's
+// cmd holds its answer. When Redis does not know the script (after a
+// restart, a failover or SCRIPT FLUSH), it runs the calls again by EVAL, in
+// order, and then the commands of extra.
 func (s *Store) exec(ctx context.Context, calls []*evalCall, extra func(redis.Pipeliner)) {
 	if len(calls) == 1 && extra == nil {
 		c := calls[0]
-		c.cmd = c.script.Run(ctx, s.rdb, c.keys, c.args...)
+		c.cmd = storeScript.Run(ctx, s.rdb, c.keys, c.args...)
 		return
 	}
 	pipe := s.rdb.Pipeline()
 	for _, c := range calls {
-		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+		c.cmd = storeScript.EvalSha(ctx, pipe, c.keys, c.args...)
 	}
 	if extra != nil {
 		extra(pipe)
 	}
 	_, _ = pipe.Exec(ctx) // each command holds its own error
+	unknown := false
 	for _, c := range calls {
 		if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
-			c.cmd = c.script.Eval(ctx, s.rdb, c.keys, c.args...)
+			unknown = true
+			c.cmd = storeScript.Eval(ctx, s.rdb, c.keys, c.args...)
 		}
+	}
+	if unknown && extra != nil {
+		_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			extra(p)
+			return nil
+		})
 	}
 }
 
@@ -91,14 +104,12 @@ func (s *Store) adjustCall(a adjustment) *evalCall {
 	t := a.take
 	n := names(s.cfg.prefix, t.Provider, t.KeyID)
 	cal := t.Days.Loc != nil
-	return &evalCall{
-		script: adjustScript,
-		keys: []string{n.index(), n.minute(t.Model), n.dayOf(t.Model, cal),
+	return call("adjust",
+		[]string{n.index(), n.minute(t.Model), n.dayOf(t.Model, cal),
 			n.minute(overflowModel), n.dayOf(overflowModel, cal), n.capMinute(), n.capDayOf(cal)},
-		args: []any{t.Model, a.at, a.requests, a.tokens,
-			flag(t.Limits.RPM != 0 || t.Limits.TPM != 0), flag(t.Limits.RPD != 0 || t.Limits.TPD != 0),
-			flag(t.Cap.RPM != 0 || t.Cap.TPM != 0), flag(t.Cap.RPD != 0 || t.Cap.TPD != 0), flag(cal)},
-	}
+		t.Model, a.at, a.requests, a.tokens,
+		flag(t.Limits.RPM != 0 || t.Limits.TPM != 0), flag(t.Limits.RPD != 0 || t.Limits.TPD != 0),
+		flag(t.Cap.RPM != 0 || t.Cap.TPM != 0), flag(t.Cap.RPD != 0 || t.Cap.TPD != 0), flag(cal))
 }
 
 func flag(b bool) int {

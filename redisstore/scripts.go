@@ -80,23 +80,24 @@ local function bench(v)
 end
 -- sliding loads a sliding window: fields r<bucket> and t<bucket> hold the
 -- requests and tokens taken in a bucket. Buckets that have left the window
--- are deleted.
+-- are deleted. In memory, bucket i is at i - base, 1 to B: small integer
+-- keys, which every Lua keeps compact.
 local function sliding(key, width, now)
-  local w = {key = key, width = width, head = math.floor(now / width), r = {}, t = {}, sr = 0, st = 0}
-  local oldest = w.head - B + 1
+  local head = math.floor(now / width)
+  local w = {key = key, width = width, head = head, base = head - B, r = {}, t = {}, sr = 0, st = 0}
   local kv = redis.call('HGETALL', key)
   local stale = {}
   for j = 1, #kv, 2 do
     local f = kv[j]
     local i = tonumber(string.sub(f, 2))
     local v = tonumber(kv[j + 1]) or 0
-    if not i or i < oldest then
+    if not i or i <= w.base or i > head then
       stale[#stale + 1] = f
     elseif string.sub(f, 1, 1) == 'r' then
-      w.r[i] = v
+      w.r[i - w.base] = v
       w.sr = w.sr + v
     else
-      w.t[i] = v
+      w.t[i - w.base] = v
       w.st = w.st + v
     end
   end
@@ -111,10 +112,10 @@ end
 local function slidingRoom(w, lr, lt, tok)
   if fits(w, lr, lt, tok, 0, 0) then return true, 0 end
   local fr, ft = 0, 0
-  for i = w.head - B + 1, w.head do
-    fr = fr + (w.r[i] or 0)
-    ft = ft + (w.t[i] or 0)
-    if fits(w, lr, lt, tok, fr, ft) then return false, (i + B) * w.width end
+  for j = 1, B do
+    fr = fr + (w.r[j] or 0)
+    ft = ft + (w.t[j] or 0)
+    if fits(w, lr, lt, tok, fr, ft) then return false, (w.base + j + B) * w.width end
   end
   return false, (w.head + B) * w.width
 end
@@ -122,10 +123,11 @@ end
 -- if it is still in the window, never below zero.
 local function slidingAdd(w, at, req, tok)
   local i = math.floor(at / w.width)
-  if i > w.head or i <= w.head - B then return end
-  local r = math.max((w.r[i] or 0) + req, 0)
-  local t = math.max((w.t[i] or 0) + tok, 0)
-  w.r[i], w.t[i] = r, t
+  local j = i - w.base
+  if j < 1 or j > B then return end
+  local r = math.max((w.r[j] or 0) + req, 0)
+  local t = math.max((w.t[j] or 0) + tok, 0)
+  w.r[j], w.t[j] = r, t
   redis.call('HSET', w.key, 'r' .. int(i), int(r), 't' .. int(i), int(t))
   redis.call('PEXPIRE', w.key, int(B * w.width + MARGIN))
 end
@@ -154,13 +156,13 @@ local function calendarAdd(c, at, now, req, tok)
 end
 `
 
-// takeSource checks and records one request.
+// takeSource is the op "take": it checks and records one request.
 //
 // KEYS: the key's index, its benches, the model's minute and day windows,
 // the overflow model's minute and day windows, the key's cap minute and day
 // windows. The day keys name calendar or sliding windows as ARGV says.
 //
-// ARGV: model, overflow model, max models, tokens, RPM, TPM, RPD, TPD, cap
+// ARGV, after the op: model, overflow model, max models, tokens, RPM, TPM, RPD, TPD, cap
 // RPM, cap TPM, cap RPD, cap TPD, and, for calendar days, the day's start and
 // end and the next day's end (0 0 0 for sliding days).
 //
@@ -168,6 +170,7 @@ end
 // {0, retryAt, reason, level} for one it refused: reason is the kind of the
 // bench that holds the key, or reasonMinute or reasonDay.
 const takeSource = `
+ops.take = function()
 local idx = KEYS[1]
 local now = clock(idx)
 local m = model(idx, ARGV[1], ARGV[2], tonumber(ARGV[3]), true)
@@ -214,18 +217,20 @@ for _, s in ipairs(sets) do
   if s.cal then calendarAdd(s.cal, now, now, 1, tok) end
 end
 return {1, now, 0, level}
+end
 `
 
-// adjustSource changes what a recorded take counts: a settle's tokens, or a
+// adjustSource is the op "adjust": it changes what a recorded take counts: a settle's tokens, or a
 // release's request and tokens, in the windows the take counted in, if the
 // bucket (or the calendar day) of the take is still in them.
 //
 // KEYS: as the take script's, without the benches.
 //
-// ARGV: model, at (the take's server time), requests, tokens, and 1 or 0 for
+// ARGV, after the op: model, at (the take's server time), requests, tokens, and 1 or 0 for
 // each of: the model's minute window, its day window, the cap's minute
 // window, the cap's day window, calendar days.
 const adjustSource = `
+ops.adjust = function()
 local idx = KEYS[1]
 local now = clock(idx)
 local mk, dk = KEYS[2], KEYS[3]
@@ -245,17 +250,19 @@ end
 apply(mk, dk, ARGV[5], ARGV[6])
 apply(KEYS[6], KEYS[7], ARGV[7], ARGV[8])
 return 1
+end
 `
 
-// benchSource sets a key aside, never for less time than a bench already
+// benchSource is the op "bench": it sets a key aside, never for less time than a bench already
 // set; it records the level for the model. The benches' hash lives until a
 // day after its latest bench ends, and its expiry only ever extends.
 //
 // KEYS: the key's index, its benches.
 //
-// ARGV: model, overflow model, max models, 1 for all models, kind, end
+// ARGV, after the op: model, overflow model, max models, 1 for all models, kind, end
 // (Unix milliseconds), level.
 const benchSource = `
+ops.bench = function()
 local now = clock(KEYS[1])
 local f = '*'
 if ARGV[4] ~= '1' then
@@ -277,20 +284,31 @@ end
 local life = math.max(latest - now, 0) + $LEVELLIFE
 if redis.call('PTTL', KEYS[2]) < life then redis.call('PEXPIRE', KEYS[2], int(life)) end
 return 1
+end
 `
 
-// resetLevelSource sets a key's escalation level for a model back to zero.
+// resetLevelSource is the op "reset": it sets a key's escalation level for a model back to zero.
 //
-// KEYS: the key's index, its benches. ARGV: model, overflow model, max
-// models.
+// KEYS: the key's index, its benches. ARGV, after the op: model,
+// overflow model, max models.
 const resetLevelSource = `
-local m = model(KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3]), false)
+ops.reset = function()
+local m = model(KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3]), true)
 return redis.call('HDEL', KEYS[2], 'l' .. m)
+end
 `
 
-// script returns the script of a source, with the prelude and the
-// constants filled in.
-func script(src string) *redis.Script {
+// dispatch runs the op ARGV[1] names with the rest of ARGV.
+const dispatch = `
+local op = table.remove(ARGV, 1)
+return ops[op]()
+`
+
+// storeScript is the store's one Lua script: every call names an op, so
+// that every call of a pipeline is known to Redis, or none is (after a
+// restart, a failover or SCRIPT FLUSH), and a pipeline re-sent by EVAL keeps
+// its order.
+var storeScript = func() *redis.Script {
 	r := strings.NewReplacer(
 		"$B", strconv.Itoa(windowBuckets),
 		"$MW", strconv.FormatInt(minuteWidth, 10),
@@ -301,12 +319,6 @@ func script(src string) *redis.Script {
 		"reasonMinute", strconv.Itoa(reasonMinute),
 		"reasonDay", strconv.Itoa(reasonDay),
 	)
-	return redis.NewScript(r.Replace(prelude + src))
-}
-
-var (
-	takeScript       = script(takeSource)
-	adjustScript     = script(adjustSource)
-	benchScript      = script(benchSource)
-	resetLevelScript = script(resetLevelSource)
-)
+	return redis.NewScript(r.Replace(prelude + "local ops = {}\n" +
+		takeSource + adjustSource + benchSource + resetLevelSource + dispatch))
+}()

@@ -121,16 +121,17 @@ func usage(minute, day map[string]string, cal bool, now int64) keypool.Usage {
 }
 
 // slidingUsed returns what a sliding window's buckets, as the take script
-// writes them, count at now: the buckets of the last windowBuckets.
+// writes them, count at now: the last windowBuckets buckets up to now's.
 func slidingUsed(fields map[string]string, width, now int64) (requests, tokens int64) {
-	oldest := now/width - windowBuckets + 1
+	head := now / width
+	oldest := head - windowBuckets + 1
 	for f, v := range fields {
 		if len(f) < 2 {
 			continue
 		}
 		i, err1 := strconv.ParseInt(f[1:], 10, 64)
 		n, err2 := strconv.ParseInt(v, 10, 64)
-		if err1 != nil || err2 != nil || i < oldest {
+		if err1 != nil || err2 != nil || i < oldest || i > head {
 			continue
 		}
 		switch f[0] {

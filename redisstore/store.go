@@ -181,15 +181,13 @@ func (s *Store) takeCall(t keypool.Take) *evalCall {
 		_, nextEnd := calendarDay(dayEnd, t.Days.Hour, t.Days.Loc)
 		start, end, next = day.UnixMilli(), dayEnd.UnixMilli(), nextEnd.UnixMilli()
 	}
-	return &evalCall{
-		script: takeScript,
-		keys: []string{n.index(), n.benches(), n.minute(t.Model), n.dayOf(t.Model, cal),
+	return call("take",
+		[]string{n.index(), n.benches(), n.minute(t.Model), n.dayOf(t.Model, cal),
 			n.minute(overflowModel), n.dayOf(overflowModel, cal), n.capMinute(), n.capDayOf(cal)},
-		args: []any{t.Model, overflowModel, maxModels, exact(t.Tokens),
-			exact(t.Limits.RPM), exact(t.Limits.TPM), exact(t.Limits.RPD), exact(t.Limits.TPD),
-			exact(t.Cap.RPM), exact(t.Cap.TPM), exact(t.Cap.RPD), exact(t.Cap.TPD),
-			start, end, next},
-	}
+		t.Model, overflowModel, maxModels, exact(t.Tokens),
+		exact(t.Limits.RPM), exact(t.Limits.TPM), exact(t.Limits.RPD), exact(t.Limits.TPD),
+		exact(t.Cap.RPM), exact(t.Cap.TPM), exact(t.Cap.RPD), exact(t.Cap.TPD),
+		start, end, next)
 }
 
 // exact returns n within what a Lua number holds exactly, and never below
@@ -233,16 +231,15 @@ func (s *Store) Bench(ctx context.Context, b keypool.Bench) error {
 	if b.AllModels {
 		all = 1
 	}
-	c := &evalCall{script: benchScript, keys: []string{n.index(), n.benches()},
-		args: []any{b.Model, overflowModel, maxModels, all, int(b.Kind), ends, b.Level}}
+	c := call("bench", []string{n.index(), n.benches()},
+		b.Model, overflowModel, maxModels, all, int(b.Kind), ends, b.Level)
 	return s.change(ctx, c.run(s.rdb), func() error { return s.local.Bench(ctx, b) })
 }
 
 // ResetLevel implements keypool.Store.
 func (s *Store) ResetLevel(ctx context.Context, provider, keyID, model string) error {
 	n := names(s.cfg.prefix, provider, keyID)
-	c := &evalCall{script: resetLevelScript, keys: []string{n.index(), n.benches()},
-		args: []any{model, overflowModel, maxModels}}
+	c := call("reset", []string{n.index(), n.benches()}, model, overflowModel, maxModels)
 	return s.change(ctx, c.run(s.rdb), func() error { return s.local.ResetLevel(ctx, provider, keyID, model) })
 }
 

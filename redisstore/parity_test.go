@@ -1,0 +1,118 @@
+package redisstore_test
+
+import (
+	"cmp"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/keypool-go/keypool"
+)
+
+// TestSameAsMemoryStore offers the same random takes, settles, releases,
+// benches and level resets to a Redis store (on miniredis) and to a
+// MemoryStore, at the same times, and requires the same answers and the
+// same state after every step: the two stores share the window arithmetic.
+func TestSameAsMemoryStore(t *testing.T) {
+	la, err := time.LoadLocation("America/Los_Angeles")
+	require.NoError(t, err)
+	cases := []struct {
+		name  string
+		days  keypool.Calendar
+		gap   time.Duration // the longest step between operations
+		steps int
+		lim   keypool.Limits
+		cap   keypool.Limits
+	}{
+		{"minute", keypool.Calendar{}, 1500 * time.Millisecond, 600, keypool.Limits{RPM: 7, TPM: 900}, keypool.Limits{}},
+		{"day", keypool.Calendar{}, 20 * time.Minute, 500, keypool.Limits{RPD: 30, TPD: 5000}, keypool.Limits{}},
+		{"calendar", keypool.Calendar{Hour: 0, Loc: la}, 20 * time.Minute, 500, keypool.Limits{RPD: 15}, keypool.Limits{TPD: 4000}},
+		{"cap", keypool.Calendar{}, time.Second, 600, keypool.Limits{RPM: 10}, keypool.Limits{RPM: 12, TPD: 3000}},
+		{"all", keypool.Calendar{}, 3 * time.Second, 600, keypool.Limits{RPM: 9, TPM: 1200, RPD: 200, TPD: 20_000}, keypool.Limits{RPM: 15}},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFakeRedis(t)
+			rs := newStore(t, f.client(t))
+			ms := keypool.NewMemoryStore()
+			rng := rand.New(rand.NewPCG(uint64(i), 42))
+			type taken struct {
+				t      keypool.Take
+				rg, mg keypool.Grant
+			}
+			var grants []taken
+			models := []string{"a", "b", "c"}
+			for step := range c.steps {
+				f.Advance(t, time.Duration(rng.Int64N(int64(c.gap/time.Millisecond)))*time.Millisecond)
+				now := f.Now()
+				model := models[rng.IntN(len(models))]
+				at := fmt.Sprintf("step %d at %s", step, now.Format(time.RFC3339Nano))
+				op := rng.IntN(20)
+				if testing.Verbose() {
+					t.Logf("%s: op %d model %s", at, op, model)
+				}
+				switch {
+				case op < 14:
+					tk := keypool.Take{Provider: "p", KeyID: "k", Model: model, Limits: c.lim, Cap: c.cap,
+						Days: c.days, Tokens: rng.Int64N(250), Now: now}
+					rg, err := rs.Take(t.Context(), tk)
+					require.NoError(t, err)
+					mg, _ := ms.Take(t.Context(), tk)
+					require.Equal(t, mg, rg, "%s: take of %s", at, model)
+					if rg.OK {
+						grants = append(grants, taken{tk, rg, mg})
+					}
+				case op < 17 && len(grants) > 0:
+					g := grants[rng.IntN(len(grants))]
+					if op == 16 {
+						require.NoError(t, rs.Release(t.Context(), g.t, g.rg))
+						require.NoError(t, ms.Release(t.Context(), g.t, g.mg))
+					} else {
+						tokens := rng.Int64N(400)
+						require.NoError(t, rs.Settle(t.Context(), g.t, g.rg, tokens))
+						require.NoError(t, ms.Settle(t.Context(), g.t, g.mg, tokens))
+					}
+				case op < 19:
+					b := keypool.Bench{Provider: "p", KeyID: "k", Model: model, AllModels: op == 18 && rng.IntN(3) == 0,
+						Kind: keypool.Kind(1 + rng.IntN(4)), Level: rng.IntN(4),
+						Until: now.Add(time.Duration(rng.Int64N(int64(3*c.gap/time.Millisecond))) * time.Millisecond)}
+					require.NoError(t, rs.Bench(t.Context(), b))
+					require.NoError(t, ms.Bench(t.Context(), b))
+				default:
+					require.NoError(t, rs.ResetLevel(t.Context(), "p", "k", model))
+					require.NoError(t, ms.ResetLevel(t.Context(), "p", "k", model))
+				}
+				rst, err := rs.State(t.Context(), "p", "k", now)
+				require.NoError(t, err)
+				mst, _ := ms.State(t.Context(), "p", "k", now)
+				slices.SortFunc(mst.Models, func(a, b keypool.ModelState) int { return cmp.Compare(a.Model, b.Model) })
+				require.Equal(t, mst, rst, "%s: state", at)
+			}
+		})
+	}
+}
+
+// TestManyModelsShareOneEntry checks that a key tracks 1024 models, as the
+// MemoryStore does: the rest share one more entry and its windows.
+func TestManyModelsShareOneEntry(t *testing.T) {
+	f := newFakeRedis(t)
+	rs := newStore(t, f.client(t))
+	ms := keypool.NewMemoryStore()
+	lim := keypool.Limits{RPM: 1}
+	for i := range 1030 {
+		tk := take("k", fmt.Sprintf("model-%d", i), lim, 0, f.Now())
+		rg, err := rs.Take(t.Context(), tk)
+		require.NoError(t, err)
+		mg, _ := ms.Take(t.Context(), tk)
+		require.Equal(t, mg, rg, "take of model %d", i)
+	}
+	rst, err := rs.State(t.Context(), "test", "k", f.Now())
+	require.NoError(t, err)
+	mst, _ := ms.State(t.Context(), "test", "k", f.Now())
+	require.Equal(t, len(mst.Models), len(rst.Models), "models")
+	require.Equal(t, 1025, len(rst.Models), "models")
+}
