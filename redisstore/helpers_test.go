@@ -34,6 +34,7 @@ const childEnv = "KEYPOOL_REDISSTORE_CHILD"
 func TestMain(m *testing.M) { os.Exit(runTests(m)) }
 
 func runTests(m *testing.M) int {
+	redis.SetLogger(quiet{}) // the outage tests make go-redis log every failed dial
 	if os.Getenv(addrEnv) == "" && os.Getenv(childEnv) == "" {
 		srv, err := startRedis(os.TempDir(), 0)
 		switch {
@@ -49,6 +50,11 @@ func runTests(m *testing.M) int {
 	}
 	return m.Run()
 }
+
+// quiet is a go-redis logger that logs nothing.
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
 
 // realRedis returns a client of the real Redis the tests use, closed at the
 // end of the test, or skips the test when there is none. A Redis named by
