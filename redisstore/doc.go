@@ -1,0 +1,114 @@
+// Package redisstore is a keypool.Store kept in Redis, so that the pools of
+// several processes — the replicas of a service behind a load balancer —
+// see each other's use of the same keys, and together keep each key within
+// its limits. It is a package of its own so that keypool never imports
+// go-redis.
+//
+//	s, err := redisstore.Open("redis://localhost:6379/0")
+//	…
+//	defer s.Close()
+//	pool, err := keypool.New("openai", keys, keypool.WithStore(s), keypool.WithLimits(limits))
+//
+// # One round trip per request
+//
+// A take — check every window and bench of a key, and record the request if
+// all admit it — is one Lua script run by EVALSHA (by EVAL when Redis does
+// not know it, after a restart, a failover or SCRIPT FLUSH), so two
+// replicas never both take the last slot. The settle of a request's tokens,
+// and the release of a request that never reached the vendor, are queued:
+// the next take carries them in the same pipeline, or, within 20 ms, the
+// store's goroutine sends them. A request is thus one round trip. Until an
+// adjustment is sent, the windows count the request's estimate. Flush, State
+// and Close send what waits.
+//
+// The windows are keypool's: sliding windows of 31 buckets of 2 s for a
+// minute and 48 min for a day, each counting until all of it has left the
+// span, or calendar days. A Redis store and a MemoryStore given the same
+// requests at the same times answer the same.
+//
+// # The clock
+//
+// The time is the server's (TIME, in milliseconds), never the replicas':
+// Take.Now and State's now are ignored, except that Take.Now places
+// calendar days. The replica computes the calendar day of Take.Now and the
+// next one's end, and the script takes the one that holds the server's
+// time: a replica's clock that is off shifts nothing but the day's
+// boundaries, by the zone rules the replica holds. Bench.Until is the
+// pool's clock, as an absolute time rounded up to the millisecond.
+//
+// # Layout
+//
+// Every key name is <prefix>:{<provider>}:<kind>:<key ID>[:<model>], with
+// the prefix "keypool" by default (WithPrefix) and the provider, key ID and
+// model escaped (':', '{', '}', '%', spaces, control and non-ASCII bytes as
+// %XX), so that names never collide. The braces make the provider the hash
+// tag: all the keys of a pool live in one slot, and a script may touch any
+// of them on Redis Cluster. Secrets never reach Redis: keys are named by
+// their IDs. Every key is a hash, and every write sets its expiry, so that
+// idle state disappears:
+//
+//	i:<key>          index: t the latest take (ms), d "s" or "c" as days
+//	                 count, m<model> for each model the key knows (at most
+//	                 1024; more share "\x00other", as in the MemoryStore);
+//	                 expires 48 h after the latest take
+//	b:<key>          benches and escalation levels: * the bench of the whole
+//	                 key, b<model> a model's bench, as "<kind>:<end ms>";
+//	                 l<model> its level; expires a day after the latest bench
+//	                 ends, and its expiry only ever extends; Unbench deletes it
+//	wm:<key>:<model> the sliding minute of a key and model: r<bucket> and
+//	                 t<bucket>, the requests and tokens of each 2 s bucket;
+//	                 expires 62 s (plus a minute) after the latest write
+//	wd:<key>:<model> the sliding day: the same, in 48 min buckets; expires
+//	                 24.8 h (plus a minute) after the latest write
+//	wc:<key>:<model> the calendar day: s and e its bounds (ms), r and t its
+//	                 counts; expires a minute after the day ends
+//	cm:, cd:, cc:<key>  the same three windows for the key's cap across its
+//	                 models
+//
+// A window exists only while a limit on its axis is set. Integers reach the
+// scripts as strings and are written back with %d; limits above 2^53 are
+// taken as 2^53.
+//
+// # When Redis does not answer
+//
+// A call that gets no answer from Redis (the network, a timeout, a server
+// loading, read-only or down) marks it down, and the store probes it with
+// a PING every second until it answers; WithStatusFunc is told of both
+// changes. Meanwhile, by default, Take, Bench, ResetLevel, Unbench and
+// State fail at once with an error that matches ErrUnavailable and reads
+// "redisstore: redis unavailable: …", so the pool fails each request with a
+// clear error. New also fails when Redis does not answer.
+//
+// With WithLocalFallback(replicas), the store serves from windows in memory
+// instead, with every limit divided by replicas (rounded down, at least 1),
+// so that the replicas together stay within each limit; settles and
+// releases of local grants stay local. Benches, level resets and unbenches
+// made during the outage apply locally at once, and are written to Redis,
+// in order, when it answers again, so that the other replicas learn of
+// them; Redis keeps the later of two benches, so a bench written late never
+// shortens one set meanwhile, and each ends when it was meant to. The local
+// windows know nothing of what Redis counted, and Redis never learns what
+// they counted: across each switch the vendor may see up to one limit more
+// within a window, and its 429s then bench the key. A replica that starts
+// while Redis is down starts on local windows.
+//
+// Adjustments waiting when Redis stops answering are sent when it answers
+// again (at most 16384 wait; older ones are dropped). Adjustments in a
+// pipeline that failed are dropped, since it may have run them; both are
+// reported to WithErrorFunc.
+//
+// # Running Redis for it
+//
+//   - Set maxmemory-policy to noeviction, or give the store a Redis of its
+//     own: every key has an expiry, so the volatile-* and allkeys-* policies
+//     may evict windows and benches, and the store then undercounts.
+//   - Replication is asynchronous: after a failover, the latest takes and
+//     benches may be lost, letting a little too much through for up to a
+//     minute (a day for day limits). The vendor's 429s restore the benches.
+//   - The scripts use TIME, HGETALL, HMGET, HSET, HDEL, HEXISTS, HLEN,
+//     PEXPIRE and PTTL, and no library beyond Lua 5.1's base, string, table
+//     and math: Redis 5 or later should serve (the tests run Redis 7.0 and
+//     miniredis). Managed servers that refuse TIME in scripts do not.
+//   - A take touches at most eight hashes of a few dozen fields; each stays
+//     in Redis's compact listpack encoding.
+package redisstore

@@ -1,0 +1,190 @@
+package redisstore_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/keypool-go/keypool"
+	"github.com/keypool-go/keypool/internal/vendorsim"
+	"github.com/keypool-go/keypool/redisstore"
+)
+
+// The replicas test: four processes share one key of RPM 60 through a real
+// Redis for replicaSpan, against a vendor that counts and limits nothing.
+const (
+	replicas    = 4
+	replicaRPM  = 60
+	replicaSpan = 130 * time.Second
+)
+
+// TestChildProcess is the body of the child processes of other tests.
+func TestChildProcess(t *testing.T) {
+	args := strings.Fields(os.Getenv(childEnv))
+	if len(args) == 0 {
+		t.Skip("runs only as a child process of another test")
+	}
+	switch args[0] {
+	case "replica":
+		replica(t, args[1:])
+	default:
+		t.Fatalf("unknown child %q", args[0])
+	}
+}
+
+// roundTrips counts the round trips a go-redis client makes: a command, or
+// a pipeline of them.
+type roundTrips struct{ n atomic.Int64 }
+
+func (*roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// replica sends requests through a pool of one key over a Redis store, as
+// fast as the pool lets it, from start for span, and says what it got.
+func replica(t *testing.T, args []string) {
+	require.Len(t, args, 5, "vendor URL, Redis address, prefix, start, span")
+	vendor, addr, prefix := args[0], args[1], args[2]
+	startNs, err := strconv.ParseInt(args[3], 10, 64)
+	require.NoError(t, err)
+	span, err := time.ParseDuration(args[4])
+	require.NoError(t, err)
+
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	var trips roundTrips
+	c.AddHook(&trips)
+	s, err := redisstore.New(c, redisstore.WithPrefix(prefix))
+	require.NoError(t, err)
+	defer s.Close()
+	p, err := keypool.New("replicas", []keypool.Key{{Secret: "sk-shared", ID: "shared"}},
+		keypool.WithStore(s), keypool.WithLimits(keypool.Limits{RPM: replicaRPM}))
+	require.NoError(t, err)
+	defer p.Close()
+	client := &http.Client{Transport: p.Transport(nil)}
+
+	start := time.Unix(0, startNs)
+	end := start.Add(span)
+	time.Sleep(time.Until(start))
+	trips.n.Store(0)
+	var served, refused, failed, takes int64
+	for time.Now().Before(end) {
+		req, err := http.NewRequest(http.MethodPost, vendor+"/v1/chat/completions",
+			strings.NewReader(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`))
+		require.NoError(t, err)
+		resp, err := client.Do(req)
+		takes++
+		var none *keypool.NoAvailableKeyError
+		switch {
+		case errors.As(err, &none):
+			refused++
+			// Sleep until the key is free, and a little more so that the
+			// replicas do not all ask at the same instant.
+			wait := time.Until(none.RetryAt) + time.Duration(rand.Int64N(int64(5*time.Millisecond)))
+			time.Sleep(min(max(wait, time.Millisecond), time.Until(end)))
+		case err != nil:
+			failed++
+			t.Logf("request: %v", err)
+			time.Sleep(100 * time.Millisecond)
+		default:
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				served++
+			} else {
+				failed++
+			}
+		}
+	}
+	fmt.Printf("replica served %d refused %d failed %d takes %d roundtrips %d\n",
+		served, refused, failed, takes, trips.n.Load())
+}
+
+func TestReplicasShareOneKey(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for over two minutes")
+	}
+	c := realRedis(t)
+	prefix := newPrefix(t, c)
+	sim := vendorsim.Start(vendorsim.Config{Keys: []vendorsim.Key{{Secret: "sk-shared", ID: "shared"}}})
+	defer sim.Close()
+
+	start := time.Now().Add(3 * time.Second) // time for the children to start
+	env := fmt.Sprintf("%s=replica %s %s %s %d %s", childEnv, sim.URL(), c.Options().Addr, prefix,
+		start.UnixNano(), replicaSpan)
+	type report struct{ served, refused, failed, takes, trips int64 }
+	reports := make([]report, replicas)
+	var wg sync.WaitGroup
+	for i := range replicas {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestChildProcess$", "-test.v")
+		cmd.Env = append(os.Environ(), env)
+		cmd.Stderr = os.Stderr
+		out, err := cmd.StdoutPipe()
+		require.NoError(t, err)
+		require.NoError(t, cmd.Start())
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		wg.Go(func() {
+			lines := bufio.NewScanner(out)
+			for lines.Scan() {
+				r := &reports[i]
+				if n, _ := fmt.Sscanf(lines.Text(), "replica served %d refused %d failed %d takes %d roundtrips %d",
+					&r.served, &r.refused, &r.failed, &r.takes, &r.trips); n != 5 && strings.Contains(lines.Text(), "FAIL") {
+					t.Errorf("replica %d: %s", i, lines.Text())
+				}
+			}
+			assert.NoError(t, cmd.Wait(), "replica %d", i)
+		})
+	}
+	wg.Wait()
+
+	var total report
+	for i, r := range reports {
+		t.Logf("replica %d: served %d, refused %d, failed %d", i, r.served, r.refused, r.failed)
+		total.served += r.served
+		total.failed += r.failed
+		total.takes += r.takes
+		total.trips += r.trips
+	}
+	// A strict vendor of RPM 60 accepts at most 60 in each minute of the
+	// span, begun or not: that is the capacity.
+	capacity := replicaRPM * int64(math.Ceil(replicaSpan.Minutes()))
+	inWindow := sim.MaxInWindow("shared", time.Minute)
+	st, _ := sim.StatsOf("shared")
+	share := float64(total.served) / float64(capacity)
+	t.Logf("served %d of a capacity of %d in %v (%.1f%%); at most %d in any minute; %d round trips for %d takes (%.2f a take)",
+		total.served, capacity, replicaSpan, 100*share, inWindow, total.trips, total.takes,
+		float64(total.trips)/float64(max(total.takes, 1)))
+	assert.LessOrEqual(t, inWindow, replicaRPM, "requests the vendor saw in one minute")
+	assert.GreaterOrEqual(t, share, 0.95, "share of the capacity the replicas used")
+	assert.Equal(t, total.served, st.Served, "the vendor's count")
+	assert.Zero(t, total.failed, "failed requests")
+}
