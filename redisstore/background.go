@@ -146,7 +146,7 @@ func (s *Store) carry(limit int) []*evalCall {
 	n := min(len(s.pending), limit)
 	batch := s.pending[:n:n]
 	if s.pending = s.pending[n:]; len(s.pending) == 0 {
-		s.pending = nil
+		s.pending, s.dropped = nil, false
 	}
 	s.mu.Unlock()
 	calls := make([]*evalCall, 0, n+1)
@@ -171,9 +171,6 @@ func (s *Store) checkCarried(ctx context.Context, calls []*evalCall) error {
 		}
 	}
 	if failed == 0 {
-		s.mu.Lock()
-		s.dropped = false
-		s.mu.Unlock()
 		return nil
 	}
 	err := s.fail(ctx, first)
@@ -297,6 +294,7 @@ func (s *Store) run() {
 		if !s.sleep(settleDelay) {
 			return
 		}
+		// Not s.ctx: Close lets a send finish rather than drop it.
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		_ = s.sendPending(ctx) // reported by checkCarried
 		cancel()
@@ -311,7 +309,7 @@ func (s *Store) recover() bool {
 		if !s.sleep(probeEvery) {
 			return false
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		ctx, cancel := context.WithTimeout(s.ctx, opTimeout)
 		err := s.rdb.Ping(ctx).Err()
 		if err == nil {
 			err = s.replay(ctx)

@@ -35,8 +35,11 @@ type Store struct {
 	// local serves while Redis is down, with WithLocalFallback; else nil.
 	local *keypool.MemoryStore
 
-	kick      chan struct{} // wakes the store's goroutine
-	stop      chan struct{}
+	kick chan struct{} // wakes the store's goroutine
+	stop chan struct{}
+	// ctx bounds the probes of the store's goroutine; Close cancels it.
+	ctx       context.Context
+	cancel    context.CancelFunc
 	done      sync.WaitGroup
 	closeOnce sync.Once
 	closeErr  error
@@ -49,7 +52,8 @@ type Store struct {
 	journal []func(context.Context) error
 	// down is why Redis is taken as unavailable; nil while it answers.
 	down error
-	// dropped reports that an adjustment was dropped since the last report.
+	// dropped reports that an adjustment was dropped since the queue was
+	// last empty.
 	dropped bool
 }
 
@@ -103,6 +107,7 @@ func Open(rawURL string, opts ...Option) (*Store, error) {
 
 func newStore(client redis.UniversalClient, owned bool, cfg config) (*Store, error) {
 	s := &Store{rdb: client, owned: owned, cfg: cfg, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if cfg.fallback {
 		s.local = keypool.NewMemoryStore()
 	}
@@ -110,6 +115,7 @@ func newStore(client redis.UniversalClient, owned bool, cfg config) (*Store, err
 	defer cancel()
 	if err := client.Ping(ctx).Err(); err != nil {
 		if !cfg.fallback {
+			s.cancel()
 			return nil, &unavailableError{err}
 		}
 		s.markDown(err)
@@ -125,6 +131,7 @@ func newStore(client redis.UniversalClient, owned bool, cfg config) (*Store, err
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.stop)
+		s.cancel()
 		s.done.Wait()
 		if s.unavailable() == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
