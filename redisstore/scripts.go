@@ -21,6 +21,9 @@ const (
 const (
 	// windowMargin is added to the life of every window.
 	windowMargin = int64(time.Minute / time.Millisecond)
+	// expiryRefresh is how old the expiry of the index or a sliding
+	// window may grow before a write sets it again: less than the margin.
+	expiryRefresh = windowMargin / 2
 	// indexLife is how long a key's index lives after its last take.
 	indexLife = int64(48 * time.Hour / time.Millisecond)
 	// levelLife is how long a key's benches and escalation levels live
@@ -47,21 +50,26 @@ const (
 // as long as it should when the server's clock steps back.
 const prelude = `
 redis.replicate_commands()
-local B, MW, DW, MARGIN = $B, $MW, $DW, $MARGIN
+local B, MW, DW, MARGIN, REFRESH = $B, $MW, $DW, $MARGIN, $REFRESH
 local function int(x) return string.format('%d', x) end
-local function clock(idx)
+-- key reads a key's index: the server's time, never before the key's
+-- latest take; whether the key knows model m; when the index's expiry was
+-- last set.
+local function key(idx, m)
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local last = tonumber(redis.call('HGET', idx, 't') or '0') or 0
+  local v = redis.call('HMGET', idx, 't', 'x', 'm' .. m)
+  local last = tonumber(v[1]) or 0
   if last > now then now = last end
-  return now
+  return now, v[3] and true or false, tonumber(v[2]) or 0
 end
 -- model returns the name under which a key keeps model m: m itself once
 -- the key knows it or while it knows fewer than max models, else over. With
 -- add, the key learns it.
-local function model(idx, m, over, max, add)
-  if redis.call('HEXISTS', idx, 'm' .. m) == 1 then return m end
-  local n = redis.call('HLEN', idx) - redis.call('HEXISTS', idx, 't') - redis.call('HEXISTS', idx, 'd')
+local function model(idx, m, known, over, max, add)
+  if known then return m end
+  local n = redis.call('HLEN', idx)
+  for _, f in ipairs({'t', 'd', 'x'}) do n = n - redis.call('HEXISTS', idx, f) end
   if n >= max then
     m = over
     if redis.call('HEXISTS', idx, 'm' .. m) == 1 then return m end
@@ -79,19 +87,21 @@ local function bench(v)
   return tonumber(k) or 0, tonumber(e) or 0
 end
 -- sliding loads a sliding window: fields r<bucket> and t<bucket> hold the
--- requests and tokens taken in a bucket. Buckets that have left the window
--- are deleted. In memory, bucket i is at i - base, 1 to B: small integer
--- keys, which every Lua keeps compact.
+-- requests and tokens taken in a bucket, x when its expiry was last set.
+-- Buckets that have left the window are deleted. In memory, bucket i is at
+-- i - base, 1 to B: small integer keys, which every Lua keeps compact.
 local function sliding(key, width, now)
   local head = math.floor(now / width)
-  local w = {key = key, width = width, head = head, base = head - B, r = {}, t = {}, sr = 0, st = 0}
+  local w = {key = key, width = width, now = now, head = head, base = head - B, r = {}, t = {}, sr = 0, st = 0, x = 0}
   local kv = redis.call('HGETALL', key)
   local stale = {}
   for j = 1, #kv, 2 do
     local f = kv[j]
     local i = tonumber(string.sub(f, 2))
     local v = tonumber(kv[j + 1]) or 0
-    if not i or i <= w.base or i > head then
+    if f == 'x' then
+      w.x = v
+    elseif not i or i <= w.base or i > head then
       stale[#stale + 1] = f
     elseif string.sub(f, 1, 1) == 'r' then
       w.r[i - w.base] = v
@@ -119,27 +129,43 @@ local function slidingRoom(w, lr, lt, tok)
   end
   return false, (w.head + B) * w.width
 end
--- slidingAdd changes the bucket of time at by req requests and tok tokens,
--- if it is still in the window, never below zero.
-local function slidingAdd(w, at, req, tok)
-  local i = math.floor(at / w.width)
-  local j = i - w.base
-  if j < 1 or j > B then return end
-  local r = math.max((w.r[j] or 0) + req, 0)
-  local t = math.max((w.t[j] or 0) + tok, 0)
+-- slidingAdd records req requests and tok tokens in the bucket of the
+-- time the window was loaded at. The window's expiry, a bucket's life and a
+-- margin, is set again once it is REFRESH old, which the margin covers.
+local function slidingAdd(w, req, tok)
+  local j = B
+  local r, t = (w.r[j] or 0) + req, (w.t[j] or 0) + tok
   w.r[j], w.t[j] = r, t
-  redis.call('HSET', w.key, 'r' .. int(i), int(r), 't' .. int(i), int(t))
+  local i = int(w.head)
+  if w.now - w.x < REFRESH then
+    redis.call('HSET', w.key, 'r' .. i, int(r), 't' .. i, int(t))
+    return
+  end
+  redis.call('HSET', w.key, 'r' .. i, int(r), 't' .. i, int(t), 'x', int(w.now))
   redis.call('PEXPIRE', w.key, int(B * w.width + MARGIN))
+end
+-- bucketAdd is slidingAdd for a window not loaded: it reads and writes
+-- the one bucket of time at.
+local function bucketAdd(key, width, now, at, req, tok)
+  local head, i = math.floor(now / width), math.floor(at / width)
+  if i > head or i <= head - B then return end
+  local fr, ft = 'r' .. int(i), 't' .. int(i)
+  local v = redis.call('HMGET', key, fr, ft)
+  local r = math.max((tonumber(v[1]) or 0) + req, 0)
+  local t = math.max((tonumber(v[2]) or 0) + tok, 0)
+  redis.call('HSET', key, fr, int(r), ft, int(t))
+  redis.call('PEXPIRE', key, int(B * width + MARGIN))
 end
 -- calendar loads a calendar day: fields s and e bound it, r and t count it.
 -- Given the client's day [s, e) and the next one's end e2, a day that has
--- ended by the server's clock gives way to the one of them that holds now.
+-- ended by the server's clock gives way to the one of them that holds now;
+-- the hash then expires a margin after the new day ends.
 local function calendar(key, now, s, e, e2)
   local v = redis.call('HMGET', key, 's', 'e', 'r', 't')
   local c = {key = key, s = tonumber(v[1]), e = tonumber(v[2]), r = tonumber(v[3]) or 0, t = tonumber(v[4]) or 0}
   if s and (not c.e or now >= c.e) then
     if now >= e then s, e = e, e2 end
-    c.s, c.e, c.r, c.t = math.min(s, now), e, 0, 0
+    c.s, c.e, c.r, c.t, c.life = math.min(s, now), e, 0, 0, e - now + MARGIN
   end
   return c
 end
@@ -147,12 +173,12 @@ local function calendarRoom(c, lr, lt, tok)
   if (lr ~= 0 and c.r + 1 > lr) or (lt ~= 0 and c.t + tok > lt) then return false, c.e end
   return true, 0
 end
-local function calendarAdd(c, at, now, req, tok)
+local function calendarAdd(c, at, req, tok)
   if not c.e or at < c.s or at >= c.e then return end
   c.r = math.max(c.r + req, 0)
   c.t = math.max(c.t + tok, 0)
   redis.call('HSET', c.key, 's', int(c.s), 'e', int(c.e), 'r', int(c.r), 't', int(c.t))
-  redis.call('PEXPIRE', c.key, int(c.e - now + MARGIN))
+  if c.life then redis.call('PEXPIRE', c.key, int(c.life)) end
 end
 `
 
@@ -172,15 +198,19 @@ end
 const takeSource = `
 ops.take = function()
 local idx = KEYS[1]
-local now = clock(idx)
-local m = model(idx, ARGV[1], ARGV[2], tonumber(ARGV[3]), true)
+local now, known, x = key(idx, ARGV[1])
+local m = model(idx, ARGV[1], known, ARGV[2], tonumber(ARGV[3]), true)
 local mk, dk = KEYS[3], KEYS[4]
 if m == ARGV[2] then mk, dk = KEYS[5], KEYS[6] end
 local cs, ce, ce2 = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
 local mode = 's'
 if cs ~= 0 then mode = 'c' end
-redis.call('HSET', idx, 't', int(now), 'd', mode)
-redis.call('PEXPIRE', idx, '$INDEXLIFE')
+if now - x < REFRESH then
+  redis.call('HSET', idx, 't', int(now), 'd', mode)
+else
+  redis.call('HSET', idx, 't', int(now), 'd', mode, 'x', int(now))
+  redis.call('PEXPIRE', idx, '$INDEXLIFE')
+end
 
 local b = redis.call('HMGET', KEYS[2], '*', 'b' .. m, 'l' .. m)
 local level = tonumber(b[3]) or 0
@@ -212,9 +242,9 @@ for _, s in ipairs(sets) do
 end
 if not ok then return {0, retry, reason, level} end
 for _, s in ipairs(sets) do
-  if s.minute then slidingAdd(s.minute, now, 1, tok) end
-  if s.day then slidingAdd(s.day, now, 1, tok) end
-  if s.cal then calendarAdd(s.cal, now, now, 1, tok) end
+  if s.minute then slidingAdd(s.minute, 1, tok) end
+  if s.day then slidingAdd(s.day, 1, tok) end
+  if s.cal then calendarAdd(s.cal, now, 1, tok) end
 end
 return {1, now, 0, level}
 end
@@ -232,18 +262,18 @@ end
 const adjustSource = `
 ops.adjust = function()
 local idx = KEYS[1]
-local now = clock(idx)
+local now, known = key(idx, ARGV[1])
 local mk, dk = KEYS[2], KEYS[3]
-if redis.call('HEXISTS', idx, 'm' .. ARGV[1]) == 0 then mk, dk = KEYS[4], KEYS[5] end
+if not known then mk, dk = KEYS[4], KEYS[5] end
 local at, req, tok = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local cal = ARGV[9] == '1'
 local function apply(minute, day, fm, fd)
-  if fm == '1' then slidingAdd(sliding(minute, MW, now), at, req, tok) end
+  if fm == '1' then bucketAdd(minute, MW, now, at, req, tok) end
   if fd == '1' then
     if cal then
-      calendarAdd(calendar(day, now), at, now, req, tok)
+      calendarAdd(calendar(day, now), at, req, tok)
     else
-      slidingAdd(sliding(day, DW, now), at, req, tok)
+      bucketAdd(day, DW, now, at, req, tok)
     end
   end
 end
@@ -263,10 +293,10 @@ end
 // (Unix milliseconds), level.
 const benchSource = `
 ops.bench = function()
-local now = clock(KEYS[1])
+local now, known = key(KEYS[1], ARGV[1])
 local f = '*'
 if ARGV[4] ~= '1' then
-  local m = model(KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3]), true)
+  local m = model(KEYS[1], ARGV[1], known, ARGV[2], tonumber(ARGV[3]), true)
   f = 'b' .. m
   redis.call('HSET', KEYS[2], 'l' .. m, ARGV[7])
 end
@@ -293,7 +323,8 @@ end
 // overflow model, max models.
 const resetLevelSource = `
 ops.reset = function()
-local m = model(KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3]), true)
+local _, known = key(KEYS[1], ARGV[1])
+local m = model(KEYS[1], ARGV[1], known, ARGV[2], tonumber(ARGV[3]), true)
 return redis.call('HDEL', KEYS[2], 'l' .. m)
 end
 `
@@ -314,6 +345,7 @@ var storeScript = func() *redis.Script {
 		"$MW", strconv.FormatInt(minuteWidth, 10),
 		"$DW", strconv.FormatInt(dayWidth, 10),
 		"$MARGIN", strconv.FormatInt(windowMargin, 10),
+		"$REFRESH", strconv.FormatInt(expiryRefresh, 10),
 		"$INDEXLIFE", strconv.FormatInt(indexLife, 10),
 		"$LEVELLIFE", strconv.FormatInt(levelLife, 10),
 		"reasonMinute", strconv.Itoa(reasonMinute),
