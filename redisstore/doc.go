@@ -44,22 +44,26 @@
 // %XX), so that names never collide. The braces make the provider the hash
 // tag: all the keys of a pool live in one slot, and a script may touch any
 // of them on Redis Cluster. Secrets never reach Redis: keys are named by
-// their IDs. Every key is a hash, and every write sets its expiry, so that
-// idle state disappears:
+// their IDs. Every key is a hash with an expiry, so that idle state
+// disappears; a write sets the expiry again once it is 30 s old (not at
+// every write, to save a command), which the expiry's margin of a minute
+// covers:
 //
 //	i:<key>          index: t the latest take (ms), d "s" or "c" as days
-//	                 count, m<model> for each model the key knows (at most
-//	                 1024; more share "\x00other", as in the MemoryStore);
-//	                 expires 48 h after the latest take
+//	                 count, x when the expiry was set, m<model> for each model
+//	                 the key knows (at most 1024; more share "\x00other", as in
+//	                 the MemoryStore); expires 48 h after the latest take
 //	b:<key>          benches and escalation levels: * the bench of the whole
 //	                 key, b<model> a model's bench, as "<kind>:<end ms>";
 //	                 l<model> its level; expires a day after the latest bench
 //	                 ends, and its expiry only ever extends; Unbench deletes it
 //	wm:<key>:<model> the sliding minute of a key and model: r<bucket> and
-//	                 t<bucket>, the requests and tokens of each 2 s bucket;
-//	                 expires 62 s (plus a minute) after the latest write
+//	                 t<bucket>, the requests and tokens of each 2 s bucket
+//	                 (bucket = Unix ms / 2000), x when the expiry was set;
+//	                 expires 62 s (a bucket's life) and 30 to 60 s after
+//	                 the latest write
 //	wd:<key>:<model> the sliding day: the same, in 48 min buckets; expires
-//	                 24.8 h (plus a minute) after the latest write
+//	                 24.8 h and 30 to 60 s after the latest write
 //	wc:<key>:<model> the calendar day: s and e its bounds (ms), r and t its
 //	                 counts; expires a minute after the day ends
 //	cm:, cd:, cc:<key>  the same three windows for the key's cap across its
