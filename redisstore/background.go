@@ -59,8 +59,9 @@ func (c *evalCall) run(rdb redis.UniversalClient) func(context.Context) error {
 // exec runs calls by EVALSHA: one call alone, several — and the commands
 // extra queues after them — in one pipeline, one round trip. Each call's
 // cmd holds its answer. When Redis does not know the script (after a
-// restart, a failover or SCRIPT FLUSH), it runs the calls again by EVAL, in
-// order, and then the commands of extra.
+// restart, a failover or SCRIPT FLUSH), it runs the calls again, in order —
+// the first by EVAL, which loads the script, the rest by EVALSHA — and then
+// the commands of extra.
 func (s *Store) exec(ctx context.Context, calls []*evalCall, extra func(redis.Pipeliner)) {
 	if len(calls) == 1 && extra == nil {
 		c := calls[0]
@@ -79,7 +80,7 @@ func (s *Store) exec(ctx context.Context, calls []*evalCall, extra func(redis.Pi
 	for _, c := range calls {
 		if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
 			unknown = true
-			c.cmd = storeScript.Eval(ctx, s.rdb, c.keys, c.args...)
+			c.cmd = storeScript.Run(ctx, s.rdb, c.keys, c.args...)
 		}
 	}
 	if unknown && extra != nil {
