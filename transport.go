@@ -72,14 +72,16 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	var c call
 	for attempt := 0; ; attempt++ {
-		l, err := p.acquire(ctx, &c, info.Model, estimate)
+		l, err := p.take(ctx, &c, info.Model, estimate)
 		if err != nil {
 			body.discard()
 			return nil, err
 		}
-		out := req.Clone(ctx)
+		actx, span := p.tel.startAttempt(ctx, l.key, info.Model, attempt)
+		out := req.Clone(actx)
 		if out.Body, err = body.next(); err != nil {
 			_ = p.store.Release(ctx, l.take, l.grant)
+			endAttempt(span, 0, verdict{}, 0, err)
 			return nil, err
 		}
 		out.GetBody = body.getBodyFunc()
@@ -92,7 +94,9 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			// No answer: nothing to bench, and the request never counted.
 			_ = p.store.Release(ctx, l.take, l.grant)
-			return nil, p.redact(err, l.key)
+			err = p.redact(err, l.key)
+			endAttempt(span, 0, verdict{}, 0, err)
+			return nil, err
 		}
 		resp.Request = req // never hand out the clone that carries the key
 		var head []byte
@@ -101,7 +105,9 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		now := p.cfg.clock()
 		v := classify(resp.StatusCode, resp.Header, head, now)
-		c.sooner(p.observe(ctx, &l, v, now))
+		until := p.observe(ctx, &l, v, now)
+		c.sooner(until)
+		endAttempt(span, resp.StatusCode, v, max(until.Sub(now), 0), nil)
 		if v.kind == KindNone || p.single() || !body.replayable() {
 			p.settle(&l, resp)
 			return resp, nil
@@ -127,11 +133,12 @@ func (p *Pool) settle(l *lease, resp *http.Response) {
 		_ = p.store.Settle(resp.Request.Context(), l.take, l.grant, 0)
 		return
 	}
-	take, grant, store := l.take, l.grant, p.store
-	ctx := resp.Request.Context()
+	take, grant, key := l.take, l.grant, l.key
+	ctx := context.WithoutCancel(resp.Request.Context())
 	resp.Body = newUsageBody(resp.Body, resp.Header.Get("Content-Type"), func(tokens int64, ok bool) {
 		if ok {
-			_ = store.Settle(context.WithoutCancel(ctx), take, grant, tokens)
+			_ = p.store.Settle(ctx, take, grant, tokens)
+			p.tel.used(ctx, key, tokens)
 		}
 	})
 }
