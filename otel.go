@@ -2,6 +2,7 @@ package keypool
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -33,7 +34,12 @@ const (
 
 // telemetry holds a pool's tracer and instruments, built once in New.
 type telemetry struct {
-	tracer      trace.Tracer
+	tracer    trace.Tracer
+	startOpts []trace.SpanStartOption
+	// quietUntil, in Unix nanoseconds, is when to try starting spans again
+	// after the tracer gave a span that goes nowhere: without an SDK, the
+	// global provider's spans cost allocations and record nothing.
+	quietUntil  atomic.Int64
 	requests    metric.Int64Counter
 	benches     metric.Int64Counter
 	tokens      metric.Int64Counter
@@ -72,7 +78,10 @@ func newTelemetry(p *Pool) *telemetry {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	t := &telemetry{tracer: tp.Tracer(ScopeName, trace.WithInstrumentationVersion(Version))}
+	t := &telemetry{
+		tracer:    tp.Tracer(ScopeName, trace.WithInstrumentationVersion(Version)),
+		startOpts: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)},
+	}
 	m := mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version))
 	var err error
 	handle := func(e error) {
@@ -129,14 +138,30 @@ func (t *telemetry) forKey(provider string, k *poolKey) keyTelemetry {
 	return kt
 }
 
-// startAttempt starts the span of one attempt.
+// quietFor is how long the pool skips starting spans after a span went
+// nowhere; a tracer installed later is used from then on.
+const quietFor = time.Second
+
+// startAttempt starts the span of one attempt. When the tracer has no SDK
+// behind it (its span has no valid context), it skips tracing for a while
+// and returns a no-op span that allocates nothing.
 func (t *telemetry) startAttempt(ctx context.Context, k *poolKey, model string, attempt int) (context.Context, trace.Span) {
-	ctx, span := t.tracer.Start(ctx, "keypool.attempt", trace.WithSpanKind(trace.SpanKindInternal))
+	parent := trace.SpanFromContext(ctx)
+	if !parent.SpanContext().IsValid() {
+		if now := time.Now().UnixNano(); now < t.quietUntil.Load() {
+			return ctx, parent // the no-op span of a context without one
+		}
+	}
+	sctx, span := t.tracer.Start(ctx, "keypool.attempt", t.startOpts...)
+	if !span.SpanContext().IsValid() && !span.IsRecording() {
+		t.quietUntil.Store(time.Now().Add(quietFor).UnixNano())
+		return sctx, span
+	}
 	if span.IsRecording() {
 		span.SetAttributes(k.tel.span...)
 		span.SetAttributes(attrModel.String(model), attrFailover.Int(attempt))
 	}
-	return ctx, span
+	return sctx, span
 }
 
 // endAttempt ends an attempt's span with its outcome.
