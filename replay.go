@@ -7,30 +7,24 @@ import (
 	"net/http"
 )
 
-// replay hands a request's body to each attempt of a RoundTrip. The first
-// attempt gets the caller's body; later ones get a copy from
-// Request.GetBody, or from the body read whole when it was small enough.
+// replay hands a request's body to each attempt of a RoundTrip. A body read
+// whole (see read) is sent from memory; otherwise the first attempt gets the
+// caller's body and later ones a copy from Request.GetBody.
 type replay struct {
 	orig    io.ReadCloser // the caller's body: nil or http.NoBody for none
 	getBody func() (io.ReadCloser, error)
-	whole   []byte // the body read whole, when the caller gave no GetBody
+	whole   []byte // the body read whole
 	read1   bool   // the body was read whole (into whole) or in part (into prefix)
 	prefix  []byte // what was read of a body too long to read whole
 	handed  bool   // orig has been handed to an attempt
 }
 
-// read returns up to maxBodyScan bytes of the body without using it up. A
-// body without GetBody is read into memory: whole when it fits, which makes
-// it replayable; otherwise its start is kept for the first attempt.
+// read returns up to maxBodyScan bytes of the body without using it up: the
+// body is read into memory, whole when it fits, and sent from there on every
+// attempt; a longer body keeps its start for the first attempt. It never
+// reads a copy from GetBody for this, since some GetBody functions (go-
+// retryablehttp's, for one) rewind the very reader the request holds.
 func (b *replay) read() ([]byte, error) {
-	if b.getBody != nil {
-		rc, err := b.getBody()
-		if err != nil {
-			return nil, err
-		}
-		defer rc.Close()
-		return io.ReadAll(io.LimitReader(rc, maxBodyScan))
-	}
 	data, err := io.ReadAll(io.LimitReader(b.orig, maxBodyScan+1))
 	if err != nil {
 		return nil, err

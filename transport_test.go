@@ -145,11 +145,13 @@ func TestTransportFailsOverAndBenches(t *testing.T) {
 
 func TestTransportReplaysBodyIntact(t *testing.T) {
 	tests := []struct {
-		name string
-		body func(s string) io.Reader
-		get  bool // the request has GetBody
+		name   string
+		body   func(s string) io.Reader
+		get    bool // the request has GetBody
+		rewind bool // GetBody rewinds the request's own reader
 	}{
 		{name: "GetBody", body: func(s string) io.Reader { return strings.NewReader(s) }, get: true},
+		{name: "GetBody that rewinds", body: func(s string) io.Reader { return strings.NewReader(s) }, get: true, rewind: true},
 		{name: "body read whole", body: func(s string) io.Reader { return io.MultiReader(strings.NewReader(s)) }},
 	}
 	for _, tt := range tests {
@@ -161,6 +163,13 @@ func TestTransportReplaysBodyIntact(t *testing.T) {
 			v.on("sk-b", answer{status: http.StatusServiceUnavailable})
 			const payload = `{"model":"m","messages":[{"role":"user","content":"hello"}]}`
 			req, _ := http.NewRequest(http.MethodPost, srv.URL, tt.body(payload))
+			if tt.rewind {
+				// GetBody rewinds the reader the request holds, as
+				// go-retryablehttp's does.
+				r := strings.NewReader(payload)
+				req.Body = io.NopCloser(r)
+				req.GetBody = func() (io.ReadCloser, error) { _, err := r.Seek(0, io.SeekStart); return io.NopCloser(r), err }
+			}
 			assert.Equal(t, tt.get, req.GetBody != nil)
 			resp, err := pool.Transport(nil).RoundTrip(req)
 			require.NoError(t, err)
