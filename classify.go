@@ -19,7 +19,8 @@ type verdict struct {
 // what it tells about when the limit lifts:
 //
 //   - rate: a 429 with no evidence of a long window; a 403 with a spent
-//     window or a rate-limit message (GitHub); a short window reported spent.
+//     window, a retry-after or a rate-limit message (GitHub); a short
+//     window reported spent.
 //   - quota: a 429, 400, 402 or 403 that names or implies a 5-hour, daily,
 //     weekly or monthly window, or a spent balance, credit or spend limit.
 //   - auth: a 401; a 403 that is a permission failure; a 400 that refuses
@@ -39,7 +40,8 @@ func Classify(status int, h http.Header, body []byte, now time.Time) (Kind, Rese
 }
 
 func classify(status int, h http.Header, body []byte, now time.Time) verdict {
-	r := readHeaders(h, now)
+	var r reading
+	readHeaders(h, now, &r)
 	switch {
 	case status < 400:
 		return verdict{kind: KindNone, reset: r.reset(now, asReported)}
@@ -54,22 +56,19 @@ func classify(status int, h http.Header, body []byte, now time.Time) verdict {
 	}
 
 	b := readBody(body, now)
-	longWindow := b.quota || (b.hasSpent && b.spent.window != WindowNone)
-	limited := r.hasSpent || b.hasSpent || b.throttled || b.quota
+	// named: the body names a long window or a usage limit.
+	named := b.quota || (b.hasSpent && b.spent.window != WindowNone)
+	r.fill(b.reading)
 	switch {
 	case b.billing:
-		r.fill(b.reading)
 		return verdict{kind: KindQuota, billing: true, reset: r.reset(now, asLimited)}
 	case status == http.StatusBadRequest && b.auth,
-		status == http.StatusForbidden && !limited && !r.hasRetryAfter:
+		status == http.StatusForbidden && !r.hasSpent && !r.hasRetryAfter && !b.throttled:
 		return verdict{kind: KindAuth, reset: r.reset(now, asRetryOnly)}
-	case status == http.StatusBadRequest && !longWindow, b.tooLarge:
+	case b.tooLarge, status == http.StatusBadRequest && !named:
 		return verdict{kind: KindNone, reset: r.reset(now, asRetryOnly)}
+	case named, r.spent.window != WindowNone:
+		return verdict{kind: KindQuota, reset: r.reset(now, asLimited)}
 	}
-	r.fill(b.reading)
-	kind := KindRate
-	if longWindow || (r.hasSpent && r.spent.window != WindowNone) {
-		kind = KindQuota
-	}
-	return verdict{kind: kind, reset: r.reset(now, asLimited)}
+	return verdict{kind: KindRate, reset: r.reset(now, asLimited)}
 }

@@ -60,7 +60,9 @@ type Reset struct {
 // The header map must have canonical keys, as net/http gives them. It is
 // pure and safe to call from any goroutine.
 func ParseRateLimitReset(h http.Header, now time.Time) Reset {
-	return readHeaders(h, now).reset(now, asReported)
+	var r reading
+	readHeaders(h, now, &r)
+	return r.reset(now, asReported)
 }
 
 // ParseUsageLimitBody reads what an error body says about when a limit lifts,
@@ -70,7 +72,8 @@ func ParseRateLimitReset(h http.Header, now time.Time) Reset {
 // body that says nothing of the kind gives the zero Reset. It is pure and
 // safe to call from any goroutine.
 func ParseUsageLimitBody(body []byte, now time.Time) Reset {
-	return readBody(body, now).reset(now, asReported)
+	b := readBody(body, now)
+	return b.reset(now, asReported)
 }
 
 // RetryAfterFromHeaders returns how long the answer asks the caller to sleep,
@@ -161,7 +164,7 @@ const (
 )
 
 // reset composes the Reset a reading gives, as of now.
-func (r reading) reset(now time.Time, use readingUse) Reset {
+func (r *reading) reset(now time.Time, use readingUse) Reset {
 	out := Reset{RetryAfter: r.retryAfter, HasRetryAfter: r.hasRetryAfter}
 	var b limitReading
 	switch {

@@ -36,6 +36,9 @@ func readBody(body []byte, now time.Time) bodyReading {
 	if len(body) > maxBodyRead {
 		body = body[:maxBodyRead]
 	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return bodyReading{}
+	}
 	var f bodyFields
 	if !f.decode(body, 0) {
 		f.text.Write(body)
@@ -52,7 +55,7 @@ func readBody(body []byte, now time.Time) bodyReading {
 	}
 	// OpenRouter forwards its rate-limit headers inside the body; they
 	// outrank what the prose says, as headers do.
-	b.reading = readHeaders(f.headers, now)
+	readHeaders(f.headers, now, &b.reading)
 
 	var own reading
 	if own.retryAfter, own.hasRetryAfter = parseWait(f.retryDelay, now); !own.hasRetryAfter {

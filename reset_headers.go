@@ -34,7 +34,8 @@ const (
 	groupRetryAfter uint8 = 1 << iota // Retry-After, Retry-After-Ms, X-Ms-Retry-After-Ms
 	groupXRateLimit                   // X-Ratelimit-*
 	groupRateLimit                    // Ratelimit, Ratelimit-* (IETF)
-	groupAnthropic                    // Anthropic-Ratelimit-*
+	groupAnthropic                    // Anthropic-Ratelimit-* of API keys
+	groupUnified                      // Anthropic-Ratelimit-Unified-* of subscriptions
 	groupCodex                        // X-Codex-*
 )
 
@@ -63,7 +64,10 @@ func headerGroups(h http.Header) uint8 {
 				g |= groupRetryAfter
 			}
 		case 'A':
-			if strings.HasPrefix(k, "Anthropic-Ratelimit-") {
+			switch {
+			case strings.HasPrefix(k, "Anthropic-Ratelimit-Unified-"):
+				g |= groupUnified
+			case strings.HasPrefix(k, "Anthropic-Ratelimit-"):
 				g |= groupAnthropic
 			}
 		}
@@ -71,12 +75,11 @@ func headerGroups(h http.Header) uint8 {
 	return g
 }
 
-// readHeaders reads every rate-limit header of an answer as of now.
-func readHeaders(h http.Header, now time.Time) reading {
-	var r reading
+// readHeaders reads every rate-limit header of an answer as of now into r.
+func readHeaders(h http.Header, now time.Time, r *reading) {
 	g := headerGroups(h)
 	if g == 0 {
-		return r
+		return
 	}
 	if g&groupRetryAfter != 0 {
 		r.retryAfter, r.hasRetryAfter = RetryAfterFromHeaders(h, now)
@@ -90,15 +93,14 @@ func readHeaders(h http.Header, now time.Time) reading {
 		}
 	}
 	if g&groupRateLimit != 0 {
-		readStructured(h, now, &r)
+		readStructured(h, now, r)
 	}
-	if g&groupAnthropic != 0 {
-		readUnified(h, now, &r)
+	if g&groupUnified != 0 {
+		readUnified(h, now, r)
 	}
 	if g&groupCodex != 0 {
-		readCodex(h, now, &r)
+		readCodex(h, now, r)
 	}
-	return r
 }
 
 // counter is one limit a vendor reports as a triple of headers: the limit,
@@ -390,8 +392,11 @@ func first(h http.Header, key string) string {
 // leadingNumber reads the number that starts a field, before any list
 // separator or parameter ("0, 15;w=20" gives 0).
 func leadingNumber(field string) (float64, bool) {
-	if i := strings.IndexAny(field, ",;"); i >= 0 {
-		field = field[:i]
+	for i := 0; i < len(field); i++ {
+		if field[i] == ',' || field[i] == ';' {
+			field = field[:i]
+			break
+		}
 	}
 	return parseNumber(strings.TrimSpace(field))
 }

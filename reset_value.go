@@ -76,11 +76,30 @@ func parseNumber(v string) (float64, bool) {
 	if v == "" {
 		return 0, false // absent: not worth strconv's error
 	}
+	if n, ok := parseWhole(v); ok {
+		return float64(n), true
+	}
 	f, err := strconv.ParseFloat(v, 64)
 	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
 		return 0, false
 	}
 	return f, true
+}
+
+// parseWhole reads a whole number of up to 15 digits, the common case of a
+// header value, without strconv's general parsing.
+func parseWhole(v string) (int64, bool) {
+	if len(v) > 15 {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(v); i++ {
+		if !isDigit(v[i]) {
+			return 0, false
+		}
+		n = n*10 + int64(v[i]-'0')
+	}
+	return n, true
 }
 
 // waitUntilDate reads an RFC 3339 time (Anthropic's resets) or an HTTP-date
