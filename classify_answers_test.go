@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// answer is one recorded vendor answer in testdata/answers, with the reading
+// recordedAnswer is one recorded vendor answer in testdata/answers, with the reading
 // it must give (see testdata/answers/README.md).
-type answer struct {
+type recordedAnswer struct {
 	Vendor  string              `json:"vendor"`
 	Source  string              `json:"source"`
 	Note    string              `json:"note"`
@@ -34,7 +34,7 @@ type answer struct {
 
 // header returns the answer's headers with canonical keys, as net/http
 // would give them.
-func (a *answer) header() http.Header {
+func (a *recordedAnswer) header() http.Header {
 	h := make(http.Header, len(a.Headers))
 	for k, vs := range a.Headers {
 		for _, v := range vs {
@@ -44,16 +44,16 @@ func (a *answer) header() http.Header {
 	return h
 }
 
-// loadAnswers reads every recorded answer, keyed by file name.
-func loadAnswers(tb testing.TB) map[string]*answer {
+// loadRecordedAnswers reads every recorded answer, keyed by file name.
+func loadRecordedAnswers(tb testing.TB) map[string]*recordedAnswer {
 	tb.Helper()
 	files, err := filepath.Glob(filepath.Join("testdata", "answers", "*.json"))
 	require.NoError(tb, err)
-	answers := make(map[string]*answer, len(files))
+	answers := make(map[string]*recordedAnswer, len(files))
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		require.NoError(tb, err)
-		a := new(answer)
+		a := new(recordedAnswer)
 		require.NoError(tb, json.Unmarshal(data, a), f)
 		answers[filepath.Base(f)] = a
 	}
@@ -61,12 +61,12 @@ func loadAnswers(tb testing.TB) map[string]*answer {
 }
 
 func TestRecordedAnswers(t *testing.T) {
-	answers := loadAnswers(t)
+	answers := loadRecordedAnswers(t)
 	vendors := map[string]bool{}
 	for name, a := range answers {
 		vendors[a.Vendor] = true
 		t.Run(name, func(t *testing.T) {
-			require.NotEmpty(t, a.Source, "every recorded answer names its source")
+			require.NotEmpty(t, a.Source, "every recorded recordedAnswer names its source")
 			require.False(t, a.Now.IsZero(), "now")
 			v := classify(a.Status, a.header(), []byte(a.Body), a.Now)
 			got := v.reset

@@ -95,10 +95,10 @@ func RetryAfterFromHeaders(h http.Header, now time.Time) (time.Duration, bool) {
 type limitReading struct {
 	window   Window        // the window the limit counts; "" for a short or unknown one
 	used     float64       // the fraction used; meaningful when hasUsed
-	hasUsed  bool          //
+	hasUsed  bool          // the limit states how much of it is used
 	spent    bool          // the limit admits nothing more until it lifts
 	wait     time.Duration // until the limit lifts; meaningful when hasReset
-	hasReset bool          //
+	hasReset bool          // the answer dates the lift
 }
 
 // reading gathers what one answer reports and keeps the limits that bind:

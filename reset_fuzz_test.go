@@ -77,7 +77,7 @@ func FuzzParseWait(f *testing.F) {
 }
 
 func FuzzRetryAfterFromHeaders(f *testing.F) {
-	for _, a := range loadAnswers(f) {
+	for _, a := range loadRecordedAnswers(f) {
 		f.Add(asLines(a.Headers), a.Now.Unix())
 	}
 	f.Fuzz(func(t *testing.T, lines string, sec int64) {
@@ -90,7 +90,7 @@ func FuzzRetryAfterFromHeaders(f *testing.F) {
 }
 
 func FuzzParseRateLimitReset(f *testing.F) {
-	for _, a := range loadAnswers(f) {
+	for _, a := range loadRecordedAnswers(f) {
 		f.Add(asLines(a.Headers), a.Now.Unix())
 	}
 	f.Fuzz(func(t *testing.T, lines string, sec int64) {
@@ -100,7 +100,7 @@ func FuzzParseRateLimitReset(f *testing.F) {
 }
 
 func FuzzParseUsageLimitBody(f *testing.F) {
-	for _, a := range loadAnswers(f) {
+	for _, a := range loadRecordedAnswers(f) {
 		f.Add([]byte(a.Body), a.Now.Unix())
 	}
 	f.Fuzz(func(t *testing.T, body []byte, sec int64) {
@@ -110,7 +110,7 @@ func FuzzParseUsageLimitBody(f *testing.F) {
 }
 
 func FuzzClassify(f *testing.F) {
-	for _, a := range loadAnswers(f) {
+	for _, a := range loadRecordedAnswers(f) {
 		f.Add(a.Status, asLines(a.Headers), []byte(a.Body), a.Now.Unix())
 	}
 	f.Fuzz(func(t *testing.T, status int, lines string, body []byte, sec int64) {
