@@ -11,9 +11,9 @@ const (
 	headerRetryAfter     = "Retry-After"         // RFC 9110: seconds or an HTTP-date
 	headerRetryAfterMs   = "Retry-After-Ms"      // OpenAI and Azure OpenAI: milliseconds
 	headerMsRetryAfterMs = "X-Ms-Retry-After-Ms" // Azure: milliseconds
-	// headerGroqRegion is sent by Groq alone (console.groq.com answers carry
-	// it on every response), which is how its x-ratelimit-*-requests are
-	// told from OpenAI's.
+	// headerGroqRegion names the Groq region that served an answer ("dls",
+	// "fra", "bom"). Only Groq sends it, and it is how Groq's per-day
+	// x-ratelimit-*-requests are told from OpenAI's per-minute ones.
 	headerGroqRegion = "X-Groq-Region"
 
 	// draft-ietf-httpapi-ratelimit-headers-08 and later.
