@@ -40,8 +40,12 @@ func Classify(status int, h http.Header, body []byte, now time.Time) (Kind, Rese
 }
 
 func classify(status int, h http.Header, body []byte, now time.Time) verdict {
+	g := headerGroups(h)
+	if g == 0 && status < 400 {
+		return verdict{} // the common answer: a success without rate-limit headers
+	}
 	var r reading
-	readHeaders(h, now, &r)
+	readHeaders(h, g, now, &r)
 	switch {
 	case status < 400:
 		return verdict{kind: KindNone, reset: r.reset(now, asReported)}

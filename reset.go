@@ -60,8 +60,12 @@ type Reset struct {
 // The header map must have canonical keys, as net/http gives them. It is
 // pure and safe to call from any goroutine.
 func ParseRateLimitReset(h http.Header, now time.Time) Reset {
+	g := headerGroups(h)
+	if g == 0 {
+		return Reset{}
+	}
 	var r reading
-	readHeaders(h, now, &r)
+	readHeaders(h, g, now, &r)
 	return r.reset(now, asReported)
 }
 

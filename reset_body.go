@@ -55,7 +55,7 @@ func readBody(body []byte, now time.Time) bodyReading {
 	}
 	// OpenRouter forwards its rate-limit headers inside the body; they
 	// outrank what the prose says, as headers do.
-	readHeaders(f.headers, now, &b.reading)
+	readHeaders(f.headers, headerGroups(f.headers), now, &b.reading)
 
 	var own reading
 	if own.retryAfter, own.hasRetryAfter = parseWait(f.retryDelay, now); !own.hasRetryAfter {

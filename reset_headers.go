@@ -75,12 +75,9 @@ func headerGroups(h http.Header) uint8 {
 	return g
 }
 
-// readHeaders reads every rate-limit header of an answer as of now into r.
-func readHeaders(h http.Header, now time.Time, r *reading) {
-	g := headerGroups(h)
-	if g == 0 {
-		return
-	}
+// readHeaders reads the rate-limit headers of an answer, of the groups g
+// (see headerGroups), as of now into r.
+func readHeaders(h http.Header, g uint8, now time.Time, r *reading) {
 	if g&groupRetryAfter != 0 {
 		r.retryAfter, r.hasRetryAfter = RetryAfterFromHeaders(h, now)
 	}
