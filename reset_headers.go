@@ -119,9 +119,9 @@ type counter struct {
 var counters = [...]counter{
 	// OpenAI: per-minute requests and tokens, resets as Go durations ("6ms",
 	// "6m0s"); https://platform.openai.com/docs/guides/rate-limits. Azure
-	// OpenAI, xAI and Together send the same names; Azure may send only the
-	// remaining counts, or -1 and 0 as placeholders for unknown
-	// (github.com/openai/openai-dotnet/issues/838).
+	// OpenAI sends the same names, sometimes only the remaining counts
+	// (github.com/EvolvingPrograms/oaib/issues/11), or -1 and 0 as
+	// placeholders for unknown (github.com/openai/openai-dotnet/issues/838).
 	// Groq: -requests counts requests per DAY, -tokens tokens per minute;
 	// https://console.groq.com/docs/rate-limits.
 	{limit: "X-Ratelimit-Limit-Requests", remaining: "X-Ratelimit-Remaining-Requests", reset: "X-Ratelimit-Reset-Requests",
@@ -141,7 +141,8 @@ var counters = [...]counter{
 		group: groupXRateLimit},
 	// One unnamed window: GitHub (hourly, reset in epoch seconds;
 	// docs.github.com rate-limits-for-the-rest-api), OpenRouter (reset in
-	// epoch milliseconds, also inside its 429 bodies), Together (countdown).
+	// epoch milliseconds, also inside its 429 bodies), Together (a countdown
+	// in seconds, on 429s; togethercomputer/skills#61).
 	{limit: "X-Ratelimit-Limit", remaining: "X-Ratelimit-Remaining", reset: "X-Ratelimit-Reset",
 		group: groupXRateLimit},
 	// The IETF three-field form, draft-ietf-httpapi-ratelimit-headers-00 to
@@ -203,10 +204,8 @@ func counted(window Window, remaining, limit float64) limitReading {
 func policyWindow(field string, limit float64) Window {
 	for item := range strings.SplitSeq(field, ",") {
 		quota, params := sfItem(item)
-		if q, ok := parseNumber(quota); ok && q == limit {
-			if w, ok := parseNumber(sfParam(params, "w")); ok {
-				return windowOfLength(waitOf(w, time.Second))
-			}
+		if q, ok := parseNumber(quota); ok && q == limit && sfParam(params, "w") != "" {
+			return sfWindow(params)
 		}
 	}
 	return WindowNone
@@ -227,11 +226,7 @@ func readStructured(h http.Header, now time.Time, r *reading) {
 			}
 			policy := sfPolicy(h[headerRateLimitPolicy], name)
 			quota, _ := parseNumber(sfParam(policy, "q"))
-			window := WindowNone
-			if w, ok := parseNumber(sfParam(policy, "w")); ok {
-				window = windowOfLength(waitOf(w, time.Second))
-			}
-			l := counted(window, remaining, quota)
+			l := counted(sfWindow(policy), remaining, quota)
 			l.wait, l.hasReset = parseWait(sfParam(params, "t"), now)
 			r.add(l)
 		}
@@ -255,6 +250,16 @@ func sfParam(params, key string) string {
 		}
 	}
 	return ""
+}
+
+// sfWindow names the window of a quota policy by its length parameter w
+// in seconds, or "" when it states none.
+func sfWindow(params string) Window {
+	w, ok := parseNumber(sfParam(params, "w"))
+	if !ok {
+		return WindowNone
+	}
+	return windowOfLength(waitOf(w, time.Second))
 }
 
 // sfPolicy returns the parameters of the member named name in the
