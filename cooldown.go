@@ -62,7 +62,7 @@ func defaultBenchPolicy() benchPolicy {
 // from the quota ladder, so the level goes up by one. A zero duration means
 // no bench.
 func (b benchPolicy) benchFor(v verdict, level int, now time.Time) (d time.Duration, climb bool) {
-	dated := v.reset.ResetAt.After(now)
+	dated := !v.reset.ResetAt.IsZero() // a reset at or before now asks for the shortest bench
 	switch v.kind {
 	case KindRate:
 		d = b.rate

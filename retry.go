@@ -125,10 +125,10 @@ func (r Retry) Backoff(min, max time.Duration, attempt int, resp *http.Response)
 	}
 	now := time.Now()
 	if d, ok := RetryAfterFromHeaders(resp.Header, now); ok {
-		return clampWait(d, min, max)
+		return between(d, min, max)
 	}
 	if reset := ParseRateLimitReset(resp.Header, now); reset.exhausted(now) {
-		return clampWait(reset.ResetAt.Sub(now), min, max)
+		return between(reset.ResetAt.Sub(now), min, max)
 	}
 	d := min
 	for range attempt {
@@ -137,9 +137,10 @@ func (r Retry) Backoff(min, max time.Duration, attempt int, resp *http.Response)
 		}
 		d *= 2
 	}
-	return clampWait(d, min, max)
+	return between(d, min, max)
 }
 
-func clampWait(d, lo, hi time.Duration) time.Duration {
+// between returns d, raised to lo and lowered to hi.
+func between(d, lo, hi time.Duration) time.Duration {
 	return min(max(d, lo), hi)
 }
