@@ -379,9 +379,10 @@ func (p *Pool) observe(ctx context.Context, l *lease, v verdict, now time.Time) 
 			return time.Time{}
 		}
 		// The answer went through but says its window is spent: set the key
-		// aside until the window resets, before the vendor answers 429.
+		// aside until the window resets, before the vendor answers 429. A
+		// window that lifts beyond longThrottle is a quota, named or not.
 		v.kind = KindRate
-		if v.reset.Window != WindowNone {
+		if v.reset.Window != WindowNone || v.reset.ResetAt.Sub(now) > longThrottle {
 			v.kind = KindQuota
 		}
 	}
@@ -407,6 +408,10 @@ func (p *Pool) observe(ctx context.Context, l *lease, v verdict, now time.Time) 
 	}
 	return b.Until
 }
+
+// longThrottle is the longest wait a throttle of a short window takes; a
+// spent window that lifts later is a quota.
+const longThrottle = 10 * time.Minute
 
 // exhausted reports that a reading says its binding window is full and
 // dates when it resets.

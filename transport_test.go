@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -436,4 +437,82 @@ func closingBase(status int) http.RoundTripper {
 		}
 		return &http.Response{StatusCode: status, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("")), Request: r}, nil
 	})
+}
+
+func TestTransportSetsKeyAsideWhenWindowIsSpent(t *testing.T) {
+	tests := []struct {
+		name  string
+		reset string
+		kind  Kind
+		for_  time.Duration
+	}{
+		{"a spent minute", "20s", KindRate, 20 * time.Second},
+		{"a spent day", "5h0m0s", KindQuota, 5 * time.Hour},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := newTestClock()
+			v, srv := newVendor(t)
+			var ev evictions
+			pool, err := New("test", threeKeys(), WithClock(clock.Now), OnEvict(ev.add))
+			require.NoError(t, err)
+			v.on("sk-a", answer{status: 200, header: map[string]string{
+				"X-Ratelimit-Limit-Requests": "10", "X-Ratelimit-Remaining-Requests": "0", "X-Ratelimit-Reset-Requests": tt.reset}})
+			client := &http.Client{Transport: pool.Transport(nil)}
+			for range 4 {
+				status, err := get(t, client, srv.URL)
+				require.NoError(t, err)
+				require.Equal(t, http.StatusOK, status, "the answer that spends the window still reaches the caller")
+			}
+			assert.Equal(t, []string{"sk-a", "sk-b", "sk-c", "sk-b"}, v.keys(), "a is set aside before any 429")
+			require.Len(t, ev.all(), 1)
+			assert.Equal(t, tt.kind, ev.all()[0].Kind)
+			assert.Equal(t, tt.for_, ev.all()[0].For)
+		})
+	}
+}
+
+func TestTransportOnRateLimit(t *testing.T) {
+	reset := time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name   string
+		header map[string]string
+		want   []Reading
+	}{
+		{
+			name: "a subscription window on a success",
+			header: map[string]string{
+				"Anthropic-Ratelimit-Unified-Status":         "allowed",
+				"Anthropic-Ratelimit-Unified-5h-Utilization": "0.91",
+				"Anthropic-Ratelimit-Unified-5h-Reset":       strconv.FormatInt(reset.Unix(), 10),
+			},
+			want: []Reading{{Provider: "test", KeyID: "a", Window: Window5h, Utilization: 0.91, ResetAt: reset}},
+		},
+		{
+			name: "an API-key account's minute windows",
+			header: map[string]string{
+				"X-Ratelimit-Limit-Requests": "60", "X-Ratelimit-Remaining-Requests": "5", "X-Ratelimit-Reset-Requests": "1s",
+			},
+		},
+		{name: "no headers"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := newTestClock()
+			v, srv := newVendor(t)
+			var got []Reading
+			pool, err := New("test", threeKeys(), WithClock(clock.Now), OnRateLimit(func(r Reading) { got = append(got, r) }))
+			require.NoError(t, err)
+			v.on("sk-a", answer{status: 200, header: tt.header})
+			_, err = get(t, &http.Client{Transport: pool.Transport(nil)}, srv.URL)
+			require.NoError(t, err)
+			require.Len(t, got, len(tt.want))
+			for i := range tt.want {
+				assert.Equal(t, tt.want[i].Window, got[i].Window)
+				assert.InDelta(t, tt.want[i].Utilization, got[i].Utilization, 1e-9)
+				assert.True(t, tt.want[i].ResetAt.Equal(got[i].ResetAt), "ResetAt = %v, want %v", got[i].ResetAt, tt.want[i].ResetAt)
+				assert.Equal(t, "a", got[i].KeyID)
+			}
+		})
+	}
 }

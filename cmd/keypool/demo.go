@@ -96,7 +96,7 @@ func scenario(free int) []demoKey {
 			k.vendor.Limits = vendorsim.Limits{RPM: 20, RPD: 5}
 			k.limits, k.rpmShow = keypool.Limits{RPM: 20}, 20
 		case 2:
-			k.note = "vendor allows 12 a minute; the pool thinks 20"
+			k.note = "the vendor allows 12 a minute, the pool thinks 20: the vendor's headers tell it"
 			k.vendor.Limits = vendorsim.Limits{RPM: 12}
 			k.limits, k.rpmShow = keypool.Limits{RPM: 20}, 20
 		default:
