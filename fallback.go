@@ -50,6 +50,7 @@ type Route struct {
 // A Fallback is safe for concurrent use.
 type Fallback struct {
 	routes  []*fallbackRoute
+	names   string // the routes' names, for errors: "groq/openrouter"
 	clock   func() time.Time
 	onRoute func(RouteEvent)
 }
@@ -130,6 +131,10 @@ func NewFallback(routes []Route, opts ...FallbackOption) (*Fallback, error) {
 		}
 		names[r.Name] = true
 		fb.routes = append(fb.routes, &fallbackRoute{Route: r, rt: r.Pool.Transport(r.Base)})
+		if fb.names != "" {
+			fb.names += "/"
+		}
+		fb.names += r.Name
 	}
 	return fb, nil
 }
@@ -202,7 +207,7 @@ func (fb *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !soonest.IsZero() {
 		wait = max(soonest.Sub(fb.clock()), 0)
 	}
-	return nil, &NoAvailableKeyError{Provider: "fallback", RetryAt: soonest, wait: wait}
+	return nil, &NoAvailableKeyError{Provider: fb.names, RetryAt: soonest, wait: wait}
 }
 
 func (fb *Fallback) report(ev RouteEvent) {

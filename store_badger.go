@@ -475,3 +475,18 @@ func (b badgerLogger) Warningf(f string, v ...any) {
 
 func (badgerLogger) Infof(string, ...any)  {}
 func (badgerLogger) Debugf(string, ...any) {}
+
+// StoredKey names a key whose state a store holds.
+type StoredKey struct {
+	Provider string
+	KeyID    string
+}
+
+// Keys returns the keys the store holds state for, in no particular order.
+func (s *BadgerStore) Keys() []StoredKey {
+	var out []StoredKey
+	s.mem.each(func(ref keyRef, _ *memKey) {
+		out = append(out, StoredKey{Provider: ref.provider, KeyID: ref.keyID})
+	})
+	return out
+}

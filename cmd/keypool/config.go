@@ -115,7 +115,9 @@ func loadConfig(path string) (*settings, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fieldErr("config", "%s: %v", path, err)
+		// yaml lists its complaints a line each; the command says one line.
+		msg := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), ":\n", ":")), " ")
+		return nil, fieldErr("config", "%s: %s", path, msg)
 	}
 	s, err := c.resolve(os.LookupEnv)
 	if err != nil {

@@ -35,6 +35,8 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"demo", "run a live, offline demo: a pool of keys against a fake vendor", runDemo},
+		{"serve", "serve a local proxy that pools upstream keys behind one base URL", runServe},
+		{"status", "show each key's benches and window use, from a proxy or a state directory", runStatus},
 	}
 }
 
