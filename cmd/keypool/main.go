@@ -1,6 +1,8 @@
 // Command keypool runs keypool without writing Go.
 //
 //	keypool demo     a live, offline demo against a fake vendor
+//	keypool serve    a local proxy that pools upstream keys behind one base URL
+//	keypool status   each key's benches and window use
 //
 // Run "keypool help" for the commands and "keypool <command> -h" for their
 // flags.
