@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -369,4 +371,118 @@ upstreams:
 	assert.True(t, keys[2].Paid)
 	assert.Equal(t, "api.example.com", s.routes[0].name)
 	assert.Equal(t, [][]byte{[]byte("pt")}, s.tokens)
+}
+
+func TestProxyFallsBackAcrossVendors(t *testing.T) {
+	simA := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Keys: []vendorsim.Key{{Secret: "sk-a", ID: "a", Limits: vendorsim.Limits{RPD: 1}}}})
+	simB := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Keys: []vendorsim.Key{{Secret: "sk-b", ID: "b", Limits: vendorsim.Limits{RPD: 2}}}})
+	t.Cleanup(simA.Close)
+	t.Cleanup(simB.Close)
+	base, _ := startProxy(t, fmt.Sprintf(`
+proxy_tokens: [%q]
+state: %s
+upstreams:
+  - {name: free-a, url: %s, limits: {rpd: 1}, keys: [{id: a, secret: sk-a}]}
+  - {name: free-b, url: %s, limits: {rpd: 2}, keys: [{id: b, secret: sk-b}], models: {gpt-4o-mini: other-model}}
+`, proxyToken, t.TempDir(), simA.URL(), simB.URL()))
+	for i := range 3 {
+		resp, err := chat(t, base, false)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, "request %d: no caller-visible failure while a route has quota", i)
+	}
+	assert.Equal(t, int64(1), simA.Totals().Served)
+	assert.Equal(t, int64(2), simB.Totals().Served)
+	resp, err := chat(t, base, false)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "%s", b)
+	routes, err := fetchStatus(t.Context(), base, proxyToken)
+	require.NoError(t, err)
+	require.Len(t, routes, 2)
+	soonest := routes[0].RestingUntil
+	if routes[1].RestingUntil.Before(soonest) {
+		soonest = routes[1].RestingUntil
+	}
+	want := int64(time.Until(soonest).Seconds())
+	got, err := strconv.ParseInt(resp.Header.Get("Retry-After"), 10, 64)
+	require.NoError(t, err)
+	assert.InDelta(t, want, got, 2, "Retry-After is the soonest return of any route")
+	assert.Contains(t, string(b), "no free-a/free-b key available until")
+}
+
+func TestREADMEConfigExample(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	_, rest, ok := strings.Cut(string(readme), "```yaml\n")
+	require.True(t, ok, "the README has a YAML example")
+	example, _, _ := strings.Cut(rest, "```")
+	keys := filepath.Join(t.TempDir(), "openrouter-keys")
+	require.NoError(t, os.WriteFile(keys, []byte("sk-or-1\nsk-or-2\n"), 0o600))
+	example = strings.ReplaceAll(example, "/run/secrets/openrouter-keys", keys)
+	var c config
+	dec := yaml.NewDecoder(strings.NewReader(example))
+	dec.KnownFields(true)
+	require.NoError(t, dec.Decode(&c))
+	s, err := c.resolve(func(name string) (string, bool) { return "value-of-" + name, true })
+	require.NoError(t, err)
+	require.Len(t, s.routes, 3)
+	assert.Equal(t, []string{"groq", "openrouter", "openai"}, []string{s.routes[0].name, s.routes[1].name, s.routes[2].name})
+	assert.True(t, s.routes[2].keys[0].Paid, "the paid vendor is last")
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestServeShutsDownGracefully(t *testing.T) {
+	sim := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Keys: []vendorsim.Key{
+		{Secret: "sk-a", ID: "a", Revoked: true}, {Secret: "sk-b", ID: "b"}}})
+	t.Cleanup(sim.Close)
+	state := t.TempDir()
+	path := filepath.Join(t.TempDir(), "keypool.yaml")
+	conf := "listen: 127.0.0.1:0\n" + simConfig(sim, state, "      - {id: a, secret: sk-a}\n      - {id: b, secret: sk-b}")
+	require.NoError(t, os.WriteFile(path, []byte(conf), 0o600))
+
+	ctx, stop := context.WithCancel(t.Context())
+	var stdout, stderr syncBuffer
+	done := make(chan int)
+	go func() { done <- run(ctx, []string{"serve", "-config", path}, &stdout, &stderr) }()
+	var addr string
+	require.Eventually(t, func() bool {
+		_, rest, ok := strings.Cut(stderr.String(), "addr=")
+		addr, _, _ = strings.Cut(rest, " ")
+		return ok
+	}, 5*time.Second, 10*time.Millisecond, "the proxy did not start: %s", stderr.String())
+	resp, err := chat(t, "http://"+addr, false)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+
+	stop()
+	select {
+	case status := <-done:
+		assert.Equal(t, 0, status, "stderr: %s", stderr.String())
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+	assert.Contains(t, stderr.String(), "stopped")
+	var out bytes.Buffer
+	require.NoError(t, printState(t.Context(), &out, state), "the state directory is free again")
+	assert.Contains(t, out.String(), "auth until", "the bench was written")
 }
