@@ -143,7 +143,7 @@ func NewFallback(routes []Route, opts ...FallbackOption) (*Fallback, error) {
 func (fb *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 	body := &replay{orig: req.Body, getBody: req.GetBody}
 	if body.orig != nil && body.orig != http.NoBody {
-		if _, err := body.read(); err != nil {
+		if _, err := body.read(bodyLength(req)); err != nil {
 			body.discard()
 			return nil, fmt.Errorf("keypool: reading request body: %w", err)
 		}
@@ -248,7 +248,7 @@ func (r *fallbackRoute) request(req *http.Request, body *replay) (*http.Request,
 	switch {
 	case body.orig == nil || body.orig == http.NoBody:
 		return out, nil
-	case body.read1 && body.prefix == nil:
+	case body.isWhole:
 		b := mapModel(body.whole, r.Models)
 		out.Body = io.NopCloser(bytes.NewReader(b))
 		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }

@@ -145,6 +145,7 @@ type Pool struct {
 	closed     atomic.Bool
 	tel        *telemetry
 	lines      waitLines // requests waiting for a key, by model
+	models     names     // the model names requests have named
 }
 
 // poolKey is a key as the pool holds it.

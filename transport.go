@@ -133,14 +133,26 @@ func (p *Pool) settle(l *lease, resp *http.Response) {
 		_ = p.store.Settle(resp.Request.Context(), l.take, l.grant, 0)
 		return
 	}
-	take, grant, key := l.take, l.grant, l.key
-	ctx := context.WithoutCancel(resp.Request.Context())
-	resp.Body = newUsageBody(resp.Body, resp.Header.Get("Content-Type"), func(tokens int64, ok bool) {
-		if ok {
-			_ = p.store.Settle(ctx, take, grant, tokens)
-			p.tel.used(ctx, key, tokens)
-		}
-	})
+	m := &meteredBody{pool: p, lease: *l}
+	m.start(resp.Body, resp.Header.Get("Content-Type"), m)
+	resp.Body = m
+}
+
+// meteredBody is a successful answer's body, read for the tokens it reports,
+// which then settle its lease.
+type meteredBody struct {
+	usageBody
+	pool  *Pool
+	lease lease
+}
+
+func (m *meteredBody) settle(tokens int64, ok bool) {
+	if !ok {
+		return // the estimate stands
+	}
+	ctx := context.Background() // the request's context may be over by now
+	_ = m.pool.store.Settle(ctx, m.lease.take, m.lease.grant, tokens)
+	m.pool.tel.used(ctx, m.lease.key, tokens)
 }
 
 // redact returns err with the key's secret removed from its text, for a key
@@ -186,6 +198,15 @@ func drain(body io.ReadCloser) {
 	_ = body.Close()
 }
 
+// bodyLength returns the length of a request's body, or -1 when unknown: a
+// zero ContentLength with a body means unknown.
+func bodyLength(req *http.Request) int64 {
+	if req.ContentLength == 0 {
+		return -1
+	}
+	return req.ContentLength
+}
+
 // inspect reads what the pool needs of a request before sending it — the
 // model, and what a token estimate needs — without consuming the body, and
 // returns how to send the body on each attempt.
@@ -200,12 +221,12 @@ func (p *Pool) inspect(req *http.Request) (*replay, RequestInfo, error) {
 	if b.orig == nil || b.orig == http.NoBody || (info.Model != "" && !p.needTokens) {
 		return b, info, nil
 	}
-	data, err := b.read()
+	data, err := b.read(bodyLength(req))
 	if err != nil {
 		b.discard()
 		return nil, info, fmt.Errorf("keypool: reading request body: %w", err)
 	}
-	scanned := scanRequest(data)
+	scanned := scanRequest(data, &p.models)
 	if rest := req.ContentLength - int64(len(data)); rest > 0 {
 		scanned.PromptChars += rest // a body longer than what was read counts as prompt
 	}

@@ -1,0 +1,26 @@
+package keypool
+
+import (
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestNamesInterns(t *testing.T) {
+	var n names
+	a := n.get([]byte("gpt-4o"))
+	b := n.get([]byte("gpt-4o"))
+	assert.Equal(t, "gpt-4o", a)
+	assert.Same(t, unsafeData(a), unsafeData(b), "the same bytes give the same string")
+	allocs := testing.AllocsPerRun(100, func() { n.get([]byte("gpt-4o")) })
+	assert.Zero(t, allocs, "a known name costs no allocation")
+	for i := range maxNames + 10 {
+		n.get([]byte{byte(i), byte(i >> 8)})
+	}
+	assert.Len(t, n.m, maxNames, "the interned names are bounded")
+	var none *names
+	assert.Equal(t, "x", none.get([]byte("x")))
+}
+
+func unsafeData(s string) *byte { return unsafe.StringData(s) }
