@@ -66,7 +66,9 @@ type limits struct {
 	TPD int64 `yaml:"tpd"`
 }
 
-func (l limits) pool() keypool.Limits { return keypool.Limits{RPM: l.RPM, RPD: l.RPD, TPM: l.TPM, TPD: l.TPD} }
+func (l limits) pool() keypool.Limits {
+	return keypool.Limits{RPM: l.RPM, RPD: l.RPD, TPM: l.TPM, TPD: l.TPD}
+}
 
 type calendarDay struct {
 	Hour int    `yaml:"hour"`
