@@ -24,7 +24,10 @@ var errShortRecord = errors.New("record ends early")
 func (k *memKey) encodeWindows(b []byte) []byte {
 	b = append(b, windowsFormat)
 	b = binary.AppendVarint(b, k.last)
-	b = k.cap.encode(b)
+	b = append(b, boolByte(k.cap != nil))
+	if k.cap != nil {
+		b = k.cap.encode(b)
+	}
 	n := 0
 	for _, m := range k.models {
 		if m.win != nil {
@@ -49,7 +52,10 @@ func (k *memKey) decodeWindows(b []byte) error {
 		return fmt.Errorf("windows record of format %d", f)
 	}
 	k.last = r.varint()
-	k.cap.decode(&r)
+	if r.byte() != 0 {
+		k.cap = &windows{}
+		k.cap.decode(&r)
+	}
 	for n := r.uvarint(); n > 0 && r.err == nil; n-- {
 		m := k.model(r.string())
 		m.win = &windows{}
@@ -173,6 +179,13 @@ func (s *sliding) decode(r *reader, bk buckets) {
 		s.sumReq += int64(req)
 		s.sumTok += int64(tok)
 	}
+}
+
+func boolByte(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func appendString(b []byte, s string) []byte {

@@ -1,11 +1,16 @@
 package keypool
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/oauth2"
 )
 
 // cannedBase answers every request at once with a fixed answer that
@@ -71,11 +76,14 @@ func BenchmarkOverhead(b *testing.B) {
 	base := newCannedBase()
 	rts := map[string]func(b *testing.B) http.RoundTripper{
 		"floor": func(*testing.B) http.RoundTripper { return floor{base: base, auth: []string{"Bearer sk-1"}} },
+		"oauth2": func(*testing.B) http.RoundTripper {
+			return &oauth2.Transport{Source: oauth2.StaticTokenSource(&oauth2.Token{AccessToken: "sk-1"}), Base: base}
+		},
 		"pool": func(b *testing.B) http.RoundTripper {
 			return benchPool(b, 100).Transport(base)
 		},
 	}
-	for _, name := range []string{"floor", "pool"} {
+	for _, name := range []string{"floor", "oauth2", "pool"} {
 		for _, parallel := range []bool{false, true} {
 			b.Run(fmt.Sprintf("%s/parallel=%t", name, parallel), func(b *testing.B) {
 				rt := rts[name](b)
@@ -94,5 +102,63 @@ func BenchmarkOverhead(b *testing.B) {
 				})
 			})
 		}
+	}
+}
+
+// BenchmarkScaling measures a request through the transport as the keys and
+// the models grow: the pick of a key and the check of its windows should
+// cost the same for 10,000 keys as for one.
+func BenchmarkScaling(b *testing.B) {
+	base := newCannedBase()
+	for _, c := range []struct{ keys, models int }{{1, 1}, {10_000, 1}, {1, 100}} {
+		b.Run(fmt.Sprintf("keys=%d/models=%d", c.keys, c.models), func(b *testing.B) {
+			rt := benchPool(b, c.keys).Transport(base)
+			bodies := make([]string, c.models)
+			for i := range bodies {
+				bodies[i] = strings.Replace(benchBody, "gpt-4o-mini", fmt.Sprintf("model-%d", i), 1)
+			}
+			// Warm every key and model, so that the first touch of each is
+			// not what is measured.
+			for i := range max(c.keys, c.models) * 2 {
+				roundTripBody(b, rt, bodies[i%c.models])
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				roundTripBody(b, rt, bodies[i%c.models])
+				i++
+			}
+		})
+	}
+}
+
+func roundTripBody(b *testing.B, rt http.RoundTripper, body string) {
+	req, _ := http.NewRequest(http.MethodPost, "http://vendor.test/v1/chat/completions", strings.NewReader(body))
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+}
+
+// BenchmarkWindowSetMemory reports the heap one key × model window set
+// takes in the memory store, map entries included.
+func BenchmarkWindowSetMemory(b *testing.B) {
+	const sets = 10_000
+	for b.Loop() {
+		s := NewMemoryStore()
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		t := Take{Provider: "p", Model: "m", Limits: Limits{RPM: 100, RPD: 1000, TPM: 1e6, TPD: 1e7}, Tokens: 10, Now: time.Now()}
+		for i := range sets {
+			t.KeyID = fmt.Sprintf("key-%05d", i)
+			_, _ = s.Take(context.Background(), t)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/sets, "B/set")
+		runtime.KeepAlive(s)
 	}
 }
