@@ -376,11 +376,14 @@ func (p *Pool) observe(ctx context.Context, l *lease, v verdict, now time.Time) 
 		if l.grant.Level > 0 {
 			_ = p.store.ResetLevel(ctx, p.provider, l.key.ID, l.take.Model)
 		}
-		if !v.reset.exhausted(now) {
+		if !v.reset.exhausted(now) || l.take.Limits != (Limits{}) {
 			return time.Time{}
 		}
 		// The answer went through but says its window is spent: set the key
 		// aside until the window resets, before the vendor answers 429. A
+		// key whose limits the pool was told needs none of this: its own
+		// windows refuse until the next slot frees, where a vendor's reset
+		// (OpenAI's: until the window is whole again) would idle it longer. A
 		// window that lifts beyond longThrottle is a quota, named or not.
 		v.kind = KindRate
 		if v.reset.Window != WindowNone || v.reset.ResetAt.Sub(now) > longThrottle {
