@@ -139,7 +139,7 @@ func (s *MemoryStore) Take(_ context.Context, t Take) (Grant, error) {
 		k.cap.add(now, t.Cap, 1, t.Tokens, t.Days)
 	}
 	k.dirty = true
-	return Grant{OK: true, Level: m.level, At: time.Unix(0, now).UTC()}, nil
+	return Grant{OK: true, Level: m.level, At: time.Unix(0, now).UTC(), key: k, model: m}, nil
 }
 
 // latest returns the end and kind of the later of two benches.
@@ -167,11 +167,17 @@ func (s *MemoryStore) add(t Take, g Grant, req, tok int64) {
 	if !g.OK || (req == 0 && tok == 0) {
 		return
 	}
-	k := s.key(t.Provider, t.KeyID)
+	k, m := g.key, g.model
+	if k == nil {
+		k = s.key(t.Provider, t.KeyID)
+	}
 	at := g.At.UnixNano()
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if m := k.model(t.Model); m.win != nil {
+	if m == nil {
+		m = k.model(t.Model)
+	}
+	if m.win != nil {
 		m.win.add(at, t.Limits, req, tok, t.Days)
 	}
 	if k.cap != nil {
