@@ -114,15 +114,11 @@ func TestTransportRoundRobinFreeThenPaid(t *testing.T) {
 }
 
 func TestTransportFailsOverAndBenches(t *testing.T) {
-	clock := newTestClock()
-	v, srv := newVendor(t)
-	var ev evictions
-	pool, err := New("test", threeKeys(), WithClock(clock.Now), OnEvict(ev.add))
-	require.NoError(t, err)
-	client := &http.Client{Transport: pool.Transport(nil)}
+	f := newFixture(t)
+	clock, v, srv, ev, client := f.clock, f.vendor, f.url, f.ev, f.client
 	v.on("sk-a", rateLimited("20"))
 
-	status, err := get(t, client, srv.URL)
+	status, err := get(t, client, srv)
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusOK, status, "the caller sees the second key's answer")
 	assert.Equal(t, []string{"sk-a", "sk-b"}, v.keys())
@@ -132,13 +128,13 @@ func TestTransportFailsOverAndBenches(t *testing.T) {
 
 	// a stays benched for 20 s: the next requests go to c, then b.
 	for range 2 {
-		_, err := get(t, client, srv.URL)
+		_, err := get(t, client, srv)
 		require.NoError(t, err)
 	}
 	assert.Equal(t, []string{"sk-c", "sk-b"}, v.keys()[2:])
 	clock.Advance(20 * time.Second)
 	for range 3 {
-		_, err := get(t, client, srv.URL)
+		_, err := get(t, client, srv)
 		require.NoError(t, err)
 	}
 	assert.Contains(t, v.keys()[4:], "sk-a", "a is back after its bench")
@@ -370,13 +366,10 @@ func TestTransportBenchByKind(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := newTestClock()
-			v, srv := newVendor(t)
-			var ev evictions
-			pool, err := New("test", threeKeys(), WithClock(clock.Now), OnEvict(ev.add))
-			require.NoError(t, err)
-			v.on("sk-a", tt.answer)
-			req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(`{"model":"gpt-x"}`))
+			f := newFixture(t)
+			clock, ev, pool := f.clock, f.ev, f.pool
+			f.vendor.on("sk-a", tt.answer)
+			req, _ := http.NewRequest(http.MethodPost, f.url, strings.NewReader(`{"model":"gpt-x"}`))
 			resp, err := pool.Transport(nil).RoundTrip(req)
 			require.NoError(t, err)
 			resp.Body.Close()
@@ -451,16 +444,12 @@ func TestTransportSetsKeyAsideWhenWindowIsSpent(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := newTestClock()
-			v, srv := newVendor(t)
-			var ev evictions
-			pool, err := New("test", threeKeys(), WithClock(clock.Now), OnEvict(ev.add))
-			require.NoError(t, err)
+			f := newFixture(t)
+			v, ev := f.vendor, f.ev
 			v.on("sk-a", answer{status: 200, header: map[string]string{
 				"X-Ratelimit-Limit-Requests": "10", "X-Ratelimit-Remaining-Requests": "0", "X-Ratelimit-Reset-Requests": tt.reset}})
-			client := &http.Client{Transport: pool.Transport(nil)}
 			for range 4 {
-				status, err := get(t, client, srv.URL)
+				status, err := get(t, f.client, f.url)
 				require.NoError(t, err)
 				require.Equal(t, http.StatusOK, status, "the answer that spends the window still reaches the caller")
 			}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -29,17 +28,12 @@ type demoOptions struct {
 }
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs := newFlagSet("demo", "keypool demo [flags]", "Runs a pool of keys against a fake OpenAI-style vendor on loopback and shows what it does.")
 	var o demoOptions
 	fs.IntVar(&o.keys, "keys", 5, "free keys in the pool, at least 3: one is revoked, one has a small daily quota; one paid key is added")
 	fs.DurationVar(&o.duration, "duration", 30*time.Second, "how long to send requests")
 	fs.Float64Var(&o.rate, "rate", 4, "requests offered per second")
 	fs.StringVar(&o.state, "state", "", "keep the pool's state in this directory (Badger) across runs; default: a temporary directory")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: keypool demo [flags]")
-		fmt.Fprintln(fs.Output(), "\nRuns a pool of keys against a fake OpenAI-style vendor on loopback and shows what it does.")
-		fs.PrintDefaults()
-	}
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}

@@ -90,6 +90,18 @@ type usageError struct{ err error }
 func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 
+// newFlagSet returns the flag set of a command whose usage line is use and
+// whose purpose is about.
+func newFlagSet(name, use, about string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: "+use)
+		fmt.Fprintln(fs.Output(), "\n"+about)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
 // parseFlags parses args with fs, whose output goes to stderr; a bad flag
 // is a usageError.
 func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {

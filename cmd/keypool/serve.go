@@ -5,7 +5,6 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -26,13 +25,8 @@ import (
 )
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs := newFlagSet("serve", "keypool serve -config FILE", "Serves a local proxy that pools the configured upstream keys; point a client's base URL at it.")
 	path := fs.String("config", "", "the YAML configuration file (required)")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: keypool serve -config FILE")
-		fmt.Fprintln(fs.Output(), "\nServes a local proxy that pools the configured upstream keys; point a client's base URL at it.")
-		fs.PrintDefaults()
-	}
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,15 +17,10 @@ import (
 )
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs := newFlagSet("status", "keypool status -url URL | -state DIR", "Shows each key's benches and window use.")
 	state := fs.String("state", "", "a state directory not in use by a running proxy")
 	addr := fs.String("url", "", "the base URL of a running proxy, such as http://127.0.0.1:8787")
 	token := fs.String("token", "", "the proxy token for -url (default: $KEYPOOL_PROXY_TOKEN)")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: keypool status -url URL | -state DIR")
-		fmt.Fprintln(fs.Output(), "\nShows each key's benches and window use.")
-		fs.PrintDefaults()
-	}
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}

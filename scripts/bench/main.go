@@ -72,7 +72,7 @@ func median(rs map[string]result, name, unit string) float64 {
 // row is one line of the table.
 type row struct {
 	goal, measured, target string
-	pass               *bool // nil: reported, no goal
+	pass                   *bool // nil: reported, no goal
 }
 
 func check(ok bool) *bool { return &ok }
