@@ -113,9 +113,11 @@ func (b *replay) rewindBody() (io.ReadCloser, error) {
 	return r, nil
 }
 
-// getBodyFunc returns what an attempt's Request.GetBody should be.
+// getBodyFunc returns what an attempt's Request.GetBody should be: the
+// caller's, which gives the same bytes, or else one over the body read
+// whole.
 func (b *replay) getBodyFunc() func() (io.ReadCloser, error) {
-	if !b.isWhole {
+	if !b.isWhole || b.getBody != nil {
 		return b.getBody
 	}
 	if b.rewind == nil {
