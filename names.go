@@ -1,6 +1,9 @@
 package keypool
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // maxNames bounds the names a names holds: model names come from requests,
 // and a client sending endless names must not grow memory without end.
@@ -10,8 +13,9 @@ const maxNames = 1024
 // looking the name up spares an allocation per request. It is safe for
 // concurrent use; a nil names interns nothing.
 type names struct {
-	mu sync.RWMutex // guards m
-	m  map[string]string
+	last atomic.Pointer[string] // the name got last: most requests repeat it
+	mu   sync.RWMutex           // guards m
+	m    map[string]*string
 }
 
 // get returns b as a string, the same string each time for the same bytes.
@@ -19,20 +23,24 @@ func (n *names) get(b []byte) string {
 	if n == nil {
 		return string(b)
 	}
+	if last := n.last.Load(); last != nil && *last == string(b) {
+		return *last
+	}
 	n.mu.RLock()
-	s, ok := n.m[string(b)]
+	p, ok := n.m[string(b)]
 	n.mu.RUnlock()
 	if ok {
-		return s
+		n.last.Store(p)
+		return *p
 	}
-	s = string(b)
+	s := string(b)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.m == nil {
-		n.m = make(map[string]string)
+		n.m = make(map[string]*string)
 	}
 	if len(n.m) < maxNames {
-		n.m[s] = s
+		n.m[s] = &s
 	}
 	return s
 }
