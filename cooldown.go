@@ -1,6 +1,9 @@
 package keypool
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Kind is the kind of outcome an answer is, and so how long it benches a key.
 type Kind int
@@ -62,7 +65,7 @@ func defaultBenchPolicy() benchPolicy {
 // from the quota ladder, so the level goes up by one. A zero duration means
 // no bench.
 func (b benchPolicy) benchFor(v verdict, level int, now time.Time) (d time.Duration, climb bool) {
-	dated := v.reset.ResetAt.After(now)
+	dated := !v.reset.ResetAt.IsZero() // a reset at or before now asks for the shortest bench
 	switch v.kind {
 	case KindRate:
 		d = b.rate
@@ -96,4 +99,18 @@ func (b benchPolicy) benchFor(v verdict, level int, now time.Time) (d time.Durat
 // model.
 func (v verdict) wholeKey() bool {
 	return v.kind == KindAuth || v.billing
+}
+
+// MarshalText returns the kind's name, so that JSON shows "rate", not 1.
+func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
+// UnmarshalText reads a kind's name.
+func (k *Kind) UnmarshalText(b []byte) error {
+	for i, name := range kindNames {
+		if string(b) == name {
+			*k = Kind(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("keypool: unknown kind %q", b)
 }

@@ -14,3 +14,15 @@ func TestKindString(t *testing.T) {
 		assert.Equal(t, want, k.String(), "Kind(%d).String()", int(k))
 	}
 }
+
+func TestKindText(t *testing.T) {
+	for k := KindNone; k <= KindTransient; k++ {
+		b, err := k.MarshalText()
+		assert.NoError(t, err)
+		var back Kind
+		assert.NoError(t, back.UnmarshalText(b))
+		assert.Equal(t, k, back)
+	}
+	var k Kind
+	assert.ErrorContains(t, k.UnmarshalText([]byte("bogus")), `unknown kind "bogus"`)
+}

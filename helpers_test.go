@@ -149,3 +149,29 @@ func (e *evictions) all() []Eviction {
 	defer e.mu.Unlock()
 	return append([]Eviction(nil), e.list...)
 }
+
+// fixture is a pool of threeKeys on a test clock over a scripted vendor,
+// with what OnEvict reported.
+type fixture struct {
+	clock  *testClock
+	vendor *vendor
+	url    string
+	ev     *evictions
+	pool   *Pool
+	client *http.Client
+}
+
+func newFixture(t *testing.T, opts ...Option) *fixture {
+	t.Helper()
+	f := &fixture{clock: newTestClock(), ev: &evictions{}}
+	var srv *httptest.Server
+	f.vendor, srv = newVendor(t)
+	f.url = srv.URL
+	pool, err := New("test", threeKeys(), append([]Option{WithClock(f.clock.Now), OnEvict(f.ev.add)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.pool = pool
+	f.client = &http.Client{Transport: pool.Transport(nil)}
+	return f
+}

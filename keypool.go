@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -142,6 +143,9 @@ type Pool struct {
 	// estimated and answers settled.
 	needTokens bool
 	closed     atomic.Bool
+	tel        *telemetry
+	lines      waitLines // requests waiting for a key, by model
+	models     names     // the model names requests have named
 }
 
 // poolKey is a key as the pool holds it.
@@ -155,6 +159,14 @@ type poolKey struct {
 	// answers by kind.
 	sent    atomic.Int64
 	answers [len(kindNames)]atomic.Int64
+	tel     keyTelemetry
+	// benchedUntil is the end of the latest bench this pool set on the key,
+	// for any model, in Unix nanoseconds.
+	benchedUntil atomic.Int64
+
+	lastMu sync.Mutex // guards last and lastAt
+	last   Reading    // what the vendor last said of the key's windows
+	lastAt time.Time
 }
 
 // New returns a pool over keys for provider, a name used in stats, errors,
@@ -179,6 +191,10 @@ func New(provider string, keys []Key, opts ...Option) (*Pool, error) {
 	}
 	if err := validateLimits(&cfg); err != nil {
 		return nil, fmt.Errorf("keypool: %s: %w", provider, err)
+	}
+	p.tel = newTelemetry(p)
+	for _, k := range p.keys {
+		k.tel = p.tel.forKey(provider, k)
 	}
 	p.needTokens = cfg.limits.hasTokens() || cfg.keyCap.hasTokens()
 	for _, l := range cfg.modelLimits {
@@ -342,9 +358,16 @@ func min0(a, b int64) int64 {
 // when the key comes back if it was benched.
 func (p *Pool) observe(ctx context.Context, l *lease, v verdict, now time.Time) time.Time {
 	l.key.answers[v.kind].Add(1)
-	if f := p.cfg.onRateLimit; f != nil && v.reset.Window != WindowNone {
-		f(Reading{Provider: p.provider, KeyID: l.key.ID, Model: l.take.Model,
-			Window: v.reset.Window, Utilization: v.reset.Utilization, ResetAt: v.reset.ResetAt})
+	p.tel.answered(ctx, l.key, v)
+	if v.reset.HasUtilization || !v.reset.ResetAt.IsZero() {
+		r := Reading{Provider: p.provider, KeyID: l.key.ID, Model: l.take.Model,
+			Window: v.reset.Window, Utilization: v.reset.Utilization, ResetAt: v.reset.ResetAt}
+		l.key.lastMu.Lock()
+		l.key.last, l.key.lastAt = r, now
+		l.key.lastMu.Unlock()
+		if f := p.cfg.onRateLimit; f != nil && v.reset.Window != WindowNone {
+			f(r)
+		}
 	}
 	if p.single() {
 		return time.Time{}
@@ -353,13 +376,17 @@ func (p *Pool) observe(ctx context.Context, l *lease, v verdict, now time.Time) 
 		if l.grant.Level > 0 {
 			_ = p.store.ResetLevel(ctx, p.provider, l.key.ID, l.take.Model)
 		}
-		if !v.reset.exhausted(now) {
+		if !v.reset.exhausted(now) || l.take.Limits != (Limits{}) {
 			return time.Time{}
 		}
 		// The answer went through but says its window is spent: set the key
-		// aside until the window resets, before the vendor answers 429.
+		// aside until the window resets, before the vendor answers 429. A
+		// key whose limits the pool was told needs none of this: its own
+		// windows refuse until the next slot frees, where a vendor's reset
+		// (OpenAI's: until the window is whole again) would idle it longer. A
+		// window that lifts beyond longThrottle is a quota, named or not.
 		v.kind = KindRate
-		if v.reset.Window != WindowNone {
+		if v.reset.Window != WindowNone || v.reset.ResetAt.Sub(now) > longThrottle {
 			v.kind = KindQuota
 		}
 	}
@@ -371,6 +398,10 @@ func (p *Pool) observe(ctx context.Context, l *lease, v verdict, now time.Time) 
 	b := Bench{Provider: p.provider, KeyID: l.key.ID, Model: l.take.Model, AllModels: v.wholeKey(),
 		Kind: v.kind, Until: now.Add(d), Level: level}
 	_ = p.store.Bench(ctx, b)
+	p.tel.benched(ctx, l.key, v.kind)
+	if until := b.Until.UnixNano(); until > l.key.benchedUntil.Load() {
+		l.key.benchedUntil.Store(until)
+	}
 	if f := p.cfg.onEvict; f != nil {
 		model := b.Model
 		if b.AllModels {
@@ -381,6 +412,10 @@ func (p *Pool) observe(ctx context.Context, l *lease, v verdict, now time.Time) 
 	}
 	return b.Until
 }
+
+// longThrottle is the longest wait a throttle of a short window takes; a
+// spent window that lifts later is a quota.
+const longThrottle = 10 * time.Minute
 
 // exhausted reports that a reading says its binding window is full and
 // dates when it resets.
@@ -423,7 +458,7 @@ func (p *Pool) Do(ctx context.Context, model string, fn func(ctx context.Context
 	var c call
 	var last error
 	for {
-		l, err := p.acquire(ctx, &c, model, 0)
+		l, err := p.take(ctx, &c, model, 0)
 		if err != nil {
 			var na *NoAvailableKeyError
 			if errors.As(err, &na) && last != nil {
@@ -477,6 +512,10 @@ type KeyStats struct {
 	// nothing).
 	Sent    int64
 	Answers map[Kind]int64
+	// Last is what the vendor last said of the key's windows (how full,
+	// when it resets), at LastAt; zero when it has said nothing.
+	Last   Reading
+	LastAt time.Time
 }
 
 // ModelStats is what a pool knows of one key for one model.
@@ -497,6 +536,9 @@ func (p *Pool) Stats() []KeyStats {
 	out := make([]KeyStats, 0, len(p.keys))
 	for _, k := range p.keys {
 		ks := KeyStats{ID: k.ID, Paid: k.Paid, Sent: k.sent.Load(), Answers: map[Kind]int64{}}
+		k.lastMu.Lock()
+		ks.Last, ks.LastAt = k.last, k.lastAt
+		k.lastMu.Unlock()
 		for kind := range k.answers {
 			if n := k.answers[kind].Load(); n != 0 {
 				ks.Answers[Kind(kind)] = n
@@ -521,10 +563,41 @@ func (p *Pool) Close() error {
 	if p.closed.Swap(true) {
 		return nil
 	}
+	p.tel.close()
 	if err := p.store.Flush(context.Background()); err != nil {
 		return fmt.Errorf("keypool: %s: flushing store: %w", p.provider, err)
 	}
 	return nil
+}
+
+// available returns how many keys no bench of this pool holds at now, for
+// any model.
+func (p *Pool) available(now time.Time) int {
+	n := 0
+	for _, k := range p.keys {
+		if k.benchedUntil.Load() <= now.UnixNano() {
+			n++
+		}
+	}
+	return n
+}
+
+// Unbench lifts every bench of the key with the given ID and resets its
+// quota ladder: an operator's manual reset, for a key that was fixed (a
+// topped-up balance, a renewed key). It returns an error for an unknown ID
+// or a failing store.
+func (p *Pool) Unbench(keyID string) error {
+	for _, k := range p.keys {
+		if k.ID != keyID {
+			continue
+		}
+		if err := p.store.Unbench(context.Background(), p.provider, keyID); err != nil {
+			return fmt.Errorf("keypool: %s: unbench %s: %w", p.provider, keyID, err)
+		}
+		k.benchedUntil.Store(0)
+		return nil
+	}
+	return fmt.Errorf("keypool: %s: no key with ID %q", p.provider, keyID)
 }
 
 // keySet is a set of key indexes: a bit mask for the first 64 keys, and a

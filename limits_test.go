@@ -145,7 +145,7 @@ func TestLimitsTokensEstimatedAndSettled(t *testing.T) {
 	st := pool.Stats()[0]
 	require.Len(t, st.Models, 1)
 	assert.Equal(t, int64(3), st.Models[0].Usage.MinuteRequests)
-	assert.Equal(t, 50+2*DefaultEstimate(scanRequest([]byte(chat("m", 400)))), st.Models[0].Usage.MinuteTokens)
+	assert.Equal(t, 50+2*DefaultEstimate(scanRequest([]byte(chat("m", 400)), nil)), st.Models[0].Usage.MinuteTokens)
 }
 
 func TestLimitsTakeIsAtomicUnderConcurrency(t *testing.T) {

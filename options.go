@@ -5,6 +5,9 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // An Option configures a Pool. Options that take a function or an interface
@@ -31,7 +34,12 @@ type config struct {
 	modelFunc   func(*http.Request) string
 	estimator   func(RequestInfo) int64
 	bench       benchPolicy
-	errs        []error // from options, reported by New
+	wait        time.Duration // the longest a request waits for a key; 0 is not at all
+
+	tracerProvider trace.TracerProvider
+	meterProvider  metric.MeterProvider
+
+	errs []error // from options, reported by New
 }
 
 func newConfig(opts []Option) config {
@@ -246,5 +254,40 @@ func WithMaxBench(d time.Duration) Option {
 			return
 		}
 		c.bench.max = d
+	})
+}
+
+// WithTracerProvider sets where the pool's spans go: one span per attempt,
+// named "keypool.attempt". The default is the global provider.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return optionFunc(func(c *config) {
+		if tp != nil {
+			c.tracerProvider = tp
+		}
+	})
+}
+
+// WithMeterProvider sets where the pool's metrics go. The default is the
+// global provider.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return optionFunc(func(c *config) {
+		if mp != nil {
+			c.meterProvider = mp
+		}
+	})
+}
+
+// WaitForKey makes a request that finds no key available wait — up to max,
+// and no longer than its context allows — for the soonest key to come back,
+// instead of failing at once. Requests for one model wait in arrival order.
+// When the soonest key returns later than max allows, the request fails at
+// once with a *NoAvailableKeyError. The default is not to wait.
+func WaitForKey(max time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if max < 0 {
+			c.errs = append(c.errs, fmt.Errorf("WaitForKey(%v): must not be negative", max))
+			return
+		}
+		c.wait = max
 	})
 }

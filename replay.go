@@ -7,37 +7,39 @@ import (
 	"net/http"
 )
 
-// replay hands a request's body to each attempt of a RoundTrip. The first
-// attempt gets the caller's body; later ones get a copy from
-// Request.GetBody, or from the body read whole when it was small enough.
+// replay hands a request's body to each attempt of a RoundTrip. A body read
+// whole (see read) is sent from memory; otherwise the first attempt gets the
+// caller's body and later ones a copy from Request.GetBody.
 type replay struct {
 	orig    io.ReadCloser // the caller's body: nil or http.NoBody for none
 	getBody func() (io.ReadCloser, error)
-	whole   []byte // the body read whole, when the caller gave no GetBody
-	read1   bool   // the body was read whole (into whole) or in part (into prefix)
-	prefix  []byte // what was read of a body too long to read whole
-	handed  bool   // orig has been handed to an attempt
+	whole   []byte     // the body, when read whole
+	isWhole bool       // the body was read whole into whole
+	prefix  []byte     // what was read of a body too long to read whole
+	handed  bool       // orig, or first, has been handed to an attempt
+	first   memoryBody // the first attempt's reader of whole
+	// rewind is GetBody for a body read whole, made once per request.
+	rewind func() (io.ReadCloser, error)
 }
 
-// read returns up to maxBodyScan bytes of the body without using it up. A
-// body without GetBody is read into memory: whole when it fits, which makes
-// it replayable; otherwise its start is kept for the first attempt.
-func (b *replay) read() ([]byte, error) {
-	if b.getBody != nil {
-		rc, err := b.getBody()
-		if err != nil {
-			return nil, err
-		}
-		defer rc.Close()
-		return io.ReadAll(io.LimitReader(rc, maxBodyScan))
-	}
-	data, err := io.ReadAll(io.LimitReader(b.orig, maxBodyScan+1))
+// memoryBody reads a body held in memory.
+type memoryBody struct{ bytes.Reader }
+
+func (*memoryBody) Close() error { return nil }
+
+// read returns up to maxBodyScan bytes of the body without using it up: the
+// body is read into memory, whole when it fits, and sent from there on every
+// attempt; a longer body keeps its start for the first attempt. It never
+// reads a copy from GetBody for this, since some GetBody functions (go-
+// retryablehttp's, for one) rewind the very reader the request holds. n is
+// the body's length when known, else -1.
+func (b *replay) read(n int64) ([]byte, error) {
+	data, err := readAtMost(b.orig, n, maxBodyScan)
 	if err != nil {
 		return nil, err
 	}
-	b.read1 = true
 	if len(data) <= maxBodyScan {
-		b.whole = data
+		b.whole, b.isWhole = data, true
 		_ = b.orig.Close()
 		return data, nil
 	}
@@ -45,9 +47,40 @@ func (b *replay) read() ([]byte, error) {
 	return data[:maxBodyScan], nil
 }
 
+// readAtMost reads r to its end, or to limit+1 bytes when it is longer. n is
+// r's length when known (else -1), so that a body of known length is read
+// into one buffer of its size.
+func readAtMost(r io.Reader, n int64, limit int) ([]byte, error) {
+	if n < 0 || n > int64(limit) {
+		return io.ReadAll(io.LimitReader(r, int64(limit)+1))
+	}
+	buf := make([]byte, n, n+1)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return buf, nil // shorter than it said: the vendor will judge
+		}
+		return nil, err
+	}
+	var one [1]byte
+	for {
+		m, err := r.Read(one[:])
+		if m > 0 {
+			// Longer than it said: read on as a body of unknown length.
+			rest, err := io.ReadAll(io.LimitReader(r, int64(limit)-n))
+			return append(append(buf, one[0]), rest...), err
+		}
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
 // replayable reports whether the body can be sent again.
 func (b *replay) replayable() bool {
-	return b.orig == nil || b.orig == http.NoBody || b.getBody != nil || (b.read1 && b.prefix == nil)
+	return b.orig == nil || b.orig == http.NoBody || b.getBody != nil || b.isWhole
 }
 
 // next returns the body for the next attempt.
@@ -55,8 +88,12 @@ func (b *replay) next() (io.ReadCloser, error) {
 	switch {
 	case b.orig == nil || b.orig == http.NoBody:
 		return b.orig, nil
-	case b.read1 && b.prefix == nil:
-		return io.NopCloser(bytes.NewReader(b.whole)), nil
+	case b.isWhole && !b.handed:
+		b.handed = true
+		b.first.Reset(b.whole)
+		return &b.first, nil
+	case b.isWhole:
+		return b.rewindBody()
 	case !b.handed:
 		b.handed = true
 		if b.prefix != nil {
@@ -69,18 +106,30 @@ func (b *replay) next() (io.ReadCloser, error) {
 	return nil, errors.New("keypool: request body cannot be sent again")
 }
 
-// getBodyFunc returns what an attempt's Request.GetBody should be.
+// rewindBody returns a new reader of a body read whole.
+func (b *replay) rewindBody() (io.ReadCloser, error) {
+	r := &memoryBody{}
+	r.Reset(b.whole)
+	return r, nil
+}
+
+// getBodyFunc returns what an attempt's Request.GetBody should be: the
+// caller's, which gives the same bytes, or else one over the body read
+// whole.
 func (b *replay) getBodyFunc() func() (io.ReadCloser, error) {
-	if b.read1 && b.prefix == nil {
-		return func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b.whole)), nil }
+	if !b.isWhole || b.getBody != nil {
+		return b.getBody
 	}
-	return b.getBody
+	if b.rewind == nil {
+		b.rewind = b.rewindBody
+	}
+	return b.rewind
 }
 
 // discard closes the caller's body if no attempt has taken it, as a
 // RoundTripper must on every path.
 func (b *replay) discard() {
-	if b.orig != nil && b.orig != http.NoBody && !b.handed && !(b.read1 && b.prefix == nil) {
+	if b.orig != nil && b.orig != http.NoBody && !b.handed && !b.isWhole {
 		_ = b.orig.Close()
 	}
 }

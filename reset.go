@@ -25,40 +25,208 @@ const (
 // caller get the key back". They differ: a retry-after of 60 s next to a weekly
 // window that lifts in three days gives RetryAfter 60 s and ResetAt in three
 // days.
+//
+// No wait or horizon in a Reset is negative or further than 31 days away
+// (maxHorizon), and ResetAt is never before the now it was read at.
 type Reset struct {
-	// RetryAfter is the wait the answer asks for; meaningful when HasRetryAfter.
+	// RetryAfter is the wait the answer asks for — in a Retry-After header,
+	// else in the body ("Please try again in 26.604s", Gemini's retryDelay);
+	// meaningful when HasRetryAfter.
 	RetryAfter    time.Duration
 	HasRetryAfter bool
 	// ResetAt is the horizon: when the binding limit lifts. It is set whenever
-	// anything dates the lift — a window's reset, a vendor's reset header, or,
-	// where only a retry-after speaks, now plus that wait. Zero if unknown.
+	// anything dates the lift — a spent window's reset, a vendor's reset
+	// header, or, where only a retry-after speaks, now plus that wait. A spent
+	// window's reset outranks the retry-after. Zero if unknown.
 	ResetAt time.Time
 	// Window is the window the answer names or implies; empty when there is
-	// no evidence of one.
+	// no evidence of one. When several windows are spent it is the one that
+	// lifts last.
 	Window Window
 	// Utilization is the fraction of the binding window used (1 = full; it
-	// may exceed 1); meaningful when HasUtilization.
+	// may exceed 1); meaningful when HasUtilization. It is set only where the
+	// answer states numbers: a remaining count and limit, a utilization or a
+	// used percent.
 	Utilization    float64
 	HasUtilization bool
 }
 
-// ParseRateLimitReset reads a vendor's rate-limit headers as of now.
+// ParseRateLimitReset reads a vendor's rate-limit headers as of now, as they
+// stand, whatever the status of the answer. The binding window is the spent
+// one that lifts last; when none is spent, the most-utilized one (ties go to
+// the later reset), so that a caller can warn before a window fills.
+// An answer without rate-limit headers gives the zero Reset.
+//
+// The header map must have canonical keys, as net/http gives them. It is
+// pure and safe to call from any goroutine.
 func ParseRateLimitReset(h http.Header, now time.Time) Reset {
-	var r Reset
-	r.RetryAfter, r.HasRetryAfter = RetryAfterFromHeaders(h, now)
-	if r.HasRetryAfter {
-		r.ResetAt = now.Add(r.RetryAfter)
+	g := headerGroups(h)
+	if g == 0 {
+		return Reset{}
 	}
-	return r
+	var r reading
+	readHeaders(h, g, now, &r)
+	return r.reset(now, asReported)
 }
 
-// ParseUsageLimitBody reads a reset stated in an answer's body as of now.
+// ParseUsageLimitBody reads what an error body says about when a limit lifts,
+// as of now: a delay stated in prose ("try again in 7m12s"), Gemini's
+// RetryInfo and QuotaFailure, the ChatGPT backend's usage_limit_reached
+// resets, OpenRouter's rate-limit fields, a reset date stated in prose. A
+// body that says nothing of the kind gives the zero Reset. It is pure and
+// safe to call from any goroutine.
 func ParseUsageLimitBody(body []byte, now time.Time) Reset {
-	return Reset{}
+	b := readBody(body, now)
+	return b.reset(now, asReported)
 }
 
 // RetryAfterFromHeaders returns how long the answer asks the caller to sleep,
-// and whether it asks at all.
+// and whether it asks at all: retry-after-ms, then Azure's
+// x-ms-retry-after-ms, then Retry-After in seconds or as an HTTP-date. A date
+// already past is a wait of 0; a wait beyond 31 days is 31 days. It is pure
+// and safe to call from any goroutine.
 func RetryAfterFromHeaders(h http.Header, now time.Time) (time.Duration, bool) {
-	return 0, false
+	if d, ok := parseMillis(first(h, headerRetryAfterMs)); ok {
+		return d, true
+	}
+	if d, ok := parseMillis(first(h, headerMsRetryAfterMs)); ok {
+		return d, true
+	}
+	return parseWait(first(h, headerRetryAfter), now)
+}
+
+// limitReading is what an answer says about one limit it reports.
+type limitReading struct {
+	window   Window        // the window the limit counts; "" for a short or unknown one
+	used     float64       // the fraction used; meaningful when hasUsed
+	hasUsed  bool          // the limit states how much of it is used
+	spent    bool          // the limit admits nothing more until it lifts
+	wait     time.Duration // until the limit lifts; meaningful when hasReset
+	hasReset bool          // the answer dates the lift
+}
+
+// reading gathers what one answer reports and keeps the limits that bind:
+// the spent one that lifts last, and the most-used of the others.
+type reading struct {
+	retryAfter    time.Duration
+	hasRetryAfter bool
+	spent         limitReading // valid when hasSpent
+	hasSpent      bool
+	fullest       limitReading // valid when hasFullest
+	hasFullest    bool
+}
+
+// add notes one limit.
+func (r *reading) add(l limitReading) {
+	switch {
+	case l.spent:
+		if !r.hasSpent || liftsLater(l, r.spent) {
+			r.spent, r.hasSpent = l, true
+		}
+	case !r.hasFullest || fuller(l, r.fullest):
+		r.fullest, r.hasFullest = l, true
+	}
+}
+
+// fill completes what r (read from headers) leaves unsaid with what b (read
+// from the body) says: headers outrank the body where both speak.
+func (r *reading) fill(b reading) {
+	if !r.hasRetryAfter {
+		r.retryAfter, r.hasRetryAfter = b.retryAfter, b.hasRetryAfter
+	}
+	if !b.hasSpent {
+		return
+	}
+	if !r.hasSpent {
+		r.spent, r.hasSpent = b.spent, true
+		return
+	}
+	if r.spent.window == WindowNone {
+		r.spent.window = b.spent.window
+	}
+	if !r.spent.hasUsed {
+		r.spent.used, r.spent.hasUsed = b.spent.used, b.spent.hasUsed
+	}
+	if !r.spent.hasReset {
+		r.spent.wait, r.spent.hasReset = b.spent.wait, b.spent.hasReset
+	}
+}
+
+// readingUse says which part of a reading an answer lets count.
+type readingUse int
+
+const (
+	// asReported counts every limit reported: a success, or a bare parse.
+	asReported readingUse = iota
+	// asLimited counts only spent limits: a rate or quota answer, where a
+	// limit with room left is not what refused the request.
+	asLimited
+	// asRetryOnly counts only the retry-after: an answer that is no limit's
+	// doing (a 5xx, an auth failure, a bad request), whose window headers
+	// must not bench a key.
+	asRetryOnly
+)
+
+// reset composes the Reset a reading gives, as of now.
+func (r *reading) reset(now time.Time, use readingUse) Reset {
+	out := Reset{RetryAfter: r.retryAfter, HasRetryAfter: r.hasRetryAfter}
+	var b limitReading
+	switch {
+	case use == asRetryOnly:
+	case r.hasSpent:
+		b = r.spent
+	case r.hasFullest && use == asReported:
+		b = r.fullest
+	}
+	out.Window = b.window
+	out.Utilization, out.HasUtilization = b.used, b.hasUsed
+	switch {
+	case b.hasReset && b.spent:
+		out.ResetAt = now.Add(b.wait)
+	case r.hasRetryAfter:
+		out.ResetAt = now.Add(r.retryAfter)
+	case b.hasReset:
+		out.ResetAt = now.Add(b.wait)
+	}
+	return out
+}
+
+// windowRank orders windows by length: none, 5h, daily, weekly, monthly.
+func windowRank(w Window) int {
+	switch w {
+	case Window5h:
+		return 1
+	case WindowDaily:
+		return 2
+	case WindowWeekly:
+		return 3
+	case WindowMonthly:
+		return 4
+	}
+	return 0
+}
+
+// liftsLater reports whether a lifts after b: the later known reset; between
+// unknown or equal resets, the longer window; else the one with a known reset.
+func liftsLater(a, b limitReading) bool {
+	if a.hasReset && b.hasReset && a.wait != b.wait {
+		return a.wait > b.wait
+	}
+	if ra, rb := windowRank(a.window), windowRank(b.window); ra != rb {
+		return ra > rb
+	}
+	return a.hasReset && !b.hasReset
+}
+
+// fuller reports whether a binds before b on an answer where neither is
+// spent: the more used (a stated fraction beats none); ties go to the one
+// that lifts later.
+func fuller(a, b limitReading) bool {
+	if a.hasUsed != b.hasUsed {
+		return a.hasUsed
+	}
+	if a.used != b.used {
+		return a.used > b.used
+	}
+	return liftsLater(a, b)
 }

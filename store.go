@@ -80,6 +80,11 @@ type Grant struct {
 	// At is when the request was recorded, by the store's clock; Settle and
 	// Release use it to find what it recorded.
 	At time.Time
+
+	// key and model are the MemoryStore's own state for the take, so that
+	// settling it needs no lookup; other stores leave them nil.
+	key   *memKey
+	model *memModel
 }
 
 // Bench is a key set aside.

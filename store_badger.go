@@ -219,8 +219,8 @@ func newBadgerStore(db *badger.DB, owned bool, cfg badgerConfig) (*BadgerStore, 
 		return nil, err
 	}
 	s.done.Add(2)
-	go s.flusher()
-	go s.collector()
+	go s.every(s.cfg.flushEvery, s.flush)
+	go s.every(s.cfg.gcEvery, s.collect)
 	return s, nil
 }
 
@@ -413,34 +413,27 @@ func (s *BadgerStore) report(err error) {
 	}
 }
 
-// flusher writes windows behind until Close.
-func (s *BadgerStore) flusher() {
+// every calls fn every d until Close.
+func (s *BadgerStore) every(d time.Duration, fn func()) {
 	defer s.done.Done()
-	t := time.NewTicker(s.cfg.flushEvery)
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-t.C:
-			_ = s.Flush(context.Background())
+			fn()
 		}
 	}
 }
 
-// collector garbage-collects Badger's value log until Close.
-func (s *BadgerStore) collector() {
-	defer s.done.Done()
-	t := time.NewTicker(s.cfg.gcEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-			for s.db.RunValueLogGC(0.5) == nil {
-			}
-		}
+// flush writes windows behind.
+func (s *BadgerStore) flush() { _ = s.Flush(context.Background()) }
+
+// collect garbage-collects Badger's value log.
+func (s *BadgerStore) collect() {
+	for s.db.RunValueLogGC(0.5) == nil {
 	}
 }
 
@@ -475,3 +468,18 @@ func (b badgerLogger) Warningf(f string, v ...any) {
 
 func (badgerLogger) Infof(string, ...any)  {}
 func (badgerLogger) Debugf(string, ...any) {}
+
+// StoredKey names a key whose state a store holds.
+type StoredKey struct {
+	Provider string
+	KeyID    string
+}
+
+// Keys returns the keys the store holds state for, in no particular order.
+func (s *BadgerStore) Keys() []StoredKey {
+	var out []StoredKey
+	s.mem.each(func(ref keyRef, _ *memKey) {
+		out = append(out, StoredKey{Provider: ref.provider, KeyID: ref.keyID})
+	})
+	return out
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 )
 
 // A key's state is kept outside memory as two records: its windows, written
@@ -13,7 +14,7 @@ import (
 
 // The record formats.
 const (
-	windowsFormat = 1
+	windowsFormat = 2
 	benchesFormat = 1
 )
 
@@ -23,7 +24,10 @@ var errShortRecord = errors.New("record ends early")
 func (k *memKey) encodeWindows(b []byte) []byte {
 	b = append(b, windowsFormat)
 	b = binary.AppendVarint(b, k.last)
-	b = k.cap.encode(b)
+	b = append(b, boolByte(k.cap != nil))
+	if k.cap != nil {
+		b = k.cap.encode(b)
+	}
 	n := 0
 	for _, m := range k.models {
 		if m.win != nil {
@@ -48,7 +52,10 @@ func (k *memKey) decodeWindows(b []byte) error {
 		return fmt.Errorf("windows record of format %d", f)
 	}
 	k.last = r.varint()
-	k.cap.decode(&r)
+	if r.byte() != 0 {
+		k.cap = &windows{}
+		k.cap.decode(&r)
+	}
 	for n := r.uvarint(); n > 0 && r.err == nil; n-- {
 		m := k.model(r.string())
 		m.win = &windows{}
@@ -122,8 +129,8 @@ func (b *benchState) decode(r *reader) {
 }
 
 func (w *windows) encode(b []byte) []byte {
-	b = w.minute.encode(b)
-	b = w.day.encode(b)
+	b = w.minute.encode(b, w.minuteBuckets())
+	b = w.day.encode(b, w.dayBuckets())
 	for _, v := range []int64{w.cal.start, w.cal.end, w.cal.requests, w.cal.tokens} {
 		b = binary.AppendVarint(b, v)
 	}
@@ -131,45 +138,54 @@ func (w *windows) encode(b []byte) []byte {
 }
 
 func (w *windows) decode(r *reader) {
-	w.minute.decode(r)
-	w.day.decode(r)
+	w.minute.decode(r, w.minuteBuckets())
+	w.day.decode(r, w.dayBuckets())
 	for _, v := range []*int64{&w.cal.start, &w.cal.end, &w.cal.requests, &w.cal.tokens} {
 		*v = r.varint()
 	}
 }
 
-func (s *sliding) encode(b []byte) []byte {
+func (s *sliding) encode(b []byte, bk buckets) []byte {
 	b = binary.AppendVarint(b, s.head)
 	n := 0
-	for i := range s.requests {
-		if s.requests[i] != 0 || s.tokens[i] != 0 {
+	for i := range bk.requests {
+		if bk.requests[i] != 0 || bk.tokens[i] != 0 {
 			n++
 		}
 	}
 	b = binary.AppendUvarint(b, uint64(n))
-	for i := range s.requests {
-		if s.requests[i] != 0 || s.tokens[i] != 0 {
+	for i := range bk.requests {
+		if bk.requests[i] != 0 || bk.tokens[i] != 0 {
 			b = append(b, byte(i))
-			b = binary.AppendUvarint(b, uint64(s.requests[i]))
-			b = binary.AppendVarint(b, s.tokens[i])
+			b = binary.AppendUvarint(b, uint64(bk.requests[i]))
+			b = binary.AppendUvarint(b, uint64(bk.tokens[i]))
 		}
 	}
 	return b
 }
 
-func (s *sliding) decode(r *reader) {
+func (s *sliding) decode(r *reader, bk buckets) {
 	*s = sliding{head: r.varint()}
+	clear(bk.requests)
+	clear(bk.tokens)
 	for n := r.uvarint(); n > 0 && r.err == nil; n-- {
 		i := int(r.byte())
-		req, tok := r.uvarint(), r.varint()
-		if i >= windowBuckets || req > 1<<32-1 || tok < 0 {
+		req, tok := r.uvarint(), r.uvarint()
+		if i >= len(bk.requests) || req > math.MaxUint32 || tok > math.MaxUint32 {
 			r.fail(fmt.Errorf("bucket %d of %d requests and %d tokens", i, req, tok))
 			return
 		}
-		s.requests[i], s.tokens[i] = uint32(req), tok
+		bk.requests[i], bk.tokens[i] = uint32(req), uint32(tok)
 		s.sumReq += int64(req)
-		s.sumTok += tok
+		s.sumTok += int64(tok)
 	}
+}
+
+func boolByte(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func appendString(b []byte, s string) []byte {

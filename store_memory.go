@@ -27,7 +27,7 @@ type keyRef struct{ provider, keyID string }
 type memKey struct {
 	mu     sync.Mutex // guards the fields below
 	bench  benchState
-	cap    windows
+	cap    *windows // across models; nil until a cap applies
 	days   Calendar // as the last take counted days
 	last   int64    // the latest time a take was recorded, Unix nanoseconds
 	models map[string]*memModel
@@ -119,6 +119,9 @@ func (s *MemoryStore) Take(_ context.Context, t Take) (Grant, error) {
 		ok, retryAt, dayFull = m.win.room(now, t.Limits, t.Tokens, t.Days)
 	}
 	if t.Cap != (Limits{}) {
+		if k.cap == nil {
+			k.cap = &windows{}
+		}
 		okCap, atCap, dayCap := k.cap.room(now, t.Cap, t.Tokens, t.Days)
 		ok, retryAt, dayFull = ok && okCap, max(retryAt, atCap), dayFull || dayCap
 	}
@@ -132,9 +135,11 @@ func (s *MemoryStore) Take(_ context.Context, t Take) (Grant, error) {
 	if m.win != nil {
 		m.win.add(now, t.Limits, 1, t.Tokens, t.Days)
 	}
-	k.cap.add(now, t.Cap, 1, t.Tokens, t.Days)
+	if k.cap != nil {
+		k.cap.add(now, t.Cap, 1, t.Tokens, t.Days)
+	}
 	k.dirty = true
-	return Grant{OK: true, Level: m.level, At: time.Unix(0, now).UTC()}, nil
+	return Grant{OK: true, Level: m.level, At: time.Unix(0, now).UTC(), key: k, model: m}, nil
 }
 
 // latest returns the end and kind of the later of two benches.
@@ -162,14 +167,22 @@ func (s *MemoryStore) add(t Take, g Grant, req, tok int64) {
 	if !g.OK || (req == 0 && tok == 0) {
 		return
 	}
-	k := s.key(t.Provider, t.KeyID)
+	k, m := g.key, g.model
+	if k == nil {
+		k = s.key(t.Provider, t.KeyID)
+	}
 	at := g.At.UnixNano()
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if m := k.model(t.Model); m.win != nil {
+	if m == nil {
+		m = k.model(t.Model)
+	}
+	if m.win != nil {
 		m.win.add(at, t.Limits, req, tok, t.Days)
 	}
-	k.cap.add(at, t.Cap, req, tok, t.Days)
+	if k.cap != nil {
+		k.cap.add(at, t.Cap, req, tok, t.Days)
+	}
 	k.dirty = true
 }
 
@@ -219,7 +232,9 @@ func (s *MemoryStore) State(_ context.Context, provider, keyID string, now time.
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	st := KeyState{Bench: k.bench.public(n), Models: make([]ModelState, 0, len(k.models))}
-	st.Cap = k.cap.usage(n, k.days)
+	if k.cap != nil {
+		st.Cap = k.cap.usage(n, k.days)
+	}
 	for name, m := range k.models {
 		ms := ModelState{Model: name, Bench: m.bench.public(n), Level: m.level}
 		if m.win != nil {

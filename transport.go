@@ -72,14 +72,16 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	var c call
 	for attempt := 0; ; attempt++ {
-		l, err := p.acquire(ctx, &c, info.Model, estimate)
+		l, err := p.take(ctx, &c, info.Model, estimate)
 		if err != nil {
 			body.discard()
 			return nil, err
 		}
-		out := req.Clone(ctx)
+		actx, span := p.tel.startAttempt(ctx, l.key, info.Model, attempt)
+		out := req.Clone(actx)
 		if out.Body, err = body.next(); err != nil {
 			_ = p.store.Release(ctx, l.take, l.grant)
+			endAttempt(span, 0, verdict{}, 0, err)
 			return nil, err
 		}
 		out.GetBody = body.getBodyFunc()
@@ -92,7 +94,9 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			// No answer: nothing to bench, and the request never counted.
 			_ = p.store.Release(ctx, l.take, l.grant)
-			return nil, p.redact(err, l.key)
+			err = p.redact(err, l.key)
+			endAttempt(span, 0, verdict{}, 0, err)
+			return nil, err
 		}
 		resp.Request = req // never hand out the clone that carries the key
 		var head []byte
@@ -101,7 +105,9 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		now := p.cfg.clock()
 		v := classify(resp.StatusCode, resp.Header, head, now)
-		c.sooner(p.observe(ctx, &l, v, now))
+		until := p.observe(ctx, &l, v, now)
+		c.sooner(until)
+		endAttempt(span, resp.StatusCode, v, max(until.Sub(now), 0), nil)
 		if v.kind == KindNone || p.single() || !body.replayable() {
 			p.settle(&l, resp)
 			return resp, nil
@@ -127,13 +133,26 @@ func (p *Pool) settle(l *lease, resp *http.Response) {
 		_ = p.store.Settle(resp.Request.Context(), l.take, l.grant, 0)
 		return
 	}
-	take, grant, store := l.take, l.grant, p.store
-	ctx := resp.Request.Context()
-	resp.Body = newUsageBody(resp.Body, resp.Header.Get("Content-Type"), func(tokens int64, ok bool) {
-		if ok {
-			_ = store.Settle(context.WithoutCancel(ctx), take, grant, tokens)
-		}
-	})
+	m := &meteredBody{pool: p, lease: *l}
+	m.start(resp.Body, resp.Header.Get("Content-Type"), m)
+	resp.Body = m
+}
+
+// meteredBody is a successful answer's body, read for the tokens it reports,
+// which then settle its lease.
+type meteredBody struct {
+	usageBody
+	pool  *Pool
+	lease lease
+}
+
+func (m *meteredBody) settle(tokens int64, ok bool) {
+	if !ok {
+		return // the estimate stands
+	}
+	ctx := context.Background() // the request's context may be over by now
+	_ = m.pool.store.Settle(ctx, m.lease.take, m.lease.grant, tokens)
+	m.pool.tel.used(ctx, m.lease.key, tokens)
 }
 
 // redact returns err with the key's secret removed from its text, for a key
@@ -179,6 +198,15 @@ func drain(body io.ReadCloser) {
 	_ = body.Close()
 }
 
+// bodyLength returns the length of a request's body, or -1 when unknown: a
+// zero ContentLength with a body means unknown.
+func bodyLength(req *http.Request) int64 {
+	if req.ContentLength == 0 {
+		return -1
+	}
+	return req.ContentLength
+}
+
 // inspect reads what the pool needs of a request before sending it — the
 // model, and what a token estimate needs — without consuming the body, and
 // returns how to send the body on each attempt.
@@ -193,12 +221,12 @@ func (p *Pool) inspect(req *http.Request) (*replay, RequestInfo, error) {
 	if b.orig == nil || b.orig == http.NoBody || (info.Model != "" && !p.needTokens) {
 		return b, info, nil
 	}
-	data, err := b.read()
+	data, err := b.read(bodyLength(req))
 	if err != nil {
 		b.discard()
 		return nil, info, fmt.Errorf("keypool: reading request body: %w", err)
 	}
-	scanned := scanRequest(data)
+	scanned := scanRequest(data, &p.models)
 	if rest := req.ContentLength - int64(len(data)); rest > 0 {
 		scanned.PromptChars += rest // a body longer than what was read counts as prompt
 	}

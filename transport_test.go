@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -113,15 +114,11 @@ func TestTransportRoundRobinFreeThenPaid(t *testing.T) {
 }
 
 func TestTransportFailsOverAndBenches(t *testing.T) {
-	clock := newTestClock()
-	v, srv := newVendor(t)
-	var ev evictions
-	pool, err := New("test", threeKeys(), WithClock(clock.Now), OnEvict(ev.add))
-	require.NoError(t, err)
-	client := &http.Client{Transport: pool.Transport(nil)}
+	f := newFixture(t)
+	clock, v, srv, ev, client := f.clock, f.vendor, f.url, f.ev, f.client
 	v.on("sk-a", rateLimited("20"))
 
-	status, err := get(t, client, srv.URL)
+	status, err := get(t, client, srv)
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusOK, status, "the caller sees the second key's answer")
 	assert.Equal(t, []string{"sk-a", "sk-b"}, v.keys())
@@ -131,13 +128,13 @@ func TestTransportFailsOverAndBenches(t *testing.T) {
 
 	// a stays benched for 20 s: the next requests go to c, then b.
 	for range 2 {
-		_, err := get(t, client, srv.URL)
+		_, err := get(t, client, srv)
 		require.NoError(t, err)
 	}
 	assert.Equal(t, []string{"sk-c", "sk-b"}, v.keys()[2:])
 	clock.Advance(20 * time.Second)
 	for range 3 {
-		_, err := get(t, client, srv.URL)
+		_, err := get(t, client, srv)
 		require.NoError(t, err)
 	}
 	assert.Contains(t, v.keys()[4:], "sk-a", "a is back after its bench")
@@ -145,11 +142,13 @@ func TestTransportFailsOverAndBenches(t *testing.T) {
 
 func TestTransportReplaysBodyIntact(t *testing.T) {
 	tests := []struct {
-		name string
-		body func(s string) io.Reader
-		get  bool // the request has GetBody
+		name   string
+		body   func(s string) io.Reader
+		get    bool // the request has GetBody
+		rewind bool // GetBody rewinds the request's own reader
 	}{
 		{name: "GetBody", body: func(s string) io.Reader { return strings.NewReader(s) }, get: true},
+		{name: "GetBody that rewinds", body: func(s string) io.Reader { return strings.NewReader(s) }, get: true, rewind: true},
 		{name: "body read whole", body: func(s string) io.Reader { return io.MultiReader(strings.NewReader(s)) }},
 	}
 	for _, tt := range tests {
@@ -161,6 +160,13 @@ func TestTransportReplaysBodyIntact(t *testing.T) {
 			v.on("sk-b", answer{status: http.StatusServiceUnavailable})
 			const payload = `{"model":"m","messages":[{"role":"user","content":"hello"}]}`
 			req, _ := http.NewRequest(http.MethodPost, srv.URL, tt.body(payload))
+			if tt.rewind {
+				// GetBody rewinds the reader the request holds, as
+				// go-retryablehttp's does.
+				r := strings.NewReader(payload)
+				req.Body = io.NopCloser(r)
+				req.GetBody = func() (io.ReadCloser, error) { _, err := r.Seek(0, io.SeekStart); return io.NopCloser(r), err }
+			}
 			assert.Equal(t, tt.get, req.GetBody != nil)
 			resp, err := pool.Transport(nil).RoundTrip(req)
 			require.NoError(t, err)
@@ -360,13 +366,10 @@ func TestTransportBenchByKind(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := newTestClock()
-			v, srv := newVendor(t)
-			var ev evictions
-			pool, err := New("test", threeKeys(), WithClock(clock.Now), OnEvict(ev.add))
-			require.NoError(t, err)
-			v.on("sk-a", tt.answer)
-			req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(`{"model":"gpt-x"}`))
+			f := newFixture(t)
+			clock, ev, pool := f.clock, f.ev, f.pool
+			f.vendor.on("sk-a", tt.answer)
+			req, _ := http.NewRequest(http.MethodPost, f.url, strings.NewReader(`{"model":"gpt-x"}`))
 			resp, err := pool.Transport(nil).RoundTrip(req)
 			require.NoError(t, err)
 			resp.Body.Close()
@@ -427,4 +430,78 @@ func closingBase(status int) http.RoundTripper {
 		}
 		return &http.Response{StatusCode: status, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("")), Request: r}, nil
 	})
+}
+
+func TestTransportSetsKeyAsideWhenWindowIsSpent(t *testing.T) {
+	tests := []struct {
+		name  string
+		reset string
+		kind  Kind
+		for_  time.Duration
+	}{
+		{"a spent minute", "20s", KindRate, 20 * time.Second},
+		{"a spent day", "5h0m0s", KindQuota, 5 * time.Hour},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t)
+			v, ev := f.vendor, f.ev
+			v.on("sk-a", answer{status: 200, header: map[string]string{
+				"X-Ratelimit-Limit-Requests": "10", "X-Ratelimit-Remaining-Requests": "0", "X-Ratelimit-Reset-Requests": tt.reset}})
+			for range 4 {
+				status, err := get(t, f.client, f.url)
+				require.NoError(t, err)
+				require.Equal(t, http.StatusOK, status, "the answer that spends the window still reaches the caller")
+			}
+			assert.Equal(t, []string{"sk-a", "sk-b", "sk-c", "sk-b"}, v.keys(), "a is set aside before any 429")
+			require.Len(t, ev.all(), 1)
+			assert.Equal(t, tt.kind, ev.all()[0].Kind)
+			assert.Equal(t, tt.for_, ev.all()[0].For)
+		})
+	}
+}
+
+func TestTransportOnRateLimit(t *testing.T) {
+	reset := time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name   string
+		header map[string]string
+		want   []Reading
+	}{
+		{
+			name: "a subscription window on a success",
+			header: map[string]string{
+				"Anthropic-Ratelimit-Unified-Status":         "allowed",
+				"Anthropic-Ratelimit-Unified-5h-Utilization": "0.91",
+				"Anthropic-Ratelimit-Unified-5h-Reset":       strconv.FormatInt(reset.Unix(), 10),
+			},
+			want: []Reading{{Provider: "test", KeyID: "a", Window: Window5h, Utilization: 0.91, ResetAt: reset}},
+		},
+		{
+			name: "an API-key account's minute windows",
+			header: map[string]string{
+				"X-Ratelimit-Limit-Requests": "60", "X-Ratelimit-Remaining-Requests": "5", "X-Ratelimit-Reset-Requests": "1s",
+			},
+		},
+		{name: "no headers"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := newTestClock()
+			v, srv := newVendor(t)
+			var got []Reading
+			pool, err := New("test", threeKeys(), WithClock(clock.Now), OnRateLimit(func(r Reading) { got = append(got, r) }))
+			require.NoError(t, err)
+			v.on("sk-a", answer{status: 200, header: tt.header})
+			_, err = get(t, &http.Client{Transport: pool.Transport(nil)}, srv.URL)
+			require.NoError(t, err)
+			require.Len(t, got, len(tt.want))
+			for i := range tt.want {
+				assert.Equal(t, tt.want[i].Window, got[i].Window)
+				assert.InDelta(t, tt.want[i].Utilization, got[i].Utilization, 1e-9)
+				assert.True(t, tt.want[i].ResetAt.Equal(got[i].ResetAt), "ResetAt = %v, want %v", got[i].ResetAt, tt.want[i].ResetAt)
+				assert.Equal(t, "a", got[i].KeyID)
+			}
+		})
+	}
 }

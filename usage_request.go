@@ -31,8 +31,9 @@ const (
 
 // requestScanner reads a request body in one pass. It holds no locks.
 type requestScanner struct {
-	lex  jsonLexer
-	info RequestInfo
+	lex   jsonLexer
+	info  RequestInfo
+	model []byte // the last top-level "model", a slice of the body
 	// keys holds the meaning of the last key read at each depth; flags
 	// the image evidence of each open container. Index 0 is the top level,
 	// outside any container.
@@ -46,8 +47,9 @@ type requestScanner struct {
 // before sending it. The body may be a prefix of a longer one: scanRequest
 // reports what the prefix holds, counting an image whose payload the prefix
 // cuts. Malformed JSON never makes it panic: it returns what it read before
-// the fault. It allocates only the model name.
-func scanRequest(body []byte) RequestInfo {
+// the fault. It allocates nothing but the model name, and not that when
+// names already holds it (names may be nil).
+func scanRequest(body []byte, in *names) RequestInfo {
 	var s requestScanner
 	for i := 0; i < len(body); {
 		var tok jsonToken
@@ -56,6 +58,9 @@ func scanRequest(body []byte) RequestInfo {
 	}
 	for d := min(s.lex.depth, maxTrackedDepth); d >= 1; d-- {
 		s.close(d)
+	}
+	if len(s.model) > 0 {
+		s.info.Model = in.get(s.model)
 	}
 	return s.info
 }
@@ -68,7 +73,7 @@ func (s *requestScanner) take(tok jsonToken, body []byte) {
 		if d <= maxTrackedDepth {
 			s.keys[d] = classifyRequestKey(s.lex.keyBytes(), d)
 			if s.keys[d] == keyModel {
-				s.info.Model = "" // the last "model" names the model, as in JSON
+				s.model = nil // the last "model" names the model, as in JSON
 			}
 		}
 	case tokBeginObject, tokBeginArray:
@@ -95,7 +100,7 @@ func (s *requestScanner) text(v []byte, d int) {
 	switch {
 	case key == keyModel:
 		if s.lex.done {
-			s.info.Model = string(v)
+			s.model = v
 		}
 	case bytes.HasPrefix(v, []byte("data:")):
 		// A data URL is a payload, never text; an image one is an image.

@@ -200,7 +200,7 @@ var requestCases = []struct {
 func TestScanRequest(t *testing.T) {
 	for _, tt := range requestCases {
 		t.Run(tt.name, func(t *testing.T) {
-			got := scanRequest([]byte(tt.body))
+			got := scanRequest([]byte(tt.body), nil)
 			assert.Equal(t, tt.want, got, "scanRequest(%s)", tt.body)
 		})
 	}
@@ -212,7 +212,7 @@ func TestScanRequestPrefixes(t *testing.T) {
 	for _, tt := range requestCases {
 		t.Run(tt.name, func(t *testing.T) {
 			for n := range len(tt.body) + 1 {
-				checkRequestInfo(t, []byte(tt.body[:n]), scanRequest([]byte(tt.body[:n])))
+				checkRequestInfo(t, []byte(tt.body[:n]), scanRequest([]byte(tt.body[:n]), nil))
 			}
 		})
 	}
@@ -240,7 +240,7 @@ func checkRequestInfo(t *testing.T, body []byte, info RequestInfo) {
 func TestScanRequestLargeImagePrefix(t *testing.T) {
 	body := `{"generationConfig":{"maxOutputTokens":512},"contents":[{"parts":[{"text":"What is this?"},` +
 		`{"inline_data":{"mime_type":"image/png","data":"` + strings.Repeat("iVBORw0K", 3<<20/8) + `"}}]}]}`
-	got := scanRequest([]byte(body)[:1<<20])
+	got := scanRequest([]byte(body)[:1<<20], nil)
 	want := RequestInfo{PromptChars: len64("What is this?"), MaxOutput: 512, Images: 1}
 	assert.Equal(t, want, got, "scanRequest(first MiB of a 3 MiB image request)")
 }
@@ -258,7 +258,7 @@ func TestScanRequestAllocs(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			body := []byte(tt.body)
-			got := testing.AllocsPerRun(100, func() { scanRequest(body) })
+			got := testing.AllocsPerRun(100, func() { scanRequest(body, nil) })
 			assert.Equal(t, tt.want, got, "allocations of scanRequest(%s)", tt.body)
 		})
 	}
@@ -320,7 +320,7 @@ func BenchmarkScanRequest(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				scanRequest(body)
+				scanRequest(body, nil)
 			}
 		})
 	}
@@ -346,7 +346,7 @@ func FuzzScanRequest(f *testing.F) {
 	}
 	f.Add(chatBody(1 << 10))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		info := scanRequest(body)
+		info := scanRequest(body, nil)
 		checkRequestInfo(t, body, info)
 		// Where encoding/json reads the same text, the model must agree.
 		if !utf8.Valid(body) || bytes.IndexByte(body, '\\') >= 0 {

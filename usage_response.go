@@ -8,13 +8,21 @@ import (
 	"sync/atomic"
 )
 
-// newUsageBody wraps the body of a 2xx answer so that the tokens the vendor
+// settler is told, once, the tokens an answer's body reported: ok is false,
+// and tokens 0, when it reported none.
+type settler interface {
+	settle(tokens int64, ok bool)
+}
+
+// start makes b read the body of a 2xx answer so that the tokens the vendor
 // reports are read as the caller reads the body. Read hands each byte to the
-// caller as soon as body yields it: the wrapper never reads ahead, never
-// buffers the body and never holds a byte back.
+// caller as soon as body yields it: b never reads ahead, never buffers the
+// body and never holds a byte back. b is meant to be embedded in a struct
+// that is its own settler, so that reading an answer's usage costs one
+// allocation.
 //
 // An answer whose contentType is text/event-stream is read as server-sent
-// events; any other as JSON. settle is called exactly once, with the tokens
+// events; any other as JSON. s.settle is called exactly once, with the tokens
 // the answer reported, at the first of: the end of the body, a read error, or
 // Close. It reports the latest usage read so far, so a stream cut short
 // settles what the vendor had reported by then; ok is false, and tokens 0,
@@ -22,20 +30,17 @@ import (
 //
 // Read and Close may be called from different goroutines (net/http may close
 // a body while another goroutine reads it); settle runs on the goroutine
-// whose call settles, and never twice. A nil settle returns body itself; a
-// nil body settles at once and reads as empty.
-func newUsageBody(body io.ReadCloser, contentType string, settle func(tokens int64, ok bool)) io.ReadCloser {
-	if settle == nil {
-		return body
-	}
-	if body == nil {
-		settle(0, false)
-		return http.NoBody
-	}
-	b := &usageBody{body: body, settle: settle, events: isEventStream(contentType)}
+// whose call settles, and never twice. A nil body settles at once and reads
+// as empty.
+func (b *usageBody) start(body io.ReadCloser, contentType string, s settler) {
+	b.s, b.events = s, isEventStream(contentType)
 	b.sse.usage = &b.usage
 	b.reported.Store(-1)
-	return b
+	b.body = body
+	if body == nil {
+		b.body = http.NoBody
+		b.finish()
+	}
 }
 
 // isEventStream reports whether a Content-Type is text/event-stream.
@@ -44,10 +49,10 @@ func isEventStream(contentType string) bool {
 	return strings.EqualFold(strings.TrimSpace(mediaType), "text/event-stream")
 }
 
-// usageBody is the body newUsageBody returns.
+// usageBody is an answer's body read for its usage; see start.
 type usageBody struct {
 	body   io.ReadCloser
-	settle func(tokens int64, ok bool)
+	s      settler
 	events bool // the body is server-sent events
 
 	// usage scans a JSON body; sse scans an event stream and feeds each
@@ -94,7 +99,7 @@ func (b *usageBody) finish() {
 		return
 	}
 	tokens := b.reported.Load()
-	b.settle(max(tokens, 0), tokens >= 0)
+	b.s.settle(max(tokens, 0), tokens >= 0)
 }
 
 // sseState is where in a server-sent event stream an sseScanner stands.

@@ -563,3 +563,19 @@ func FuzzUsageSSE(f *testing.F) {
 		fuzzUsage(t, data, streamType, chunk)
 	})
 }
+
+// settleFunc is a settler from a function.
+type settleFunc func(tokens int64, ok bool)
+
+func (f settleFunc) settle(tokens int64, ok bool) { f(tokens, ok) }
+
+// newUsageBody wraps body in a usageBody that tells settle, or returns body
+// itself for a nil settle.
+func newUsageBody(body io.ReadCloser, contentType string, settle func(tokens int64, ok bool)) io.ReadCloser {
+	if settle == nil {
+		return body
+	}
+	b := &usageBody{}
+	b.start(body, contentType, settleFunc(settle))
+	return b
+}

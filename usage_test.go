@@ -41,7 +41,7 @@ func TestDefaultEstimateOfRequest(t *testing.T) {
 		`{"type":"text","text":"What does this chart show about revenue?"}]}]}`)
 	// Prompt: "user" 4 + "base64" 6 + "text" 4 + the question 40 = 54 bytes,
 	// 14 tokens; 300 reserved; one image.
-	if got, want := DefaultEstimate(scanRequest(body)), int64(14+300+1000); got != want {
+	if got, want := DefaultEstimate(scanRequest(body, nil)), int64(14+300+1000); got != want {
 		t.Errorf("DefaultEstimate(scanRequest(%s)) = %d, want %d", body, got, want)
 	}
 }

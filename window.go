@@ -1,28 +1,36 @@
 package keypool
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // Windows count the requests and tokens a key has sent. They are pure
 // arithmetic on times given as input: no locks, no clock, no goroutines. The
 // store that owns them serializes access.
 //
-// A sliding window is conservative: it never admits more than its limit within
-// any span of its length, and under saturating load it admits at least
-// (windowBuckets-1)/windowBuckets of it (96.8%). It keeps windowBuckets
-// buckets of width span/(windowBuckets-1), and counts a bucket until all of it
+// A sliding window is conservative: it never admits more than its limit
+// within any span of its length, and under saturating load it admits at
+// least (n-1)/n of it, for n buckets: 98.8% of a minute, 96% of a day. It
+// keeps n buckets of width span/(n-1), and counts a bucket until all of it
 // has left the span, so what it counts always covers the last span in full.
 
-// windowBuckets is the number of buckets of a sliding window.
-const windowBuckets = 31
+// The bucket counts of the two sliding windows: a minute of 0.75 s buckets,
+// a day of one-hour buckets. Together with the calendar day they take under
+// 1 KiB for a key and model.
+const (
+	minuteBuckets = 81
+	dayBuckets    = 25
+)
 
 // The spans of the two sliding windows, and their bucket widths in
-// nanoseconds: the width is rounded up so that windowBuckets-1 buckets always
-// cover the span.
+// nanoseconds: the width is rounded up so that n-1 buckets always cover the
+// span.
 const (
 	minuteSpan  = time.Minute
 	daySpan     = 24 * time.Hour
-	minuteWidth = int64((minuteSpan + windowBuckets - 2) / (windowBuckets - 1))
-	dayWidth    = int64((daySpan + windowBuckets - 2) / (windowBuckets - 1))
+	minuteWidth = int64((minuteSpan + minuteBuckets - 2) / (minuteBuckets - 1))
+	dayWidth    = int64((daySpan + dayBuckets - 2) / (dayBuckets - 1))
 )
 
 // axis is one window's pair of limits: requests and tokens; 0 is no limit.
@@ -30,33 +38,43 @@ type axis struct{ requests, tokens int64 }
 
 func (a axis) set() bool { return a.requests != 0 || a.tokens != 0 }
 
-// sliding is a sliding window of requests and tokens. Bucket i holds what was
-// taken in [i*width, (i+1)*width) nanoseconds after the Unix epoch; the window
-// at bucket head holds buckets head-windowBuckets+1 through head. The zero
+// sliding is the state of a sliding window of requests and tokens over the
+// buckets a caller holds (buckets). Bucket i holds what was taken in
+// [i*width, (i+1)*width) nanoseconds after the Unix epoch, in slot i mod n;
+// the window at bucket head holds buckets head-n+1 through head. A bucket
+// holds at most 2³²-1 requests and tokens: what would pass that is held at
+// it, which no limit a vendor sets comes near in one bucket. The zero
 // sliding is an empty window.
 type sliding struct {
-	head     int64
-	requests [windowBuckets]uint32
-	tokens   [windowBuckets]int64
-	sumReq   int64
-	sumTok   int64
+	head   int64
+	sumReq int64
+	sumTok int64
+}
+
+// buckets are the slots of a sliding window: requests and tokens, of equal
+// length.
+type buckets struct {
+	requests, tokens []uint32
 }
 
 // advance drops the buckets that have left the window by bucket c. A c
 // before head keeps head: the window never moves back.
-func (s *sliding) advance(c int64) {
+func (s *sliding) advance(b buckets, c int64) {
+	n := int64(len(b.requests))
 	if c <= s.head {
 		return
 	}
-	if c-s.head >= windowBuckets {
+	if c-s.head >= n {
+		clear(b.requests)
+		clear(b.tokens)
 		*s = sliding{head: c}
 		return
 	}
 	for i := s.head + 1; i <= c; i++ {
-		slot := i % windowBuckets
-		s.sumReq -= int64(s.requests[slot])
-		s.sumTok -= s.tokens[slot]
-		s.requests[slot], s.tokens[slot] = 0, 0
+		slot := i % n
+		s.sumReq -= int64(b.requests[slot])
+		s.sumTok -= int64(b.tokens[slot])
+		b.requests[slot], b.tokens[slot] = 0, 0
 	}
 	s.head = c
 }
@@ -71,51 +89,54 @@ func (s *sliding) fits(lim axis, tok, freedReq, freedTok int64) bool {
 // room reports whether the window has room at now (Unix nanoseconds) for one
 // more request of tok tokens under lim. When it has none it returns the
 // earliest time, in Unix nanoseconds, at which the request would fit.
-func (s *sliding) room(now, width int64, lim axis, tok int64) (ok bool, retryAt int64) {
-	s.advance(now / width)
+func (s *sliding) room(b buckets, now, width int64, lim axis, tok int64) (ok bool, retryAt int64) {
+	n := int64(len(b.requests))
+	s.advance(b, now/width)
 	if s.fits(lim, tok, 0, 0) {
 		return true, 0
 	}
 	var freedReq, freedTok int64
-	for i := max(s.head-windowBuckets+1, 0); i <= s.head; i++ {
-		slot := i % windowBuckets
-		freedReq += int64(s.requests[slot])
-		freedTok += s.tokens[slot]
+	for i := max(s.head-n+1, 0); i <= s.head; i++ {
+		slot := i % n
+		freedReq += int64(b.requests[slot])
+		freedTok += int64(b.tokens[slot])
 		if s.fits(lim, tok, freedReq, freedTok) {
-			return false, (i + windowBuckets) * width
+			return false, (i + n) * width
 		}
 	}
-	return false, (s.head + windowBuckets) * width
+	return false, (s.head + n) * width
 }
 
 // add changes what was taken at time at (Unix nanoseconds) by req requests
 // and tok tokens, if that bucket is still in the window; a take is an add at
 // now after room. It never takes a bucket below zero.
-func (s *sliding) add(at, width int64, req, tok int64) {
-	s.advance(at / width)
+func (s *sliding) add(b buckets, at, width int64, req, tok int64) {
+	n := int64(len(b.requests))
+	s.advance(b, at/width)
 	i := at / width
-	if i > s.head || i <= s.head-windowBuckets {
+	if i > s.head || i <= s.head-n {
 		return
 	}
-	slot := i % windowBuckets
-	r := max(int64(s.requests[slot])+req, 0)
-	t := max(s.tokens[slot]+tok, 0)
-	s.sumReq += r - int64(s.requests[slot])
-	s.sumTok += t - s.tokens[slot]
-	s.requests[slot], s.tokens[slot] = uint32(r), t
+	slot := i % n
+	r := min(max(int64(b.requests[slot])+req, 0), math.MaxUint32)
+	t := min(max(int64(b.tokens[slot])+tok, 0), math.MaxUint32)
+	s.sumReq += r - int64(b.requests[slot])
+	s.sumTok += t - int64(b.tokens[slot])
+	b.requests[slot], b.tokens[slot] = uint32(r), uint32(t)
 }
 
 // used returns the requests and tokens the window counts at now.
-func (s *sliding) used(now, width int64) (requests, tokens int64) {
+func (s *sliding) used(b buckets, now, width int64) (requests, tokens int64) {
+	n := int64(len(b.requests))
 	c := now / width
-	if c-s.head >= windowBuckets {
+	if c-s.head >= n {
 		return 0, 0
 	}
 	requests, tokens = s.sumReq, s.sumTok
 	for i := s.head + 1; i <= c; i++ {
-		slot := i % windowBuckets
-		requests -= int64(s.requests[slot])
-		tokens -= s.tokens[slot]
+		slot := i % n
+		requests -= int64(b.requests[slot])
+		tokens -= int64(b.tokens[slot])
 	}
 	return requests, tokens
 }
@@ -197,10 +218,14 @@ func calendarDay(now time.Time, hour int, loc *time.Location) (start, end time.T
 // sliding, or a calendar day when the pool counts days that way. The zero
 // windows is empty.
 type windows struct {
-	minute sliding
-	day    sliding
-	cal    fixed
+	minute, day          sliding
+	minuteReq, minuteTok [minuteBuckets]uint32
+	dayReq, dayTok       [dayBuckets]uint32
+	cal                  fixed
 }
+
+func (w *windows) minuteBuckets() buckets { return buckets{w.minuteReq[:], w.minuteTok[:]} }
+func (w *windows) dayBuckets() buckets    { return buckets{w.dayReq[:], w.dayTok[:]} }
 
 // room reports whether the windows have room at now for one more request of
 // tok tokens under lim. If not, it returns the earliest time they all will,
@@ -208,7 +233,7 @@ type windows struct {
 func (w *windows) room(now int64, lim Limits, tok int64, c Calendar) (ok bool, retryAt int64, dayFull bool) {
 	ok = true
 	if a := (axis{lim.RPM, lim.TPM}); a.set() {
-		if fit, at := w.minute.room(now, minuteWidth, a, tok); !fit {
+		if fit, at := w.minute.room(w.minuteBuckets(), now, minuteWidth, a, tok); !fit {
 			ok, retryAt = false, max(retryAt, at)
 		}
 	}
@@ -218,7 +243,7 @@ func (w *windows) room(now int64, lim Limits, tok int64, c Calendar) (ok bool, r
 		if c.Loc != nil {
 			fit, at = w.cal.room(now, c, a, tok)
 		} else {
-			fit, at = w.day.room(now, dayWidth, a, tok)
+			fit, at = w.day.room(w.dayBuckets(), now, dayWidth, a, tok)
 		}
 		if !fit {
 			ok, retryAt, dayFull = false, max(retryAt, at), true
@@ -231,13 +256,13 @@ func (w *windows) room(now int64, lim Limits, tok int64, c Calendar) (ok bool, r
 // window lim sets; negative counts give back what an earlier add recorded.
 func (w *windows) add(at int64, lim Limits, req, tok int64, c Calendar) {
 	if lim.RPM != 0 || lim.TPM != 0 {
-		w.minute.add(at, minuteWidth, req, tok)
+		w.minute.add(w.minuteBuckets(), at, minuteWidth, req, tok)
 	}
 	if lim.RPD != 0 || lim.TPD != 0 {
 		if c.Loc != nil {
 			w.cal.add(at, req, tok)
 		} else {
-			w.day.add(at, dayWidth, req, tok)
+			w.day.add(w.dayBuckets(), at, dayWidth, req, tok)
 		}
 	}
 }
@@ -252,11 +277,11 @@ type Usage struct {
 // usage returns what the windows count at now.
 func (w *windows) usage(now int64, c Calendar) Usage {
 	var u Usage
-	u.MinuteRequests, u.MinuteTokens = w.minute.used(now, minuteWidth)
+	u.MinuteRequests, u.MinuteTokens = w.minute.used(w.minuteBuckets(), now, minuteWidth)
 	if c.Loc != nil {
 		u.DayRequests, u.DayTokens = w.cal.used(now)
 	} else {
-		u.DayRequests, u.DayTokens = w.day.used(now, dayWidth)
+		u.DayRequests, u.DayTokens = w.day.used(w.dayBuckets(), now, dayWidth)
 	}
 	return u
 }

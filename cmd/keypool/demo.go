@@ -3,10 +3,10 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,19 +24,16 @@ type demoOptions struct {
 	keys     int
 	duration time.Duration
 	rate     float64
+	state    string
 }
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs := newFlagSet("demo", "keypool demo [flags]", "Runs a pool of keys against a fake OpenAI-style vendor on loopback and shows what it does.")
 	var o demoOptions
 	fs.IntVar(&o.keys, "keys", 5, "free keys in the pool, at least 3: one is revoked, one has a small daily quota; one paid key is added")
 	fs.DurationVar(&o.duration, "duration", 30*time.Second, "how long to send requests")
 	fs.Float64Var(&o.rate, "rate", 4, "requests offered per second")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: keypool demo [flags]")
-		fmt.Fprintln(fs.Output(), "\nRuns a pool of keys against a fake OpenAI-style vendor on loopback and shows what it does.")
-		fs.PrintDefaults()
-	}
+	fs.StringVar(&o.state, "state", "", "keep the pool's state in this directory (Badger) across runs; default: a temporary directory")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
@@ -47,6 +44,14 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return usageError{fmt.Errorf("-duration %v: must be positive", o.duration)}
 	case o.rate <= 0:
 		return usageError{fmt.Errorf("-rate %v: must be positive", o.rate)}
+	}
+	if o.state == "" {
+		dir, err := os.MkdirTemp("", "keypool-demo-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		o.state = dir
 	}
 	d, err := newDemo(o)
 	if err != nil {
@@ -85,7 +90,7 @@ func scenario(free int) []demoKey {
 			k.vendor.Limits = vendorsim.Limits{RPM: 20, RPD: 5}
 			k.limits, k.rpmShow = keypool.Limits{RPM: 20}, 20
 		case 2:
-			k.note = "vendor allows 12 a minute; the pool thinks 20"
+			k.note = "the vendor allows 12 a minute, the pool thinks 20: the vendor's headers tell it"
 			k.vendor.Limits = vendorsim.Limits{RPM: 12}
 			k.limits, k.rpmShow = keypool.Limits{RPM: 20}, 20
 		default:
@@ -107,6 +112,7 @@ type demo struct {
 	opts    demoOptions
 	keys    []demoKey
 	sim     *vendorsim.Server
+	store   *keypool.BadgerStore
 	pool    *keypool.Pool
 	client  *http.Client
 	start   time.Time
@@ -125,14 +131,23 @@ func newDemo(o demoOptions) (*demo, error) {
 		cfg.Keys = append(cfg.Keys, k.vendor)
 		keys = append(keys, keypool.Key{Secret: k.vendor.Secret, ID: k.id, Paid: k.paid, Limits: k.limits})
 	}
-	d.sim = vendorsim.Start(cfg)
+	store, err := keypool.OpenBadgerStore(o.state)
+	if errors.Is(err, keypool.ErrStoreLocked) {
+		return nil, usageError{fmt.Errorf("-state: %w", err)}
+	}
+	if err != nil {
+		return nil, err
+	}
 	pool, err := keypool.New("openai", keys,
+		keypool.WithStore(store),
 		keypool.WithBench(keypool.KindTransient, 5*time.Second),
 		keypool.OnEvict(d.evicted))
 	if err != nil {
-		d.sim.Close()
+		_ = store.Close()
 		return nil, err
 	}
+	d.store = store
+	d.sim = vendorsim.Start(cfg)
 	d.pool = pool
 	d.client = &http.Client{Transport: pool.Transport(nil), Timeout: 10 * time.Second}
 	return d, nil
@@ -140,6 +155,7 @@ func newDemo(o demoOptions) (*demo, error) {
 
 func (d *demo) close() {
 	_ = d.pool.Close()
+	_ = d.store.Close()
 	d.sim.Close()
 }
 

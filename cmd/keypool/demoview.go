@@ -38,6 +38,12 @@ const recentEvents = 6
 func (v *view) intro(d *demo) {
 	fmt.Fprintf(v.out, "keypool demo: %d keys against a fake OpenAI-style vendor on %s, %.0f requests a second for %s.\n",
 		len(d.keys), d.sim.URL(), d.opts.rate, d.opts.duration)
+	fmt.Fprintf(v.out, "State (Badger) in %s.\n", d.opts.state)
+	for _, st := range d.pool.Stats() {
+		if s := state(st); s != "serving" {
+			fmt.Fprintf(v.out, "  %s is still %s from an earlier run.\n", st.ID, s)
+		}
+	}
 	tw := tabwriter.NewWriter(v.out, 2, 4, 2, ' ', 0)
 	for _, k := range d.keys {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\n", k.id, tier(k.paid), k.note)

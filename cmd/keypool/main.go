@@ -1,6 +1,8 @@
 // Command keypool runs keypool without writing Go.
 //
 //	keypool demo     a live, offline demo against a fake vendor
+//	keypool serve    a local proxy that pools upstream keys behind one base URL
+//	keypool status   each key's benches and window use
 //
 // Run "keypool help" for the commands and "keypool <command> -h" for their
 // flags.
@@ -35,6 +37,8 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"demo", "run a live, offline demo: a pool of keys against a fake vendor", runDemo},
+		{"serve", "serve a local proxy that pools upstream keys behind one base URL", runServe},
+		{"status", "show each key's benches and window use, from a proxy or a state directory", runStatus},
 	}
 }
 
@@ -85,6 +89,18 @@ type usageError struct{ err error }
 
 func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
+
+// newFlagSet returns the flag set of a command whose usage line is use and
+// whose purpose is about.
+func newFlagSet(name, use, about string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: "+use)
+		fmt.Fprintln(fs.Output(), "\n"+about)
+		fs.PrintDefaults()
+	}
+	return fs
+}
 
 // parseFlags parses args with fs, whose output goes to stderr; a bad flag
 // is a usageError.

@@ -1,0 +1,141 @@
+package keypool
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestClassify(t *testing.T) {
+	day := 24 * time.Hour
+	unifiedSpent5h := func(kv ...string) http.Header {
+		return headers(append([]string{
+			"Anthropic-Ratelimit-Unified-Status", "rejected", "Anthropic-Ratelimit-Unified-Representative-Claim", "five_hour",
+			"Anthropic-Ratelimit-Unified-5h-Utilization", "1.0", "Anthropic-Ratelimit-Unified-5h-Reset", epoch(3 * time.Hour),
+			"Anthropic-Ratelimit-Unified-7d-Utilization", "0.4", "Anthropic-Ratelimit-Unified-7d-Reset", epoch(5 * day),
+		}, kv...)...)
+	}
+	for _, tc := range []struct {
+		name    string
+		status  int
+		h       http.Header
+		body    string
+		kind    Kind
+		billing bool
+		want    Reset
+	}{
+		{"success without rate-limit headers", 200, headers("Content-Type", "application/json"), "", KindNone, false, Reset{}},
+		{"success reports the fullest window", 200, headers(
+			"Anthropic-Ratelimit-Unified-5h-Utilization", "0.91", "Anthropic-Ratelimit-Unified-5h-Reset", epoch(time.Hour),
+			"Anthropic-Ratelimit-Unified-7d-Utilization", "0.5", "Anthropic-Ratelimit-Unified-7d-Reset", epoch(day)), "",
+			KindNone, false, Reset{ResetAt: now.Add(time.Hour), Window: Window5h, Utilization: 0.91, HasUtilization: true}},
+		{"success with a spent window sets the key aside", 200, headers(
+			"X-Ratelimit-Limit-Requests-Day", "1000", "X-Ratelimit-Remaining-Requests-Day", "0", "X-Ratelimit-Reset-Requests-Day", "7200"), "",
+			KindNone, false, Reset{ResetAt: now.Add(2 * time.Hour), Window: WindowDaily, Utilization: 1, HasUtilization: true}},
+		{"success never reads the body", 200, nil, `{"error":{"type":"insufficient_quota"}}`, KindNone, false, Reset{}},
+		{"bare 429", 429, nil, "", KindRate, false, Reset{}},
+		{"429 with retry-after", 429, headers("Retry-After", "7"), "", KindRate, false,
+			Reset{RetryAfter: 7 * time.Second, HasRetryAfter: true, ResetAt: now.Add(7 * time.Second)}},
+		{"429 with a spent 5h window: quota, the window's reset outranks retry-after", 429, unifiedSpent5h("Retry-After", "60"), "",
+			KindQuota, false, Reset{RetryAfter: time.Minute, HasRetryAfter: true, ResetAt: now.Add(3 * time.Hour), Window: Window5h, Utilization: 1, HasUtilization: true}},
+		{"429 whose windows have room: they are not what refused", 429, headers("Retry-After", "20",
+			"Anthropic-Ratelimit-Unified-5h-Utilization", "0.3", "Anthropic-Ratelimit-Unified-5h-Reset", epoch(time.Hour)), "",
+			KindRate, false, Reset{RetryAfter: 20 * time.Second, HasRetryAfter: true, ResetAt: now.Add(20 * time.Second)}},
+		{"429 with a short window spent", 429, headers(
+			"X-Ratelimit-Limit-Tokens", "10000", "X-Ratelimit-Remaining-Tokens", "0", "X-Ratelimit-Reset-Tokens", "12s"), "",
+			KindRate, false, Reset{ResetAt: now.Add(12 * time.Second), Utilization: 1, HasUtilization: true}},
+		{"429 headers outrank the body's delay", 429, headers("Retry-After", "5"), `Please try again in 30s.`,
+			KindRate, false, Reset{RetryAfter: 5 * time.Second, HasRetryAfter: true, ResetAt: now.Add(5 * time.Second)}},
+		{"429 headers outrank the body's window reset", 429, headers(
+			"X-Codex-Primary-Used-Percent", "100", "X-Codex-Primary-Window-Minutes", "300", "X-Codex-Primary-Reset-At", epoch(2*time.Hour)),
+			`{"error":{"type":"usage_limit_reached","resets_in_seconds":3600}}`,
+			KindQuota, false, Reset{ResetAt: now.Add(2 * time.Hour), Window: Window5h, Utilization: 1, HasUtilization: true}},
+		{"429 the body names the window of a spent header window", 429, headers(
+			"X-Ratelimit-Limit-Requests", "200", "X-Ratelimit-Remaining-Requests", "0", "X-Ratelimit-Reset-Requests", "7m12s"),
+			`{"error":{"message":"Rate limit reached on requests per day (RPD): Limit 200, Used 200, Requested 1. Please try again in 7m12s."}}`,
+			KindQuota, false, Reset{RetryAfter: 7*time.Minute + 12*time.Second, HasRetryAfter: true, ResetAt: now.Add(7*time.Minute + 12*time.Second),
+				Window: WindowDaily, Utilization: 1, HasUtilization: true}},
+		{"429 usage_limit_reached soon to lift is quota without a window", 429, nil,
+			`{"error":{"type":"usage_limit_reached","resets_in_seconds":120}}`, KindQuota, false, Reset{ResetAt: now.Add(2 * time.Minute)}},
+		{"429 insufficient_quota is billing", 429, headers("Retry-After", "1"), `{"error":{"type":"insufficient_quota","code":"insufficient_quota"}}`,
+			KindQuota, true, Reset{RetryAfter: time.Second, HasRetryAfter: true, ResetAt: now.Add(time.Second)}},
+		{"429 a request too large is no limit's doing", 429, headers("Retry-After", "1"),
+			`{"error":{"message":"Request too large for gpt-4o on tokens per min (TPM): Limit 30000, Requested 30601."}}`,
+			KindNone, false, Reset{RetryAfter: time.Second, HasRetryAfter: true, ResetAt: now.Add(time.Second)}},
+		{"529 drops the account's windows, keeps retry-after", 529, unifiedSpent5h("Retry-After", "30"), `{"type":"error","error":{"type":"overloaded_error"}}`,
+			KindTransient, false, Reset{RetryAfter: 30 * time.Second, HasRetryAfter: true, ResetAt: now.Add(30 * time.Second)}},
+		{"503", 503, headers("X-Ratelimit-Limit", "10", "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", "30"), "", KindTransient, false, Reset{}},
+		{"401", 401, headers("Retry-After", "5"), "", KindAuth, false,
+			Reset{RetryAfter: 5 * time.Second, HasRetryAfter: true, ResetAt: now.Add(5 * time.Second)}},
+		{"402", 402, nil, `{"error":{"message":"Insufficient credits"}}`, KindQuota, true, Reset{}},
+		{"403 permission failure", 403, nil, `{"type":"error","error":{"type":"permission_error","message":"not allowed"}}`, KindAuth, false, Reset{}},
+		{"403 with a spent window is a throttle (GitHub)", 403, headers(
+			"X-Ratelimit-Limit", "60", "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", epoch(time.Hour)), "",
+			KindRate, false, Reset{ResetAt: now.Add(time.Hour), Utilization: 1, HasUtilization: true}},
+		{"403 with retry-after is a throttle", 403, headers("Retry-After", "60"), "", KindRate, false,
+			Reset{RetryAfter: time.Minute, HasRetryAfter: true, ResetAt: now.Add(time.Minute)}},
+		{"403 naming a daily quota", 403, nil, `{"error":{"message":"Daily quota exceeded"}}`, KindQuota, false, Reset{Window: WindowDaily}},
+		{"403 out of credits", 403, nil, `{"error":"You have run out of credits"}`, KindQuota, true, Reset{}},
+		{"400 bad request", 400, headers("X-Ratelimit-Limit", "10", "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", "30"),
+			`{"error":{"message":"max_tokens is too large"}}`, KindNone, false, Reset{}},
+		{"400 context too long", 400, nil, `{"error":{"message":"This model's maximum context length is 8192 tokens","code":"context_length_exceeded"}}`,
+			KindNone, false, Reset{}},
+		{"400 refusing the key", 400, nil, `{"error":{"code":400,"message":"API key not valid. Please pass a valid API key.","status":"INVALID_ARGUMENT"}}`,
+			KindAuth, false, Reset{}},
+		{"400 credit balance", 400, nil, `{"type":"error","error":{"message":"Your credit balance is too low to access the Anthropic API."}}`,
+			KindQuota, true, Reset{}},
+		{"404 unknown model", 404, headers("Retry-After", "1"), `{"error":{"code":"model_not_found"}}`, KindNone, false,
+			Reset{RetryAfter: time.Second, HasRetryAfter: true, ResetAt: now.Add(time.Second)}},
+		{"413", 413, nil, `{"error":{"message":"Request too large for model"}}`, KindNone, false, Reset{}},
+		{"no status", 0, nil, "", KindNone, false, Reset{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := classify(tc.status, tc.h, []byte(tc.body), now)
+			assert.Equal(t, tc.kind, v.kind, "classify(%d) kind = %v, want %v", tc.status, v.kind, tc.kind)
+			assert.Equal(t, tc.billing, v.billing, "classify(%d) billing = %v, want %v", tc.status, v.billing, tc.billing)
+			assertReset(t, "classify", tc.want, v.reset)
+
+			kind, reset := Classify(tc.status, tc.h, []byte(tc.body), now)
+			assert.Equal(t, v.kind, kind, "Classify(%d) kind = %v, want %v", tc.status, kind, v.kind)
+			assert.Equal(t, v.reset, reset, "Classify(%d) = %+v, want %+v", tc.status, reset, v.reset)
+		})
+	}
+}
+
+// Error bodies of real answers (see testdata/answers).
+const (
+	openAIRPDBody = `{"error":{"message":"Rate limit reached for gpt-4o-mini in organization org-xxxxxxxxx on requests per day (RPD): ` +
+		`Limit 200, Used 200, Requested 1. Please try again in 7m12s. Visit https://platform.openai.com/account/rate-limits to learn more.",` +
+		`"type":"requests","param":null,"code":"rate_limit_exceeded"}}`
+	geminiPerDayBody = `{"error":{"code":429,"message":"You exceeded your current quota, please check your plan and billing details.",` +
+		`"status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{` +
+		`"quotaMetric":"generativelanguage.googleapis.com/generate_content_free_tier_requests",` +
+		`"quotaId":"GenerateRequestsPerDayPerProjectPerModel-FreeTier","quotaDimensions":{"location":"global","model":"gemini-2.5-flash"},` +
+		`"quotaValue":"250"}]},{"@type":"type.googleapis.com/google.rpc.Help","links":[{"description":"Learn more about Gemini API quotas",` +
+		`"url":"https://ai.google.dev/gemini-api/docs/rate-limits"}]},{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"22s"}]}}`
+)
+
+func BenchmarkClassify(b *testing.B) {
+	for _, tc := range []struct {
+		name   string
+		status int
+		h      http.Header
+		body   []byte
+	}{
+		{"200 without rate-limit headers", 200, benchHeaders["200 without rate-limit headers"], nil},
+		{"200 openai", 200, benchHeaders["openai"], nil},
+		{"200 claude subscription", 200, benchHeaders["claude subscription"], nil},
+		{"429 anthropic headers", 429, benchHeaders["anthropic"], nil},
+		{"429 openai body", 429, nil, []byte(openAIRPDBody)},
+		{"429 gemini body", 429, nil, []byte(geminiPerDayBody)},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				classify(tc.status, tc.h, tc.body, now)
+			}
+		})
+	}
+}

@@ -1,0 +1,326 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/keypool-go/keypool"
+)
+
+// config is the proxy's configuration file.
+type config struct {
+	// Listen is the address the proxy serves on; default 127.0.0.1:8787.
+	Listen string `yaml:"listen"`
+	// ProxyTokens are what the proxy's own clients present, as a bearer
+	// token or an API-key header, instead of an upstream key.
+	ProxyTokens []secretRef `yaml:"proxy_tokens"`
+	// State is where the pools keep their state: a directory (Badger), or
+	// a redis:// URL; default ./keypool-state.
+	State string `yaml:"state"`
+	// Upstreams are the vendors, in fallback order.
+	Upstreams []upstream `yaml:"upstreams"`
+}
+
+// upstream is one vendor the proxy forwards to.
+type upstream struct {
+	Name        string            `yaml:"name"`
+	URL         string            `yaml:"url"`
+	Auth        string            `yaml:"auth"`
+	Keys        []keyRef          `yaml:"keys"`
+	Limits      limits            `yaml:"limits"`
+	ModelLimits map[string]limits `yaml:"model_limits"`
+	KeyCap      limits            `yaml:"key_cap"`
+	CalendarDay *calendarDay      `yaml:"calendar_day"`
+	Models      map[string]string `yaml:"models"`
+	Wait        string            `yaml:"wait"`
+}
+
+// keyRef is one key entry: its secret inline, from an environment variable,
+// or from a file of one secret a line.
+type keyRef struct {
+	ID     string `yaml:"id"`
+	Secret string `yaml:"secret"`
+	Env    string `yaml:"env"`
+	File   string `yaml:"file"`
+	Paid   bool   `yaml:"paid"`
+	Limits limits `yaml:"limits"`
+}
+
+// secretRef is a proxy token: a literal, or "env:NAME".
+type secretRef string
+
+type limits struct {
+	RPM int64 `yaml:"rpm"`
+	RPD int64 `yaml:"rpd"`
+	TPM int64 `yaml:"tpm"`
+	TPD int64 `yaml:"tpd"`
+}
+
+func (l limits) pool() keypool.Limits {
+	return keypool.Limits{RPM: l.RPM, RPD: l.RPD, TPM: l.TPM, TPD: l.TPD}
+}
+
+type calendarDay struct {
+	Hour int    `yaml:"hour"`
+	Zone string `yaml:"zone"`
+}
+
+// settings is a configuration checked and resolved: secrets read, styles
+// parsed, durations parsed.
+type settings struct {
+	listen    string
+	tokens    [][]byte
+	state     string
+	routes    []routeSettings
+	warnings  []string
+	inlineKey bool // some secret is written in the file itself
+}
+
+type routeSettings struct {
+	name    string
+	url     *url.URL
+	keys    []keypool.Key
+	options []keypool.Option
+	models  map[string]string
+}
+
+// configError is one mistake in the configuration, naming its field.
+type configError struct {
+	field string
+	err   error
+}
+
+func (e *configError) Error() string { return e.field + ": " + e.err.Error() }
+func (e *configError) Unwrap() error { return e.err }
+
+func fieldErr(field, format string, args ...any) error {
+	return &configError{field: field, err: fmt.Errorf(format, args...)}
+}
+
+// loadConfig reads and checks the configuration file at path.
+func loadConfig(path string) (*settings, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fieldErr("config", "%v", err)
+	}
+	var c config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		// yaml lists its complaints a line each; the command says one line.
+		msg := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), ":\n", ":")), " ")
+		return nil, fieldErr("config", "%s: %s", path, msg)
+	}
+	s, err := c.resolve(os.LookupEnv)
+	if err != nil {
+		return nil, err
+	}
+	if s.inlineKey {
+		if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 {
+			s.warnings = append(s.warnings, fmt.Sprintf("%s holds secrets and is readable by others (mode %04o); chmod 600 it", path, st.Mode().Perm()))
+		}
+	}
+	return s, nil
+}
+
+// resolve checks c and reads its secrets, looking environment variables up
+// with env.
+func (c *config) resolve(env func(string) (string, bool)) (*settings, error) {
+	s := &settings{listen: c.Listen, state: c.State}
+	if s.listen == "" {
+		s.listen = "127.0.0.1:8787"
+	}
+	if _, _, err := net.SplitHostPort(s.listen); err != nil {
+		return nil, fieldErr("listen", "%q is not host:port", s.listen)
+	}
+	if s.state == "" {
+		s.state = "keypool-state"
+	}
+	if len(c.ProxyTokens) == 0 {
+		return nil, fieldErr("proxy_tokens", "at least one token is required: clients present it instead of an upstream key")
+	}
+	for i, t := range c.ProxyTokens {
+		v, inline, err := t.value(env)
+		if err != nil {
+			return nil, fieldErr(fmt.Sprintf("proxy_tokens[%d]", i), "%v", err)
+		}
+		s.inlineKey = s.inlineKey || inline
+		s.tokens = append(s.tokens, []byte(v))
+	}
+	if len(c.Upstreams) == 0 {
+		return nil, fieldErr("upstreams", "missing: name at least one upstream")
+	}
+	names := map[string]bool{}
+	for i, u := range c.Upstreams {
+		field := fmt.Sprintf("upstreams[%d]", i)
+		r, inline, err := u.resolve(field, env)
+		if err != nil {
+			return nil, err
+		}
+		if names[r.name] {
+			return nil, fieldErr(field+".name", "%q names two upstreams", r.name)
+		}
+		names[r.name] = true
+		s.inlineKey = s.inlineKey || inline
+		s.routes = append(s.routes, r)
+	}
+	return s, nil
+}
+
+func (t secretRef) value(env func(string) (string, bool)) (v string, inline bool, err error) {
+	if name, ok := strings.CutPrefix(string(t), "env:"); ok {
+		v, ok := env(name)
+		if !ok || v == "" {
+			return "", false, fmt.Errorf("environment variable %s is not set", name)
+		}
+		return v, false, nil
+	}
+	if t == "" {
+		return "", false, errors.New("empty token")
+	}
+	return string(t), true, nil
+}
+
+func (u upstream) resolve(field string, env func(string) (string, bool)) (routeSettings, bool, error) {
+	r := routeSettings{name: u.Name, models: u.Models}
+	if u.URL == "" {
+		return r, false, fieldErr(field+".url", "missing")
+	}
+	target, err := url.Parse(u.URL)
+	if err != nil || (target.Scheme != "http" && target.Scheme != "https") || target.Host == "" {
+		return r, false, fieldErr(field+".url", "%q is not an http or https URL", u.URL)
+	}
+	r.url = target
+	if r.name == "" {
+		r.name = target.Hostname()
+	}
+	auth, err := authOption(u.Auth)
+	if err != nil {
+		return r, false, &configError{field + ".auth", err}
+	}
+	r.options = append(r.options, auth,
+		keypool.WithLimits(u.Limits.pool()), keypool.WithKeyCap(u.KeyCap.pool()))
+	if len(u.ModelLimits) > 0 {
+		m := map[string]keypool.Limits{}
+		for model, l := range u.ModelLimits {
+			m[model] = l.pool()
+		}
+		r.options = append(r.options, keypool.WithModelLimits(m))
+	}
+	if c := u.CalendarDay; c != nil {
+		loc, err := time.LoadLocation(c.Zone)
+		if err != nil {
+			return r, false, fieldErr(field+".calendar_day.zone", "%v", err)
+		}
+		if c.Hour < 0 || c.Hour > 23 {
+			return r, false, fieldErr(field+".calendar_day.hour", "%d is not in 0..23", c.Hour)
+		}
+		r.options = append(r.options, keypool.WithCalendarDay(c.Hour, loc))
+	}
+	if u.Wait != "" {
+		d, err := time.ParseDuration(u.Wait)
+		if err != nil || d < 0 {
+			return r, false, fieldErr(field+".wait", "%q is not a duration such as 30s", u.Wait)
+		}
+		r.options = append(r.options, keypool.WaitForKey(d))
+	}
+	inline := false
+	for j, k := range u.Keys {
+		keys, in, err := k.resolve(env)
+		if err != nil {
+			return r, false, &configError{fmt.Sprintf("%s.keys[%d]%s", field, j, k.source()), err}
+		}
+		inline = inline || in
+		r.keys = append(r.keys, keys...)
+	}
+	if len(r.keys) == 0 {
+		return r, false, fieldErr(field+".keys", "no keys")
+	}
+	return r, inline, nil
+}
+
+// authOption reads an auth style: bearer, header:NAME or query:PARAM.
+func authOption(style string) (keypool.Option, error) {
+	kind, name, _ := strings.Cut(style, ":")
+	switch {
+	case style == "" || style == "bearer":
+		return keypool.BearerAuth(), nil
+	case kind == "header" && name != "":
+		return keypool.HeaderAuth(name), nil
+	case kind == "query" && name != "":
+		return keypool.QueryAuth(name), nil
+	}
+	return nil, fmt.Errorf("unknown style %q: want bearer, header:NAME or query:PARAM", style)
+}
+
+// source names the field a key entry takes its secret from, for errors.
+func (k keyRef) source() string {
+	switch {
+	case k.Env != "":
+		return ".env"
+	case k.File != "":
+		return ".file"
+	}
+	return ".secret"
+}
+
+// resolve reads the secrets of a key entry: one, or one a line of a file.
+func (k keyRef) resolve(env func(string) (string, bool)) (keys []keypool.Key, inline bool, err error) {
+	set := 0
+	for _, v := range []string{k.Secret, k.Env, k.File} {
+		if v != "" {
+			set++
+		}
+	}
+	if set != 1 {
+		return nil, false, errors.New("give exactly one of secret, env and file")
+	}
+	key := keypool.Key{ID: k.ID, Paid: k.Paid, Limits: k.Limits.pool()}
+	switch {
+	case k.Secret != "":
+		key.Secret = k.Secret
+		return []keypool.Key{key}, true, nil
+	case k.Env != "":
+		v, ok := env(k.Env)
+		if !ok || v == "" {
+			return nil, false, fmt.Errorf("environment variable %s is not set", k.Env)
+		}
+		key.Secret = v
+		return []keypool.Key{key}, false, nil
+	}
+	f, err := os.Open(k.File)
+	if err != nil {
+		return nil, false, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		fk := key
+		fk.Secret = line
+		if k.ID != "" {
+			fk.ID = fmt.Sprintf("%s-%d", k.ID, len(keys)+1)
+		}
+		keys = append(keys, fk)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, false, fmt.Errorf("reading %s: %v", k.File, err)
+	}
+	if len(keys) == 0 {
+		return nil, false, fmt.Errorf("%s holds no keys", k.File)
+	}
+	return keys, false, nil
+}

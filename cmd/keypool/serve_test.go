@@ -1,0 +1,488 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/keypool-go/keypool"
+	"github.com/keypool-go/keypool/internal/vendorsim"
+)
+
+const proxyToken = "kp-proxy-token-for-tests"
+
+// startProxy starts the proxy for the YAML configuration in front of
+// whatever it names, and returns its URL.
+func startProxy(t *testing.T, conf string) (string, *server) {
+	t.Helper()
+	var c config
+	require.NoError(t, yaml.Unmarshal([]byte(conf), &c))
+	s, err := c.resolve(func(string) (string, bool) { return "", false })
+	require.NoError(t, err)
+	var logs bytes.Buffer
+	srv, err := newServer(s, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, err)
+	hs := httptest.NewServer(srv.handler())
+	t.Cleanup(func() {
+		hs.Close()
+		srv.close()
+		assert.NotContains(t, logs.String(), "sk-", "a secret reached the logs")
+	})
+	return hs.URL, srv
+}
+
+// chat sends a chat request to the proxy with the proxy token.
+func chat(t *testing.T, base string, stream bool) (*http.Response, error) {
+	t.Helper()
+	body := fmt.Sprintf(`{"model":"gpt-4o-mini","stream":%t,"messages":[{"role":"user","content":"hello"}]}`, stream)
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+proxyToken)
+	req.Header.Set("Content-Type", "application/json")
+	return http.DefaultClient.Do(req)
+}
+
+func simConfig(sim *vendorsim.Server, state string, keys string) string {
+	return fmt.Sprintf(`
+proxy_tokens: [%q]
+state: %s
+upstreams:
+  - name: openai
+    url: %s
+    keys:
+%s
+`, proxyToken, state, sim.URL(), keys)
+}
+
+func TestProxyPoolsKeysUnderLoad(t *testing.T) {
+	sim := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Keys: []vendorsim.Key{
+		{Secret: "sk-one", ID: "one", Limits: vendorsim.Limits{RPM: 40}},
+		{Secret: "sk-two", ID: "two", Limits: vendorsim.Limits{RPM: 40}},
+		{Secret: "sk-three", ID: "three", Limits: vendorsim.Limits{RPM: 40}},
+		{Secret: "sk-gone", ID: "gone", Revoked: true},
+	}})
+	t.Cleanup(sim.Close)
+	base, _ := startProxy(t, simConfig(sim, t.TempDir(), `
+      - {id: one, secret: sk-one}
+      - {id: two, secret: sk-two}
+      - {id: three, secret: sk-three}
+      - {id: gone, secret: sk-gone}`))
+
+	var ok, limited atomic.Int64
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			for range 8 {
+				resp, err := chat(t, base, false)
+				if !assert.NoError(t, err) {
+					return
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				switch resp.StatusCode {
+				case http.StatusOK:
+					ok.Add(1)
+				case http.StatusTooManyRequests:
+					limited.Add(1)
+					assert.NotEmpty(t, resp.Header.Get("Retry-After"))
+					assert.Contains(t, string(b), "no openai key available until")
+				default:
+					t.Errorf("status %d: %s", resp.StatusCode, b)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, int64(160), ok.Load()+limited.Load())
+	assert.GreaterOrEqual(t, ok.Load(), int64(110), "the three keys' 120 a minute, less what the vendor's headers set aside")
+	for _, id := range []string{"one", "two", "three"} {
+		st, _ := sim.StatsOf(id)
+		assert.Positive(t, st.Served, "key %s served", id)
+		assert.LessOrEqual(t, sim.MaxInWindow(id, time.Minute), 40, "key %s over its limit", id)
+	}
+	gone, _ := sim.StatsOf("gone")
+	assert.LessOrEqual(t, gone.Unauthorized, int64(20), "no more 401s than requests in flight when the first came")
+	for range 10 {
+		resp, err := chat(t, base, false)
+		require.NoError(t, err)
+		resp.Body.Close()
+	}
+	after, _ := sim.StatsOf("gone")
+	assert.Equal(t, gone.Unauthorized, after.Unauthorized, "the revoked key stays benched")
+}
+
+func TestProxyStreamsUnbuffered(t *testing.T) {
+	release := make(chan struct{})
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"n\":1}\n\n")
+		w.(http.Flusher).Flush()
+		<-release // the rest waits until the client has the first event
+		_, _ = io.WriteString(w, "data: {\"n\":2}\n\ndata: [DONE]\n\n")
+	}))
+	t.Cleanup(upstream.Close)
+	base, _ := startProxy(t, fmt.Sprintf(`
+proxy_tokens: [%q]
+state: %s
+upstreams:
+  - {name: up, url: %s, keys: [{secret: sk-a}, {secret: sk-b}]}
+`, proxyToken, t.TempDir(), upstream.URL))
+	resp, err := chat(t, base, true)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	lines := bufio.NewReader(resp.Body)
+	first, err := lines.ReadString('\n')
+	require.NoError(t, err)
+	assert.Equal(t, "data: {\"n\":1}\n", first, "the first event arrives before the upstream sends the rest")
+	close(release)
+	rest, err := io.ReadAll(lines)
+	require.NoError(t, err)
+	assert.Equal(t, "\ndata: {\"n\":2}\n\ndata: [DONE]\n\n", string(rest))
+}
+
+func TestProxyNeedsItsToken(t *testing.T) {
+	var seen atomic.Value
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen.Store(r.Header.Clone())
+		_, _ = io.WriteString(w, "{}")
+	}))
+	t.Cleanup(upstream.Close)
+	base, _ := startProxy(t, fmt.Sprintf(`
+proxy_tokens: [%q]
+state: %s
+upstreams:
+  - {name: up, url: %s, auth: "header:x-api-key", keys: [{secret: sk-upstream}]}
+`, proxyToken, t.TempDir(), upstream.URL))
+	tests := []struct {
+		name   string
+		header map[string]string
+		path   string
+		status int
+	}{
+		{"no token", nil, "/v1/messages", http.StatusUnauthorized},
+		{"wrong token", map[string]string{"X-Api-Key": "sk-upstream"}, "/v1/messages", http.StatusUnauthorized},
+		{"bearer", map[string]string{"Authorization": "Bearer " + proxyToken}, "/v1/messages", http.StatusOK},
+		{"x-api-key", map[string]string{"X-Api-Key": proxyToken}, "/v1/messages", http.StatusOK},
+		{"query", nil, "/v1beta/models/g:generateContent?key=" + proxyToken, http.StatusOK},
+		{"status without token", nil, "/status", http.StatusUnauthorized},
+		{"healthz is open", nil, "/healthz", http.StatusOK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			method := http.MethodPost
+			if tt.path == "/status" || tt.path == "/healthz" {
+				method = http.MethodGet
+			}
+			req, _ := http.NewRequest(method, base+tt.path, strings.NewReader("{}"))
+			for k, v := range tt.header {
+				req.Header.Set(k, v)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			assert.Equal(t, tt.status, resp.StatusCode, "%s", b)
+			if tt.status == http.StatusUnauthorized {
+				assert.Contains(t, string(b), "needs its proxy token")
+			}
+		})
+	}
+	h := seen.Load().(http.Header)
+	assert.Equal(t, "sk-upstream", h.Get("X-Api-Key"), "the upstream gets the pool's key")
+	assert.Empty(t, h.Get("Authorization"), "the proxy token never reaches the upstream")
+}
+
+func TestProxyNoKeyAnswers429(t *testing.T) {
+	sim := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Keys: []vendorsim.Key{
+		{Secret: "sk-a", ID: "a", Revoked: true}, {Secret: "sk-b", ID: "b", Revoked: true}}})
+	t.Cleanup(sim.Close)
+	base, _ := startProxy(t, simConfig(sim, t.TempDir(), `
+      - {id: a, secret: sk-a}
+      - {id: b, secret: sk-b}`))
+	resp, err := chat(t, base, false)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	assert.Equal(t, "43200", resp.Header.Get("Retry-After"), "revoked keys come back in 12 hours")
+	var body struct {
+		Error struct {
+			Type, Message string
+			RetryAt       string `json:"retry_at"`
+		}
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+	assert.Equal(t, "rate_limit_error", body.Error.Type)
+	assert.Contains(t, body.Error.Message, "no openai key available until")
+	_, err = time.Parse(time.RFC3339, body.Error.RetryAt)
+	assert.NoError(t, err)
+}
+
+func TestProxyKeepsStateAcrossRestart(t *testing.T) {
+	sim := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Keys: []vendorsim.Key{
+		{Secret: "sk-a", ID: "a", Revoked: true}, {Secret: "sk-b", ID: "b"}}})
+	t.Cleanup(sim.Close)
+	state := t.TempDir()
+	conf := simConfig(sim, state, `
+      - {id: a, secret: sk-a}
+      - {id: b, secret: sk-b}`)
+	var c config
+	require.NoError(t, yaml.Unmarshal([]byte(conf), &c))
+	s, err := c.resolve(func(string) (string, bool) { return "", false })
+	require.NoError(t, err)
+	for run := range 2 {
+		srv, err := newServer(s, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		require.NoError(t, err)
+		hs := httptest.NewServer(srv.handler())
+		resp, err := chat(t, hs.URL, false)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusOK, resp.StatusCode)
+		routes, err := fetchStatus(t.Context(), hs.URL, proxyToken)
+		require.NoError(t, err)
+		require.Len(t, routes, 1)
+		assert.Equal(t, keypool.KindAuth, routes[0].Keys[0].Bench.Kind, "run %d: a is benched", run)
+		hs.Close()
+		srv.close()
+	}
+	a, _ := sim.StatsOf("a")
+	assert.Equal(t, int64(1), a.Requests, "after the restart the revoked key is still benched: the vendor saw it once")
+
+	var out bytes.Buffer
+	require.NoError(t, printState(t.Context(), &out, state))
+	assert.Contains(t, out.String(), "auth until")
+}
+
+func TestProxyMetrics(t *testing.T) {
+	sim := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Keys: []vendorsim.Key{{Secret: "sk-a", ID: "a"}, {Secret: "sk-b", ID: "b"}}})
+	t.Cleanup(sim.Close)
+	base, _ := startProxy(t, simConfig(sim, t.TempDir(), `
+      - {id: a, secret: sk-a}
+      - {id: b, secret: sk-b}`))
+	resp, err := chat(t, base, false)
+	require.NoError(t, err)
+	resp.Body.Close()
+	req, _ := http.NewRequest(http.MethodGet, base+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+proxyToken)
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Contains(t, string(b), `keypool_requests_total{`)
+	assert.Contains(t, string(b), `keypool_keys_available{`)
+	assert.NotContains(t, string(b), "sk-a")
+}
+
+func TestConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	unreadable := filepath.Join(dir, "missing-keys.txt")
+	tests := []struct {
+		name, yaml, want string
+	}{
+		{"no upstreams", "proxy_tokens: [t]\n", "upstreams: missing"},
+		{"no url", "proxy_tokens: [t]\nupstreams: [{name: x, keys: [{secret: s}]}]\n", "upstreams[0].url: missing"},
+		{"bad url", "proxy_tokens: [t]\nupstreams: [{url: 'ftp://x', keys: [{secret: s}]}]\n", `upstreams[0].url: "ftp://x" is not an http or https URL`},
+		{"unknown auth", "proxy_tokens: [t]\nupstreams: [{url: 'https://x', auth: basic, keys: [{secret: s}]}]\n", `upstreams[0].auth: unknown style "basic"`},
+		{"no keys", "proxy_tokens: [t]\nupstreams: [{url: 'https://x'}]\n", "upstreams[0].keys: no keys"},
+		{"bad wait", "proxy_tokens: [t]\nupstreams: [{url: 'https://x', wait: 3x, keys: [{secret: s}]}]\n", `upstreams[0].wait: "3x" is not a duration`},
+		{"unreadable key file", "proxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{file: " + unreadable + "}]}]\n", "upstreams[0].keys[0].file: open " + unreadable},
+		{"missing env", "proxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{env: NOPE_KEY}]}]\n", "upstreams[0].keys[0].env: environment variable NOPE_KEY is not set"},
+		{"two sources", "proxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{secret: s, env: E}]}]\n", "give exactly one of secret, env and file"},
+		{"no proxy token", "upstreams: [{url: 'https://x', keys: [{secret: s}]}]\n", "proxy_tokens: at least one token is required"},
+		{"unknown field", "proxy_tokens: [t]\nupstream: []\n", "field upstream not found"},
+		{"bad listen", "listen: nowhere\nproxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n", `listen: "nowhere" is not host:port`},
+		{"bad zone", "proxy_tokens: [t]\nupstreams: [{url: 'https://x', calendar_day: {zone: Mars/Olympus}, keys: [{secret: s}]}]\n", "upstreams[0].calendar_day.zone"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(dir, fmt.Sprintf("c%d.yaml", i))
+			require.NoError(t, os.WriteFile(path, []byte(tt.yaml), 0o600))
+			var stdout, stderr bytes.Buffer
+			status := run(t.Context(), []string{"serve", "-config", path}, &stdout, &stderr)
+			assert.Equal(t, exitUsage, status)
+			assert.Contains(t, stderr.String(), tt.want)
+			assert.Equal(t, 1, strings.Count(strings.TrimSpace(stderr.String()), "\n")+1, "one line: %q", stderr.String())
+			assert.NotContains(t, stderr.String(), "sk-", "no secret in the error")
+		})
+	}
+}
+
+func TestConfigStateHeldByAnotherProcess(t *testing.T) {
+	state := t.TempDir()
+	held, err := keypool.OpenBadgerStore(state)
+	require.NoError(t, err)
+	defer held.Close()
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("proxy_tokens: [t]\nstate: "+state+"\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n"), 0o600))
+	var stdout, stderr bytes.Buffer
+	assert.Equal(t, exitUsage, run(t.Context(), []string{"serve", "-config", path}, &stdout, &stderr))
+	assert.Contains(t, stderr.String(), "state: keypool: badger store "+state+": state directory is held by another process")
+}
+
+func TestConfigWarnsOfReadableSecrets(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("proxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{secret: sk-inline}]}]\n"), 0o644))
+	s, err := loadConfig(path)
+	require.NoError(t, err)
+	require.Len(t, s.warnings, 1)
+	assert.Contains(t, s.warnings[0], "holds secrets and is readable by others (mode 0644)")
+	require.NoError(t, os.Chmod(path, 0o600))
+	s, err = loadConfig(path)
+	require.NoError(t, err)
+	assert.Empty(t, s.warnings)
+}
+
+func TestConfigKeysFromEnvAndFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "keys.txt")
+	require.NoError(t, os.WriteFile(file, []byte("# keys\nsk-file-1\n\nsk-file-2\n"), 0o600))
+	var c config
+	require.NoError(t, yaml.Unmarshal([]byte(`
+proxy_tokens: ["env:PROXY"]
+upstreams:
+  - url: https://api.example.com
+    keys:
+      - {env: KEY_ONE, id: one}
+      - {file: `+file+`, id: f, paid: true}
+`), &c))
+	env := map[string]string{"PROXY": "pt", "KEY_ONE": "sk-env"}
+	s, err := c.resolve(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	require.NoError(t, err)
+	require.Len(t, s.routes, 1)
+	keys := s.routes[0].keys
+	require.Len(t, keys, 3)
+	assert.Equal(t, "sk-env", keys[0].Secret)
+	assert.Equal(t, []string{"one", "f-1", "f-2"}, []string{keys[0].ID, keys[1].ID, keys[2].ID})
+	assert.True(t, keys[2].Paid)
+	assert.Equal(t, "api.example.com", s.routes[0].name)
+	assert.Equal(t, [][]byte{[]byte("pt")}, s.tokens)
+}
+
+func TestProxyFallsBackAcrossVendors(t *testing.T) {
+	simA := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Keys: []vendorsim.Key{{Secret: "sk-a", ID: "a", Limits: vendorsim.Limits{RPD: 1}}}})
+	simB := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Keys: []vendorsim.Key{{Secret: "sk-b", ID: "b", Limits: vendorsim.Limits{RPD: 2}}}})
+	t.Cleanup(simA.Close)
+	t.Cleanup(simB.Close)
+	base, _ := startProxy(t, fmt.Sprintf(`
+proxy_tokens: [%q]
+state: %s
+upstreams:
+  - {name: free-a, url: %s, limits: {rpd: 1}, keys: [{id: a, secret: sk-a}]}
+  - {name: free-b, url: %s, limits: {rpd: 2}, keys: [{id: b, secret: sk-b}], models: {gpt-4o-mini: other-model}}
+`, proxyToken, t.TempDir(), simA.URL(), simB.URL()))
+	for i := range 3 {
+		resp, err := chat(t, base, false)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, "request %d: no caller-visible failure while a route has quota", i)
+	}
+	assert.Equal(t, int64(1), simA.Totals().Served)
+	assert.Equal(t, int64(2), simB.Totals().Served)
+	resp, err := chat(t, base, false)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "%s", b)
+	routes, err := fetchStatus(t.Context(), base, proxyToken)
+	require.NoError(t, err)
+	require.Len(t, routes, 2)
+	soonest := routes[0].RestingUntil
+	if routes[1].RestingUntil.Before(soonest) {
+		soonest = routes[1].RestingUntil
+	}
+	want := int64(time.Until(soonest).Seconds())
+	got, err := strconv.ParseInt(resp.Header.Get("Retry-After"), 10, 64)
+	require.NoError(t, err)
+	assert.InDelta(t, want, got, 2, "Retry-After is the soonest return of any route")
+	assert.Contains(t, string(b), "no free-a/free-b key available until")
+}
+
+func TestREADMEConfigExample(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	_, rest, ok := strings.Cut(string(readme), "```yaml\n")
+	require.True(t, ok, "the README has a YAML example")
+	example, _, _ := strings.Cut(rest, "```")
+	keys := filepath.Join(t.TempDir(), "openrouter-keys")
+	require.NoError(t, os.WriteFile(keys, []byte("sk-or-1\nsk-or-2\n"), 0o600))
+	example = strings.ReplaceAll(example, "/run/secrets/openrouter-keys", keys)
+	var c config
+	dec := yaml.NewDecoder(strings.NewReader(example))
+	dec.KnownFields(true)
+	require.NoError(t, dec.Decode(&c))
+	s, err := c.resolve(func(name string) (string, bool) { return "value-of-" + name, true })
+	require.NoError(t, err)
+	require.Len(t, s.routes, 3)
+	assert.Equal(t, []string{"groq", "openrouter", "openai"}, []string{s.routes[0].name, s.routes[1].name, s.routes[2].name})
+	assert.True(t, s.routes[2].keys[0].Paid, "the paid vendor is last")
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestServeShutsDownGracefully(t *testing.T) {
+	sim := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Keys: []vendorsim.Key{
+		{Secret: "sk-a", ID: "a", Revoked: true}, {Secret: "sk-b", ID: "b"}}})
+	t.Cleanup(sim.Close)
+	state := t.TempDir()
+	path := filepath.Join(t.TempDir(), "keypool.yaml")
+	conf := "listen: 127.0.0.1:0\n" + simConfig(sim, state, "      - {id: a, secret: sk-a}\n      - {id: b, secret: sk-b}")
+	require.NoError(t, os.WriteFile(path, []byte(conf), 0o600))
+
+	ctx, stop := context.WithCancel(t.Context())
+	var stdout, stderr syncBuffer
+	done := make(chan int)
+	go func() { done <- run(ctx, []string{"serve", "-config", path}, &stdout, &stderr) }()
+	var addr string
+	require.Eventually(t, func() bool {
+		_, rest, ok := strings.Cut(stderr.String(), "addr=")
+		addr, _, _ = strings.Cut(rest, " ")
+		return ok
+	}, 5*time.Second, 10*time.Millisecond, "the proxy did not start: %s", stderr.String())
+	resp, err := chat(t, "http://"+addr, false)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+
+	stop()
+	select {
+	case status := <-done:
+		assert.Equal(t, 0, status, "stderr: %s", stderr.String())
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+	assert.Contains(t, stderr.String(), "stopped")
+	var out bytes.Buffer
+	require.NoError(t, printState(t.Context(), &out, state), "the state directory is free again")
+	assert.Contains(t, out.String(), "auth until", "the bench was written")
+}

@@ -1,0 +1,206 @@
+package keypool
+
+import (
+	"bufio"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/keypool-go/keypool/internal/vendorsim"
+)
+
+// simRoute starts a vendorsim with keys of the given daily quota and returns
+// a route to it whose pool knows that quota.
+func simRoute(t *testing.T, name string, clock *testClock, rpd int64, keys ...string) (Route, *vendorsim.Server) {
+	t.Helper()
+	cfg := vendorsim.Config{Dialect: vendorsim.OpenAI, Clock: clock.Now}
+	var pk []Key
+	for _, k := range keys {
+		cfg.Keys = append(cfg.Keys, vendorsim.Key{Secret: k, ID: k, Limits: vendorsim.Limits{RPD: rpd}})
+		pk = append(pk, Key{Secret: k, ID: k})
+	}
+	sim := vendorsim.Start(cfg)
+	t.Cleanup(sim.Close)
+	pool, err := New(name, pk, WithClock(clock.Now), WithLimits(Limits{RPD: rpd}))
+	require.NoError(t, err)
+	u, _ := url.Parse(sim.URL())
+	return Route{Name: name, Pool: pool, URL: u}, sim
+}
+
+func chatRequest(t *testing.T, model string) *http.Request {
+	t.Helper()
+	body := `{"model":"` + model + `","messages":[{"role":"user","content":"hello"}]}`
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://proxy.invalid/v1/chat/completions", strings.NewReader(body))
+	require.NoError(t, err)
+	return req
+}
+
+func TestFallbackMovesOnWhenQuotaRunsOutAndBack(t *testing.T) {
+	clock := newTestClock()
+	first, simA := simRoute(t, "free-a", clock, 3, "a1")
+	second, simB := simRoute(t, "free-b", clock, 100, "b1", "b2")
+	var events []RouteEvent
+	fb, err := NewFallback([]Route{first, second}, WithFallbackClock(clock.Now), OnRoute(func(e RouteEvent) { events = append(events, e) }))
+	require.NoError(t, err)
+	send := func() (*http.Response, error) {
+		resp, err := fb.RoundTrip(chatRequest(t, "gpt-4o-mini"))
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		return resp, err
+	}
+	for i := range 6 {
+		resp, err := send()
+		require.NoError(t, err, "request %d", i)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "request %d", i)
+	}
+	assert.Equal(t, int64(3), simA.Totals().Served)
+	assert.Equal(t, int64(3), simB.Totals().Served, "the second route took over without a failure")
+	assert.Zero(t, simA.Totals().RateLimited, "the first route's pool knew its quota: the vendor never refused")
+	require.Len(t, events, 6)
+	assert.Equal(t, "free-b", events[3].Route)
+	require.Len(t, events[3].Skipped, 1)
+	assert.Equal(t, "no key", events[3].Skipped[0].Reason)
+	assert.Equal(t, "resting", events[4].Skipped[0].Reason, "the first route rests until its quota returns")
+	back := events[3].Skipped[0].Until
+	assert.True(t, back.After(clock.Now().Add(23*time.Hour)), "rests about a day, not a minute: %v", back.Sub(clock.Now()))
+
+	clock.Advance(back.Sub(clock.Now()))
+	_, err = send()
+	require.NoError(t, err)
+	assert.Equal(t, "free-a", events[len(events)-1].Route, "back on the first route when its quota resets")
+}
+
+func TestFallbackAllRoutesOut(t *testing.T) {
+	clock := newTestClock()
+	first, _ := simRoute(t, "a", clock, 1, "a1")
+	second, _ := simRoute(t, "b", clock, 1, "b1")
+	fb, err := NewFallback([]Route{first, second}, WithFallbackClock(clock.Now))
+	require.NoError(t, err)
+	for range 2 {
+		resp, err := fb.RoundTrip(chatRequest(t, "m"))
+		require.NoError(t, err)
+		resp.Body.Close()
+	}
+	_, err = fb.RoundTrip(chatRequest(t, "m"))
+	var na *NoAvailableKeyError
+	require.ErrorAs(t, err, &na)
+	assert.True(t, na.RetryAt.After(clock.Now().Add(23*time.Hour)))
+	var pe *ProviderError
+	require.ErrorAs(t, err, &pe)
+	assert.Equal(t, na.RetryAt.Sub(clock.Now()), pe.RetryAfter)
+}
+
+// recordingVendor records the paths and bodies it gets and answers with
+// the given status.
+type recordingVendor struct {
+	mu     sync.Mutex
+	got    []string
+	status int
+}
+
+func (v *recordingVendor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	v.mu.Lock()
+	v.got = append(v.got, r.URL.Path+" "+string(b))
+	v.mu.Unlock()
+	if v.status != 0 {
+		w.WriteHeader(v.status)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	for _, line := range []string{"data: one", "", "data: two", ""} {
+		_, _ = io.WriteString(w, line+"\n")
+		w.(http.Flusher).Flush()
+	}
+}
+
+func TestFallbackRouteFailureMapsModelsAndReplays(t *testing.T) {
+	down := &recordingVendor{status: http.StatusServiceUnavailable}
+	up := &recordingVendor{}
+	srvDown, srvUp := httptest.NewServer(down), httptest.NewServer(up)
+	t.Cleanup(srvDown.Close)
+	t.Cleanup(srvUp.Close)
+	clock := newTestClock()
+	poolDown, _ := New("down", []Key{{Secret: "sk-d"}}, WithClock(clock.Now))
+	poolUp, _ := New("up", []Key{{Secret: "sk-u"}}, WithClock(clock.Now))
+	uDown, _ := url.Parse(srvDown.URL + "/openai")
+	uUp, _ := url.Parse(srvUp.URL)
+	fb, err := NewFallback([]Route{
+		{Name: "down", Pool: poolDown, URL: uDown},
+		{Name: "up", Pool: poolUp, URL: uUp, Models: map[string]string{"gpt-4o-mini": "llama-3.1-8b", "gemini-2.0-flash": "gemini-2.5-flash"}},
+	}, WithFallbackClock(clock.Now))
+	require.NoError(t, err)
+
+	resp, err := fb.RoundTrip(chatRequest(t, "gpt-4o-mini"))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	lines := bufio.NewScanner(resp.Body)
+	var got []string
+	for lines.Scan() {
+		got = append(got, lines.Text())
+	}
+	assert.Equal(t, []string{"data: one", "", "data: two", ""}, got, "the stream passes through")
+	require.Len(t, down.got, 1, "sent once to the failing route")
+	assert.Equal(t, `/openai/v1/chat/completions {"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello"}]}`, down.got[0])
+	require.Len(t, up.got, 1)
+	assert.Equal(t, `/v1/chat/completions {"model":"llama-3.1-8b","messages":[{"role":"user","content":"hello"}]}`, up.got[0],
+		"the body is replayed with the model renamed for the route")
+
+	// The failing route rests a minute (a transient failure): the next
+	// request goes straight to the second.
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://proxy.invalid/v1beta/models/gemini-2.0-flash:generateContent", strings.NewReader(`{}`))
+	resp2, err := fb.RoundTrip(req)
+	require.NoError(t, err)
+	resp2.Body.Close()
+	assert.Len(t, down.got, 1)
+	assert.Equal(t, `/v1beta/models/gemini-2.5-flash:generateContent {}`, up.got[1], "the path's model is renamed too")
+	st := fb.Status()
+	assert.Equal(t, clock.Now().Add(time.Minute), st[0].RestingUntil)
+	assert.Zero(t, st[1].RestingUntil)
+}
+
+func TestNewFallbackRejects(t *testing.T) {
+	p, _ := New("p", []Key{{Secret: "s"}})
+	u, _ := url.Parse("https://api.example.com")
+	tests := []struct {
+		name   string
+		routes []Route
+		want   string
+	}{
+		{"none", nil, "no routes"},
+		{"no pool", []Route{{URL: u}}, "route 0 has no pool"},
+		{"no URL", []Route{{Pool: p}}, "route 0 needs an http or https URL"},
+		{"same name", []Route{{Pool: p, URL: u}, {Pool: p, URL: u}}, `two routes named "api.example.com"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := NewFallback(tt.routes)
+			assert.ErrorContains(t, err, tt.want)
+		})
+	}
+}
+
+func TestMapModel(t *testing.T) {
+	models := map[string]string{"a": "b\"quoted"}
+	tests := []struct{ in, want string }{
+		{`{"model":"a","x":1}`, `{"model":"b\"quoted","x":1}`},
+		{`{"nested":{"model":"a"},"model":"c"}`, `{"nested":{"model":"a"},"model":"c"}`},
+		{`{"model": "a"}`, `{"model": "b\"quoted"}`},
+		{`not json`, `not json`},
+		{`{"model":"a"`, `{"model":"b\"quoted"`},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, string(mapModel([]byte(tt.in), models)), "mapModel(%s)", tt.in)
+	}
+	assert.Equal(t, `{"model":"a"}`, string(mapModel([]byte(`{"model":"a"}`), nil)))
+}

@@ -1,0 +1,46 @@
+package keypool
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// maxNames bounds the names a names holds: model names come from requests,
+// and a client sending endless names must not grow memory without end.
+const maxNames = 1024
+
+// names interns model names: a pool's requests name a few models, and
+// looking the name up spares an allocation per request. It is safe for
+// concurrent use; a nil names interns nothing.
+type names struct {
+	last atomic.Pointer[string] // the name got last: most requests repeat it
+	mu   sync.RWMutex           // guards m
+	m    map[string]*string
+}
+
+// get returns b as a string, the same string each time for the same bytes.
+func (n *names) get(b []byte) string {
+	if n == nil {
+		return string(b)
+	}
+	if last := n.last.Load(); last != nil && *last == string(b) {
+		return *last
+	}
+	n.mu.RLock()
+	p, ok := n.m[string(b)]
+	n.mu.RUnlock()
+	if ok {
+		n.last.Store(p)
+		return *p
+	}
+	s := string(b)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.m == nil {
+		n.m = make(map[string]*string)
+	}
+	if len(n.m) < maxNames {
+		n.m[s] = &s
+	}
+	return s
+}

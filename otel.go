@@ -1,0 +1,214 @@
+package keypool
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// ScopeName is the instrumentation scope of the pool's spans and metrics.
+const ScopeName = "github.com/keypool-go/keypool"
+
+// Version is the version of keypool the scope reports.
+const Version = "0.1.0"
+
+// The attributes of the pool's spans and metrics. None ever holds a secret.
+const (
+	attrProvider = attribute.Key("keypool.provider")
+	attrModel    = attribute.Key("keypool.model")
+	attrKeyID    = attribute.Key("keypool.key.id")
+	attrTier     = attribute.Key("keypool.key.tier")
+	attrOutcome  = attribute.Key("keypool.outcome")
+	attrKind     = attribute.Key("keypool.bench.kind")
+	attrBench    = attribute.Key("keypool.bench.seconds")
+	attrFailover = attribute.Key("keypool.failover")
+	attrWindow   = attribute.Key("keypool.window")
+	attrStatus   = attribute.Key("http.response.status_code")
+)
+
+// telemetry holds a pool's tracer and instruments, built once in New.
+type telemetry struct {
+	tracer    trace.Tracer
+	startOpts []trace.SpanStartOption
+	// quietUntil, in Unix nanoseconds, is when to try starting spans again
+	// after the tracer gave a span that goes nowhere: without an SDK, the
+	// global provider's spans cost allocations and record nothing.
+	quietUntil  atomic.Int64
+	requests    metric.Int64Counter
+	benches     metric.Int64Counter
+	tokens      metric.Int64Counter
+	utilization metric.Float64Gauge
+	waited      metric.Float64Histogram
+	waitOpts    []metric.RecordOption
+	reg         metric.Registration
+}
+
+// keyTelemetry is one key's attribute sets, built once: measuring a request
+// allocates nothing.
+type keyTelemetry struct {
+	requests    [len(kindNames)][]metric.AddOption
+	benches     [len(kindNames)][]metric.AddOption
+	tokens      []metric.AddOption
+	utilization map[Window][]metric.RecordOption
+	span        []attribute.KeyValue // provider, key ID, tier
+}
+
+// windowLabel names a window in metrics; the empty Window is a short one.
+func windowLabel(w Window) string {
+	if w == WindowNone {
+		return "short"
+	}
+	return string(w)
+}
+
+// newTelemetry builds the pool's tracer and instruments from the providers in
+// c, or the global ones. An instrument that cannot be built is reported to
+// otel.Handle and left a no-op.
+func newTelemetry(p *Pool) *telemetry {
+	tp, mp := p.cfg.tracerProvider, p.cfg.meterProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	t := &telemetry{
+		tracer:    tp.Tracer(ScopeName, trace.WithInstrumentationVersion(Version)),
+		startOpts: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)},
+	}
+	m := mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version))
+	var err error
+	handle := func(e error) {
+		if e != nil {
+			otel.Handle(e)
+		}
+	}
+	t.requests, err = m.Int64Counter("keypool.requests", metric.WithUnit("{request}"),
+		metric.WithDescription("Answers the vendor gave, by key and outcome kind."))
+	handle(err)
+	t.benches, err = m.Int64Counter("keypool.benches", metric.WithUnit("{bench}"),
+		metric.WithDescription("Keys set aside, by key and kind."))
+	handle(err)
+	t.tokens, err = m.Int64Counter("keypool.tokens", metric.WithUnit("{token}"),
+		metric.WithDescription("Tokens the vendor reported used, by key."))
+	handle(err)
+	t.utilization, err = m.Float64Gauge("keypool.window.utilization", metric.WithUnit("1"),
+		metric.WithDescription("The share of its window a key has used, as the vendor last reported it."))
+	handle(err)
+	t.waited, err = m.Float64Histogram("keypool.wait.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time a request waited for a key."))
+	handle(err)
+	t.waitOpts = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attrProvider.String(p.provider)))}
+	available, err := m.Int64ObservableGauge("keypool.keys.available", metric.WithUnit("{key}"),
+		metric.WithDescription("Keys not benched for any model."))
+	handle(err)
+	if err == nil {
+		set := metric.WithAttributeSet(attribute.NewSet(attrProvider.String(p.provider)))
+		t.reg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+			o.ObserveInt64(available, int64(p.available(p.cfg.clock())), set)
+			return nil
+		}, available)
+		handle(err)
+	}
+	return t
+}
+
+// forKey builds a key's attribute sets.
+func (t *telemetry) forKey(provider string, k *poolKey) keyTelemetry {
+	tier := "free"
+	if k.Paid {
+		tier = "paid"
+	}
+	base := []attribute.KeyValue{attrProvider.String(provider), attrKeyID.String(k.ID), attrTier.String(tier)}
+	kt := keyTelemetry{span: base, utilization: map[Window][]metric.RecordOption{}}
+	for kind := range kindNames {
+		kt.requests[kind] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(append(base[:3:3], attrOutcome.String(Kind(kind).String()))...))}
+		kt.benches[kind] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(append(base[:3:3], attrKind.String(Kind(kind).String()))...))}
+	}
+	kt.tokens = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(base...))}
+	for _, w := range []Window{WindowNone, Window5h, WindowDaily, WindowWeekly, WindowMonthly} {
+		kt.utilization[w] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(append(base[:3:3], attrWindow.String(windowLabel(w)))...))}
+	}
+	return kt
+}
+
+// quietFor is how long the pool skips starting spans after a span went
+// nowhere; a tracer installed later is used from then on.
+const quietFor = time.Second
+
+// startAttempt starts the span of one attempt. When the tracer has no SDK
+// behind it (its span has no valid context), it skips tracing for a while
+// and returns a no-op span that allocates nothing.
+func (t *telemetry) startAttempt(ctx context.Context, k *poolKey, model string, attempt int) (context.Context, trace.Span) {
+	parent := trace.SpanFromContext(ctx)
+	if !parent.SpanContext().IsValid() {
+		if now := time.Now().UnixNano(); now < t.quietUntil.Load() {
+			return ctx, parent // the no-op span of a context without one
+		}
+	}
+	sctx, span := t.tracer.Start(ctx, "keypool.attempt", t.startOpts...)
+	if !span.SpanContext().IsValid() && !span.IsRecording() {
+		t.quietUntil.Store(time.Now().Add(quietFor).UnixNano())
+		return sctx, span
+	}
+	if span.IsRecording() {
+		span.SetAttributes(k.tel.span...)
+		span.SetAttributes(attrModel.String(model), attrFailover.Int(attempt))
+	}
+	return sctx, span
+}
+
+// endAttempt ends an attempt's span with its outcome.
+func endAttempt(span trace.Span, status int, v verdict, bench time.Duration, err error) {
+	if span.IsRecording() {
+		span.SetAttributes(attrOutcome.String(v.kind.String()))
+		if status != 0 {
+			span.SetAttributes(attrStatus.Int(status))
+		}
+		if bench > 0 {
+			span.SetAttributes(attrBench.Float64(bench.Seconds()))
+		}
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+	}
+	span.End()
+}
+
+// answered counts one answer of a key and what it said.
+func (t *telemetry) answered(ctx context.Context, k *poolKey, v verdict) {
+	t.requests.Add(ctx, 1, k.tel.requests[v.kind]...)
+	if v.reset.HasUtilization && t.utilization.Enabled(ctx) {
+		if opts, ok := k.tel.utilization[v.reset.Window]; ok {
+			t.utilization.Record(ctx, v.reset.Utilization, opts...)
+		}
+	}
+}
+
+// benched counts a bench of a key.
+func (t *telemetry) benched(ctx context.Context, k *poolKey, kind Kind) {
+	t.benches.Add(ctx, 1, k.tel.benches[kind]...)
+}
+
+// used counts the tokens a key's answer reported.
+func (t *telemetry) used(ctx context.Context, k *poolKey, tokens int64) {
+	t.tokens.Add(ctx, tokens, k.tel.tokens...)
+}
+
+// wait records how long a request waited for a key.
+func (t *telemetry) wait(ctx context.Context, d time.Duration) {
+	t.waited.Record(ctx, d.Seconds(), t.waitOpts...)
+}
+
+// close unregisters the observable gauge.
+func (t *telemetry) close() {
+	if t.reg != nil {
+		_ = t.reg.Unregister()
+	}
+}

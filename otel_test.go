@@ -1,0 +1,181 @@
+package keypool
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+)
+
+// telemetryPool returns a pool whose spans and metrics a test can read.
+func telemetryPool(t *testing.T, keys []Key, opts ...Option) (*Pool, *tracetest.SpanRecorder, *sdkmetric.ManualReader) {
+	t.Helper()
+	spans := tracetest.NewSpanRecorder()
+	reader := sdkmetric.NewManualReader()
+	opts = append(opts,
+		WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))),
+		WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+	p, err := New("openai", keys, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	return p, spans, reader
+}
+
+func attrs(kvs []attribute.KeyValue) map[string]string {
+	m := map[string]string{}
+	for _, kv := range kvs {
+		m[string(kv.Key)] = kv.Value.Emit()
+	}
+	return m
+}
+
+// points returns the data points of the metric named name, by their
+// attributes.
+func points(t *testing.T, reader *sdkmetric.ManualReader, name string) map[string]float64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(t.Context(), &rm))
+	out := map[string]float64{}
+	for _, sm := range rm.ScopeMetrics {
+		assert.Equal(t, ScopeName, sm.Scope.Name)
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					out[p.Attributes.Encoded(attribute.DefaultEncoder())] = float64(p.Value)
+				}
+			case metricdata.Gauge[int64]:
+				for _, p := range d.DataPoints {
+					out[p.Attributes.Encoded(attribute.DefaultEncoder())] = float64(p.Value)
+				}
+			case metricdata.Gauge[float64]:
+				for _, p := range d.DataPoints {
+					out[p.Attributes.Encoded(attribute.DefaultEncoder())] = p.Value
+				}
+			case metricdata.Histogram[float64]:
+				for _, p := range d.DataPoints {
+					out[p.Attributes.Encoded(attribute.DefaultEncoder())] = float64(p.Count)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func TestTelemetrySpanPerAttempt(t *testing.T) {
+	clock := newTestClock()
+	v, srv := newVendor(t)
+	keys := []Key{{Secret: "sk-secret-one", ID: "one"}, {Secret: "sk-secret-two", ID: "two", Paid: true}}
+	p, spans, _ := telemetryPool(t, keys, WithClock(clock.Now))
+	v.on("sk-secret-one", rateLimited("20"))
+	resp, err := (&http.Client{Transport: p.Transport(nil)}).Post(srv.URL, "application/json", strings.NewReader(`{"model":"gpt-x"}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+
+	ended := spans.Ended()
+	require.Len(t, ended, 2, "one span per attempt")
+	first, second := attrs(ended[0].Attributes()), attrs(ended[1].Attributes())
+	assert.Equal(t, map[string]string{
+		"keypool.provider": "openai", "keypool.key.id": "one", "keypool.key.tier": "free", "keypool.model": "gpt-x",
+		"keypool.failover": "0", "keypool.outcome": "rate", "http.response.status_code": "429", "keypool.bench.seconds": "20",
+	}, first)
+	assert.Equal(t, map[string]string{
+		"keypool.provider": "openai", "keypool.key.id": "two", "keypool.key.tier": "paid", "keypool.model": "gpt-x",
+		"keypool.failover": "1", "keypool.outcome": "none", "http.response.status_code": "200",
+	}, second)
+	for _, s := range ended {
+		assert.Equal(t, "keypool.attempt", s.Name())
+		for _, kv := range s.Attributes() {
+			assert.NotContains(t, kv.Value.Emit(), "sk-secret", "attribute %s holds a secret", kv.Key)
+		}
+	}
+}
+
+func TestTelemetryMetrics(t *testing.T) {
+	clock := newTestClock()
+	keys := []Key{{Secret: "sk-secret-a", ID: "a"}, {Secret: "sk-secret-b", ID: "b"}, {Secret: "sk-secret-c", ID: "c"}}
+	p, _, reader := telemetryPool(t, keys, WithClock(clock.Now))
+	fail := map[string]error{"a": &ProviderError{Kind: KindAuth, Status: 401}, "b": &ProviderError{Kind: KindRate, Status: 429, RetryAfter: time.Minute}}
+	for range 3 {
+		_ = p.Do(t.Context(), "m", func(_ context.Context, k Key) error { return fail[k.ID] })
+	}
+	assert.Equal(t, map[string]float64{
+		"keypool.key.id=a,keypool.key.tier=free,keypool.outcome=auth,keypool.provider=openai": 1,
+		"keypool.key.id=b,keypool.key.tier=free,keypool.outcome=rate,keypool.provider=openai": 1,
+		"keypool.key.id=c,keypool.key.tier=free,keypool.outcome=none,keypool.provider=openai": 3,
+	}, points(t, reader, "keypool.requests"))
+	assert.Equal(t, map[string]float64{
+		"keypool.bench.kind=auth,keypool.key.id=a,keypool.key.tier=free,keypool.provider=openai": 1,
+		"keypool.bench.kind=rate,keypool.key.id=b,keypool.key.tier=free,keypool.provider=openai": 1,
+	}, points(t, reader, "keypool.benches"))
+	assert.Equal(t, map[string]float64{"keypool.provider=openai": 1}, points(t, reader, "keypool.keys.available"))
+	clock.Advance(time.Minute)
+	assert.Equal(t, map[string]float64{"keypool.provider=openai": 2}, points(t, reader, "keypool.keys.available"), "b is back")
+	require.NoError(t, p.Unbench("a"))
+	assert.Equal(t, map[string]float64{"keypool.provider=openai": 3}, points(t, reader, "keypool.keys.available"), "a unbenched")
+}
+
+func TestTelemetryTokensAndUtilization(t *testing.T) {
+	v, srv := newVendor(t)
+	p, _, reader := telemetryPool(t, []Key{{Secret: "sk-secret-a", ID: "a"}}, WithLimits(Limits{TPM: 100_000}))
+	v.on("sk-secret-a", answer{status: 200, header: map[string]string{
+		"Content-Type": "application/json",
+		"Anthropic-Ratelimit-Unified-5h-Utilization":       "0.42",
+		"Anthropic-Ratelimit-Unified-5h-Reset":             "4102444800",
+		"Anthropic-Ratelimit-Unified-7d-Utilization":       "0.91",
+		"Anthropic-Ratelimit-Unified-7d-Reset":             "4102444800",
+		"Anthropic-Ratelimit-Unified-Status":               "allowed",
+		"Anthropic-Ratelimit-Unified-Representative-Claim": "seven_day",
+	}, body: `{"usage":{"input_tokens":30,"output_tokens":12}}`})
+	status, err := post(&http.Client{Transport: p.Transport(nil)}, srv.URL, "claude", 10)
+	require.NoError(t, err)
+	require.Equal(t, 200, status)
+	assert.Equal(t, map[string]float64{"keypool.key.id=a,keypool.key.tier=free,keypool.provider=openai": 42},
+		points(t, reader, "keypool.tokens"))
+	assert.Equal(t, map[string]float64{"keypool.key.id=a,keypool.key.tier=free,keypool.provider=openai,keypool.window=weekly": 0.91},
+		points(t, reader, "keypool.window.utilization"))
+	last := p.Stats()[0].Last
+	assert.Equal(t, WindowWeekly, last.Window)
+	assert.InDelta(t, 0.91, last.Utilization, 1e-9)
+}
+
+func TestTelemetryWaitHistogram(t *testing.T) {
+	p, _, reader := telemetryPool(t, []Key{{Secret: "sk-secret-a", ID: "a"}, {Secret: "sk-secret-b", ID: "b"}},
+		WaitForKey(time.Second))
+	require.NoError(t, p.Unbench("a"))
+	require.NoError(t, p.store.Bench(t.Context(), Bench{Provider: "openai", KeyID: "a", AllModels: true, Kind: KindRate, Until: time.Now().Add(50 * time.Millisecond)}))
+	require.NoError(t, p.store.Bench(t.Context(), Bench{Provider: "openai", KeyID: "b", AllModels: true, Kind: KindRate, Until: time.Now().Add(time.Hour)}))
+	require.NoError(t, p.Do(t.Context(), "m", func(context.Context, Key) error { return nil }))
+	assert.Equal(t, map[string]float64{"keypool.provider=openai": 1}, points(t, reader, "keypool.wait.duration"))
+}
+
+// BenchmarkTelemetryWithoutSDK measures what the pool's telemetry costs a
+// request when no OpenTelemetry SDK is installed: a span started and ended
+// and an answer counted, through the global no-op providers.
+func BenchmarkTelemetryWithoutSDK(b *testing.B) {
+	p, err := New("bench", []Key{{Secret: "sk-1"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	k := p.keys[0]
+	ctx := context.Background()
+	v := verdict{reset: Reset{HasUtilization: true, Utilization: 0.5}}
+	b.ReportAllocs()
+	for b.Loop() {
+		_, span := p.tel.startAttempt(ctx, k, "m", 0)
+		p.tel.answered(ctx, k, v)
+		endAttempt(span, 200, v, 0, nil)
+	}
+}

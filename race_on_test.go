@@ -1,0 +1,7 @@
+//go:build race
+
+package keypool
+
+// raceEnabled reports that the tests run under the race detector, whose
+// shadow memory makes resident-memory figures meaningless.
+const raceEnabled = true

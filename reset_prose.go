@@ -1,0 +1,225 @@
+package keypool
+
+import (
+	"strings"
+	"time"
+)
+
+// The phrases below are matched against the lower-cased text of an error
+// body. Each names the vendor answer it was taken from.
+
+// billingPhrases name a spent balance, credit or spend limit.
+var billingPhrases = [...]string{
+	"insufficient_quota",           // OpenAI 429 type and code
+	"billing_hard_limit",           // OpenAI, the organization's hard spend cap
+	"credit balance is too low",    // Anthropic 400 (anthropics/claude-code#4684)
+	"api usage limits",             // Anthropic 400, the organization's spend limit (anthropics/claude-code#38035)
+	"insufficient balance",         // DeepSeek 402
+	"insufficient credits",         // OpenRouter 402
+	"more credits are required",    // OpenRouter 402, a key's credit limit
+	"requires more credits",        // OpenRouter 402
+	"out of credits",               // xAI 403
+	"used all available credits",   // xAI 429
+	"reached its monthly spending", // xAI 429
+}
+
+// authPhrases name a refused key where the status does not (Gemini and xAI
+// answer a bad key with 400).
+var authPhrases = [...]string{
+	"api key not valid", // Gemini 400
+	"api_key_invalid",   // Gemini 400 ErrorInfo reason
+	"incorrect api key", // xAI 400, OpenAI 401
+	"invalid_api_key",   // OpenAI 401 code
+	"invalid api key",
+}
+
+// throttlePhrases name a rate limit, which turns a 403 from a permission
+// failure into a throttle (GitHub: "API rate limit exceeded", "You have
+// exceeded a secondary rate limit").
+var throttlePhrases = [...]string{"rate limit", "rate_limit", "too many requests"}
+
+// tooLargePhrases name a request that exceeds a limit on its own, which no
+// wait cures (OpenAI 429 and Groq 413 "Request too large for model …").
+var tooLargePhrases = [...]string{"request too large"}
+
+// windowPhrases name a window; when several match, the longest is named.
+var windowPhrases = [...]struct {
+	phrase string
+	window Window
+}{
+	{"per day", WindowDaily},   // OpenAI and Groq "requests per day (RPD)", "tokens per day (TPD)"; Cerebras "Requests per day limit exceeded"
+	{"per-day", WindowDaily},   // OpenRouter "free-models-per-day"
+	{"perday", WindowDaily},    // Gemini quota ids "GenerateRequestsPerDayPerProjectPerModel-FreeTier"
+	{"daily", WindowDaily},     // OpenRouter limit_source "openrouter_free_tier_daily"
+	{"weekly", WindowWeekly},   // plain wording
+	{"monthly", WindowMonthly}, // xAI "reached its monthly spending limit"
+	// Anthropic's spend limits are monthly: access is regained on the 1st
+	// (anthropics/claude-code#38035).
+	{"api usage limits", WindowMonthly},
+}
+
+// delayMarkers introduce a delay stated in prose: OpenAI and Groq "Please try
+// again in 26.604s", Azure "Try again in 50 seconds" and "Please retry after
+// 6 seconds", Gemini "Please retry in 10.689924287s".
+var delayMarkers = [...]string{"try again in ", "retry after ", "retry in "}
+
+// delayUnits are the unit words a prose delay may use after a bare number.
+var delayUnits = [...]struct {
+	word string
+	unit time.Duration
+}{
+	{"ms", time.Millisecond}, {"millisecond", time.Millisecond},
+	{"s", time.Second}, {"sec", time.Second}, {"second", time.Second},
+	{"min", time.Minute}, {"minute", time.Minute},
+	{"h", time.Hour}, {"hour", time.Hour},
+	{"day", 24 * time.Hour},
+}
+
+// resetDateForms are reset dates a vendor states only in prose: the marker
+// that introduces the date, and the date's layout.
+var resetDateForms = [...]struct{ marker, layout string }{
+	// Anthropic 400: "You will regain access on 2026-04-01 at 00:00 UTC."
+	{"regain access on ", "2006-01-02 at 15:04 MST"},
+}
+
+// containsAny reports whether s contains any of the phrases.
+func containsAny(s string, phrases []string) bool {
+	for _, p := range phrases {
+		if strings.Contains(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// namedWindow returns the longest window the text names, or "".
+func namedWindow(lower string) Window {
+	w := WindowNone
+	for _, p := range windowPhrases {
+		if windowRank(p.window) > windowRank(w) && strings.Contains(lower, p.phrase) {
+			w = p.window
+		}
+	}
+	return w
+}
+
+// proseDelay returns the first delay the text states after a marker: a Go
+// duration ("7m12s", "26.604s") or a number and a unit word ("30 seconds").
+func proseDelay(lower string, now time.Time) (time.Duration, bool) {
+	for _, m := range delayMarkers {
+		for rest := lower; ; {
+			_, after, found := strings.Cut(rest, m)
+			if !found {
+				break
+			}
+			if d, ok := leadingDelay(after, now); ok {
+				return d, true
+			}
+			rest = after
+		}
+	}
+	return 0, false
+}
+
+// leadingDelay reads the delay s starts with.
+func leadingDelay(s string, now time.Time) (time.Duration, bool) {
+	token := strings.TrimRight(s[:tokenEnd(s)], ".")
+	if token == "" || !isDigit(token[0]) {
+		return 0, false
+	}
+	if isLetter(token[len(token)-1]) {
+		return parseWait(token, now)
+	}
+	f, ok := parseNumber(token)
+	if !ok {
+		return 0, false
+	}
+	word := strings.TrimLeft(s[len(token):], " ")
+	word = strings.TrimSuffix(word[:tokenEnd(word)], ".")
+	for _, u := range delayUnits {
+		if word == u.word || word == u.word+"s" {
+			return waitOf(f, u.unit), true
+		}
+	}
+	return 0, false
+}
+
+// tokenEnd returns the length of the run of digits, dots and ASCII letters s
+// starts with.
+func tokenEnd(s string) int {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !isDigit(c) && !isLetter(c) && c != '.' {
+			return i
+		}
+	}
+	return len(s)
+}
+
+// statedUsage reads the limit and usage OpenAI and Groq state in a 429's
+// prose: "on tokens per minute (TPM): Limit 6000, Used 5914, Requested 1822".
+func statedUsage(lower string) (limit, used float64, ok bool) {
+	for rest := lower; ; {
+		_, after, found := strings.Cut(rest, "limit ")
+		if !found {
+			return 0, 0, false
+		}
+		rest = after
+		l, tail, found := strings.Cut(after, ", used ")
+		if !found {
+			continue
+		}
+		limit, okLimit := parseNumber(l)
+		used, okUsed := parseNumber(tail[:tokenEnd(tail)])
+		if okLimit && okUsed && limit > 0 {
+			return limit, used, true
+		}
+	}
+}
+
+// proseResetDate returns the wait until a reset date the text states in
+// prose (see resetDateForms). lower and text are the same text, lower-cased
+// byte for byte, so that the date is parsed in its own case.
+func proseResetDate(lower, text string, now time.Time) (time.Duration, bool) {
+	for _, f := range resetDateForms {
+		i := strings.Index(lower, f.marker)
+		if i < 0 {
+			continue
+		}
+		date := text[i+len(f.marker):]
+		if len(date) < len(f.layout) {
+			continue
+		}
+		if t, err := time.Parse(f.layout, date[:len(f.layout)]); err == nil {
+			return clampWait(t.Sub(now)), true
+		}
+	}
+	return 0, false
+}
+
+// windowOfWait names the window a usage limit implies by the wait until it
+// lifts, for the ChatGPT backend, whose usage_limit_reached body gives only
+// the wait: up to 10 minutes none, up to 5.5 hours the 5-hour window, up to
+// 7.5 days the weekly one, longer the monthly.
+func windowOfWait(d time.Duration) Window {
+	switch {
+	case d <= 10*time.Minute:
+		return WindowNone
+	case d <= 5*time.Hour+30*time.Minute:
+		return Window5h
+	case d <= 7*24*time.Hour+12*time.Hour:
+		return WindowWeekly
+	}
+	return WindowMonthly
+}
+
+// asciiLower lower-cases the ASCII letters of s and keeps every other byte,
+// so that offsets in the result are offsets in s.
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}

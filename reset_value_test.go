@@ -1,0 +1,83 @@
+package keypool
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// now is the instant the synthetic cases are read at.
+var now = time.Date(2025, 3, 4, 10, 11, 12, 0, time.UTC)
+
+func TestParseWait(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		want     time.Duration
+		ok       bool
+	}{
+		{"seconds", "7", 7 * time.Second, true},
+		{"fractional seconds", "1.5", 1500 * time.Millisecond, true},
+		{"many fractional digits", "33011.382867097855", 33011382867098, true},
+		{"zero", "0", 0, true},
+		{"spaces", " 7 ", 7 * time.Second, true},
+		{"go duration seconds", "1s", time.Second, true},
+		{"go duration minutes", "6m0s", 6 * time.Minute, true},
+		{"go duration milliseconds", "20ms", 20 * time.Millisecond, true},
+		{"go duration fractional", "2m59.56s", 2*time.Minute + 59560*time.Millisecond, true},
+		{"go duration days of hours", "114h18m0s", 114*time.Hour + 18*time.Minute, true},
+		{"go duration beyond the cap", "9999h", maxHorizon, true},
+		{"rfc 3339 ahead", "2025-03-04T10:12:12Z", time.Minute, true},
+		{"rfc 3339 with offset", "2025-03-04T11:12:12+01:00", time.Minute, true},
+		{"rfc 3339 past", "2025-03-04T10:00:00Z", 0, true},
+		{"http-date rfc 1123", "Tue, 04 Mar 2025 10:11:19 GMT", 7 * time.Second, true},
+		{"http-date rfc 850", "Tuesday, 04-Mar-25 10:11:19 GMT", 7 * time.Second, true},
+		{"http-date ansi c", "Tue Mar  4 10:11:19 2025", 7 * time.Second, true},
+		{"http-date past", "Tue, 04 Mar 2025 09:00:00 GMT", 0, true},
+		{"epoch seconds", strconv.FormatInt(now.Unix()+60, 10), time.Minute, true},
+		{"epoch seconds fractional", strconv.FormatInt(now.Unix()+60, 10) + ".5", 60500 * time.Millisecond, true},
+		{"epoch seconds past", strconv.FormatInt(now.Unix()-60, 10), 0, true},
+		{"epoch milliseconds", strconv.FormatInt(now.UnixMilli()+1500, 10), 1500 * time.Millisecond, true},
+		{"epoch milliseconds far", "99999999999999999", maxHorizon, true},
+		{"epoch seconds far", "9999999999", maxHorizon, true},
+		{"countdown beyond the cap", "100000000", maxHorizon, true},
+		{"huge number", "1e300", maxHorizon, true},
+		{"empty", "", 0, false},
+		{"negative", "-5", 0, false},
+		{"negative duration", "-5s", 0, false},
+		{"nan", "NaN", 0, false},
+		{"infinity", "+Inf", 0, false},
+		{"infinity word", "Inf", 0, false},
+		{"garbage", "soon", 0, false},
+		{"garbage date", "2025-13-45T99:99:99Z", 0, false},
+		{"garbage http-date", "Tue, 99 Foo 2025 10:11:19 GMT", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := parseWait(tc.in, now)
+			assert.Equal(t, tc.ok, ok, "parseWait(%q) ok = %v, want %v", tc.in, ok, tc.ok)
+			assert.Equal(t, tc.want, got, "parseWait(%q) = %v, want %v", tc.in, got, tc.want)
+		})
+	}
+}
+
+func TestParseMillis(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		want     time.Duration
+		ok       bool
+	}{
+		{"whole", "1500", 1500 * time.Millisecond, true},
+		{"fractional", "0.5", 500 * time.Microsecond, true},
+		{"beyond the cap", "1e20", maxHorizon, true},
+		{"negative", "-1", 0, false},
+		{"duration is not millis", "20ms", 0, false},
+		{"empty", "", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := parseMillis(tc.in)
+			assert.Equal(t, tc.ok, ok, "parseMillis(%q) ok = %v, want %v", tc.in, ok, tc.ok)
+			assert.Equal(t, tc.want, got, "parseMillis(%q) = %v, want %v", tc.in, got, tc.want)
+		})
+	}
+}
