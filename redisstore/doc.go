@@ -21,9 +21,9 @@
 // adjustment is sent, the windows count the request's estimate. Flush, State
 // and Close send what waits.
 //
-// The windows are keypool's: sliding windows of 31 buckets of 2 s for a
-// minute and 48 min for a day, each counting until all of it has left the
-// span, or calendar days. A Redis store and a MemoryStore given the same
+// The windows are keypool's: sliding windows of 81 buckets of 0.75 s for a
+// minute and 25 of an hour for a day, each counting until all of it has left
+// the span, or calendar days. A Redis store and a MemoryStore given the same
 // requests at the same times answer the same.
 //
 // # The clock
@@ -58,12 +58,12 @@
 //	                 l<model> its level; expires a day after the latest bench
 //	                 ends, and its expiry only ever extends; Unbench deletes it
 //	wm:<key>:<model> the sliding minute of a key and model: r<bucket> and
-//	                 t<bucket>, the requests and tokens of each 2 s bucket
-//	                 (bucket = Unix ms / 2000), x when the expiry was set;
-//	                 expires 62 s (a bucket's life) and 30 to 60 s after
-//	                 the latest write
-//	wd:<key>:<model> the sliding day: the same, in 48 min buckets; expires
-//	                 24.8 h and 30 to 60 s after the latest write
+//	                 t<bucket>, the requests and tokens of each 0.75 s
+//	                 bucket (bucket = Unix ms / 750), x when the expiry was
+//	                 set; expires 60.75 s (a bucket's life) and 30 to 60 s
+//	                 after the latest write
+//	wd:<key>:<model> the sliding day: the same, in one-hour buckets; expires
+//	                 25 h and 30 to 60 s after the latest write
 //	wc:<key>:<model> the calendar day: s and e its bounds (ms), r and t its
 //	                 counts; expires a minute after the day ends
 //	cm:, cd:, cc:<key>  the same three windows for the key's cap across its
@@ -113,6 +113,7 @@
 //     PEXPIRE and PTTL, and no library beyond Lua 5.1's base, string, table
 //     and math: Redis 5 or later should serve (the tests run Redis 7.0 and
 //     miniredis). Managed servers that refuse TIME in scripts do not.
-//   - A take touches at most eight hashes of a few dozen fields; each stays
-//     in Redis's compact listpack encoding.
+//   - A take touches at most eight hashes. A busy minute window holds up to
+//     163 fields, more than the default hash-max-listpack-entries (128), so
+//     Redis keeps it as a plain hash: a few KiB a key and model.
 package redisstore

@@ -62,7 +62,7 @@ func TestSameAsMemoryStore(t *testing.T) {
 					rg, err := rs.Take(t.Context(), tk)
 					require.NoError(t, err)
 					mg, _ := ms.Take(t.Context(), tk)
-					require.Equal(t, mg, rg, "%s: take of %s", at, model)
+					require.Equal(t, public(mg), public(rg), "%s: take of %s", at, model)
 					if rg.OK {
 						grants = append(grants, taken{tk, rg, mg})
 					}
@@ -96,6 +96,12 @@ func TestSameAsMemoryStore(t *testing.T) {
 	}
 }
 
+// public returns what a grant says to its users: a store may keep state of
+// its own in it.
+func public(g keypool.Grant) keypool.Grant {
+	return keypool.Grant{OK: g.OK, RetryAt: g.RetryAt, Reason: g.Reason, Level: g.Level, At: g.At}
+}
+
 // TestManyModelsShareOneEntry checks that a key tracks 1024 models, as the
 // MemoryStore does: the rest share one more entry and its windows.
 func TestManyModelsShareOneEntry(t *testing.T) {
@@ -108,7 +114,7 @@ func TestManyModelsShareOneEntry(t *testing.T) {
 		rg, err := rs.Take(t.Context(), tk)
 		require.NoError(t, err)
 		mg, _ := ms.Take(t.Context(), tk)
-		require.Equal(t, mg, rg, "take of model %d", i)
+		require.Equal(t, public(mg), public(rg), "take of model %d", i)
 	}
 	rst, err := rs.State(t.Context(), "test", "k", f.Now())
 	require.NoError(t, err)

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -9,12 +10,15 @@ import (
 )
 
 // The window arithmetic is keypool's (window.go), in milliseconds: a sliding
-// window keeps windowBuckets buckets of width span/(windowBuckets-1) and
-// counts a bucket until all of it has left the span.
+// window keeps n buckets of width span/(n-1), rounded up, and counts a
+// bucket until all of it has left the span. A bucket holds at most
+// maxBucket requests and as many tokens.
 const (
-	windowBuckets = 31
-	minuteWidth   = int64(2 * time.Second / time.Millisecond)     // ceil(1 min / 30)
-	dayWidth      = int64(24 * time.Hour / 30 / time.Millisecond) // ceil(24 h / 30)
+	minuteBuckets = 81
+	minuteWidth   = int64(750 * time.Millisecond / time.Millisecond) // ceil(1 min / 80)
+	dayBuckets    = 25
+	dayWidth      = int64(time.Hour / time.Millisecond) // ceil(24 h / 24)
+	maxBucket     = math.MaxUint32
 )
 
 // The lives of what the store keeps, in milliseconds, and its bounds.
@@ -50,7 +54,7 @@ const (
 // as long as it should when the server's clock steps back.
 const prelude = `
 redis.replicate_commands()
-local B, MW, DW, MARGIN, REFRESH = $B, $MW, $DW, $MARGIN, $REFRESH
+local MN, MW, DN, DW, MAXB, MARGIN, REFRESH = $MN, $MW, $DN, $DW, $MAXB, $MARGIN, $REFRESH
 local function int(x) return string.format('%d', x) end
 -- key reads a key's index: the server's time, never before the key's
 -- latest take; whether the key knows model m; when the index's expiry was
@@ -88,11 +92,12 @@ local function bench(v)
 end
 -- sliding loads a sliding window: fields r<bucket> and t<bucket> hold the
 -- requests and tokens taken in a bucket, x when its expiry was last set.
--- Buckets that have left the window are deleted. In memory, bucket i is at
--- i - base, 1 to B: small integer keys, which every Lua keeps compact.
-local function sliding(key, width, now)
+-- Buckets that have left the window of n buckets are deleted. In memory,
+-- bucket i is at i - base, 1 to n: small integer keys, which every Lua
+-- keeps compact.
+local function sliding(key, width, n, now)
   local head = math.floor(now / width)
-  local w = {key = key, width = width, now = now, head = head, base = head - B, r = {}, t = {}, sr = 0, st = 0, x = 0}
+  local w = {key = key, width = width, n = n, now = now, head = head, base = head - n, r = {}, t = {}, sr = 0, st = 0, x = 0}
   local kv = redis.call('HGETALL', key)
   local stale = {}
   for j = 1, #kv, 2 do
@@ -122,19 +127,19 @@ end
 local function slidingRoom(w, lr, lt, tok)
   if fits(w, lr, lt, tok, 0, 0) then return true, 0 end
   local fr, ft = 0, 0
-  for j = 1, B do
+  for j = 1, w.n do
     fr = fr + (w.r[j] or 0)
     ft = ft + (w.t[j] or 0)
-    if fits(w, lr, lt, tok, fr, ft) then return false, (w.base + j + B) * w.width end
+    if fits(w, lr, lt, tok, fr, ft) then return false, (w.base + j + w.n) * w.width end
   end
-  return false, (w.head + B) * w.width
+  return false, (w.head + w.n) * w.width
 end
 -- slidingAdd records req requests and tok tokens in the bucket of the
 -- time the window was loaded at. The window's expiry, a bucket's life and a
 -- margin, is set again once it is REFRESH old, which the margin covers.
 local function slidingAdd(w, req, tok)
-  local j = B
-  local r, t = (w.r[j] or 0) + req, (w.t[j] or 0) + tok
+  local j = w.n
+  local r, t = math.min((w.r[j] or 0) + req, MAXB), math.min((w.t[j] or 0) + tok, MAXB)
   w.r[j], w.t[j] = r, t
   local i = int(w.head)
   if w.now - w.x < REFRESH then
@@ -142,19 +147,19 @@ local function slidingAdd(w, req, tok)
     return
   end
   redis.call('HSET', w.key, 'r' .. i, int(r), 't' .. i, int(t), 'x', int(w.now))
-  redis.call('PEXPIRE', w.key, int(B * w.width + MARGIN))
+  redis.call('PEXPIRE', w.key, int(w.n * w.width + MARGIN))
 end
 -- bucketAdd is slidingAdd for a window not loaded: it reads and writes
 -- the one bucket of time at.
-local function bucketAdd(key, width, now, at, req, tok)
+local function bucketAdd(key, width, n, now, at, req, tok)
   local head, i = math.floor(now / width), math.floor(at / width)
-  if i > head or i <= head - B then return end
+  if i > head or i <= head - n then return end
   local fr, ft = 'r' .. int(i), 't' .. int(i)
   local v = redis.call('HMGET', key, fr, ft)
-  local r = math.max((tonumber(v[1]) or 0) + req, 0)
-  local t = math.max((tonumber(v[2]) or 0) + tok, 0)
+  local r = math.min(math.max((tonumber(v[1]) or 0) + req, 0), MAXB)
+  local t = math.min(math.max((tonumber(v[2]) or 0) + tok, 0), MAXB)
   redis.call('HSET', key, fr, int(r), ft, int(t))
-  redis.call('PEXPIRE', key, int(B * width + MARGIN))
+  redis.call('PEXPIRE', key, int(n * width + MARGIN))
 end
 -- calendar loads a calendar day: fields s and e bound it, r and t count it.
 -- Given the client's day [s, e) and the next one's end e2, a day that has
@@ -222,9 +227,9 @@ if ends > now then return {0, ends, kind, level} end
 local tok = tonumber(ARGV[4])
 local function load(minute, day, o)
   local s = {lr = tonumber(ARGV[o]), lt = tonumber(ARGV[o + 1]), dr = tonumber(ARGV[o + 2]), dt = tonumber(ARGV[o + 3])}
-  if s.lr ~= 0 or s.lt ~= 0 then s.minute = sliding(minute, MW, now) end
+  if s.lr ~= 0 or s.lt ~= 0 then s.minute = sliding(minute, MW, MN, now) end
   if s.dr ~= 0 or s.dt ~= 0 then
-    if mode == 'c' then s.cal = calendar(day, now, cs, ce, ce2) else s.day = sliding(day, DW, now) end
+    if mode == 'c' then s.cal = calendar(day, now, cs, ce, ce2) else s.day = sliding(day, DW, DN, now) end
   end
   return s
 end
@@ -268,12 +273,12 @@ if not known then mk, dk = KEYS[4], KEYS[5] end
 local at, req, tok = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local cal = ARGV[9] == '1'
 local function apply(minute, day, fm, fd)
-  if fm == '1' then bucketAdd(minute, MW, now, at, req, tok) end
+  if fm == '1' then bucketAdd(minute, MW, MN, now, at, req, tok) end
   if fd == '1' then
     if cal then
       calendarAdd(calendar(day, now), at, req, tok)
     else
-      bucketAdd(day, DW, now, at, req, tok)
+      bucketAdd(day, DW, DN, now, at, req, tok)
     end
   end
 end
@@ -341,9 +346,11 @@ return ops[op]()
 // its order.
 var storeScript = func() *redis.Script {
 	r := strings.NewReplacer(
-		"$B", strconv.Itoa(windowBuckets),
+		"$MN", strconv.Itoa(minuteBuckets),
 		"$MW", strconv.FormatInt(minuteWidth, 10),
+		"$DN", strconv.Itoa(dayBuckets),
 		"$DW", strconv.FormatInt(dayWidth, 10),
+		"$MAXB", strconv.FormatInt(maxBucket, 10),
 		"$MARGIN", strconv.FormatInt(windowMargin, 10),
 		"$REFRESH", strconv.FormatInt(expiryRefresh, 10),
 		"$INDEXLIFE", strconv.FormatInt(indexLife, 10),

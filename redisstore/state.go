@@ -111,20 +111,20 @@ func benchState(v string, now int64) keypool.BenchState {
 // usage returns what a minute window and a day window count at now.
 func usage(minute, day map[string]string, cal bool, now int64) keypool.Usage {
 	var u keypool.Usage
-	u.MinuteRequests, u.MinuteTokens = slidingUsed(minute, minuteWidth, now)
+	u.MinuteRequests, u.MinuteTokens = slidingUsed(minute, minuteWidth, minuteBuckets, now)
 	if cal {
 		u.DayRequests, u.DayTokens = calendarUsed(day, now)
 	} else {
-		u.DayRequests, u.DayTokens = slidingUsed(day, dayWidth, now)
+		u.DayRequests, u.DayTokens = slidingUsed(day, dayWidth, dayBuckets, now)
 	}
 	return u
 }
 
 // slidingUsed returns what a sliding window's buckets, as the take script
-// writes them, count at now: the last windowBuckets buckets up to now's.
-func slidingUsed(fields map[string]string, width, now int64) (requests, tokens int64) {
+// writes them, count at now: the last n buckets up to now's.
+func slidingUsed(fields map[string]string, width, n, now int64) (requests, tokens int64) {
 	head := now / width
-	oldest := head - windowBuckets + 1
+	oldest := head - n + 1
 	for f, v := range fields {
 		if len(f) < 2 {
 			continue
