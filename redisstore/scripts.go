@@ -149,8 +149,9 @@ local function slidingAdd(w, req, tok)
   redis.call('HSET', w.key, 'r' .. i, int(r), 't' .. i, int(t), 'x', int(w.now))
   redis.call('PEXPIRE', w.key, int(w.n * w.width + MARGIN))
 end
--- bucketAdd is slidingAdd for a window not loaded: it reads and writes
--- the one bucket of time at.
+-- bucketAdd changes the bucket of time at by req requests and tok tokens,
+-- if it is still in the window, never below zero: it reads and writes that
+-- one bucket.
 local function bucketAdd(key, width, n, now, at, req, tok)
   local head, i = math.floor(now / width), math.floor(at / width)
   if i > head or i <= head - n then return end
@@ -158,8 +159,10 @@ local function bucketAdd(key, width, n, now, at, req, tok)
   local v = redis.call('HMGET', key, fr, ft)
   local r = math.min(math.max((tonumber(v[1]) or 0) + req, 0), MAXB)
   local t = math.min(math.max((tonumber(v[2]) or 0) + tok, 0), MAXB)
-  redis.call('HSET', key, fr, int(r), ft, int(t))
-  redis.call('PEXPIRE', key, int(n * width + MARGIN))
+  -- A bucket that was there is in a hash that expires.
+  if redis.call('HSET', key, fr, int(r), ft, int(t)) > 0 then
+    redis.call('PEXPIRE', key, int(n * width + MARGIN))
+  end
 end
 -- calendar loads a calendar day: fields s and e bound it, r and t count it.
 -- Given the client's day [s, e) and the next one's end e2, a day that has
