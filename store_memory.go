@@ -4,14 +4,14 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/keypool-go/keypool/internal/windowspec"
 )
 
-// maxModelsPerKey bounds the models a store tracks for one key: model names
-// come from requests, and a client sending endless names must not grow the
-// state without end. Models beyond it share one entry, overflowModel.
+// The bound on the models a store tracks for one key.
 const (
-	maxModelsPerKey = 1024
-	overflowModel   = "\x00other"
+	maxModelsPerKey = windowspec.MaxModelsPerKey
+	overflowModel   = windowspec.OverflowModel
 )
 
 // MemoryStore keeps a pool's state in memory: it is the default store, and

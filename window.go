@@ -3,6 +3,8 @@ package keypool
 import (
 	"math"
 	"time"
+
+	"github.com/keypool-go/keypool/internal/windowspec"
 )
 
 // Windows count the requests and tokens a key has sent. They are pure
@@ -15,22 +17,13 @@ import (
 // keeps n buckets of width span/(n-1), and counts a bucket until all of it
 // has left the span, so what it counts always covers the last span in full.
 
-// The bucket counts of the two sliding windows: a minute of 0.75 s buckets,
-// a day of one-hour buckets. Together with the calendar day they take under
-// 1 KiB for a key and model.
+// The shape of the windows, shared with every store that counts them.
 const (
-	minuteBuckets = 81
-	dayBuckets    = 25
-)
-
-// The spans of the two sliding windows, and their bucket widths in
-// nanoseconds: the width is rounded up so that n-1 buckets always cover the
-// span.
-const (
-	minuteSpan  = time.Minute
-	daySpan     = 24 * time.Hour
-	minuteWidth = int64((minuteSpan + minuteBuckets - 2) / (minuteBuckets - 1))
-	dayWidth    = int64((daySpan + dayBuckets - 2) / (dayBuckets - 1))
+	minuteBuckets = windowspec.MinuteBuckets
+	dayBuckets    = windowspec.DayBuckets
+	minuteSpan    = windowspec.MinuteSpan
+	minuteWidth   = int64(windowspec.MinuteWidth)
+	dayWidth      = int64(windowspec.DayWidth)
 )
 
 // axis is one window's pair of limits: requests and tokens; 0 is no limit.
@@ -196,21 +189,8 @@ type Calendar struct {
 
 // period returns the calendar day that holds now, in Unix nanoseconds.
 func (c Calendar) period(now int64) (start, end int64) {
-	s, e := calendarDay(time.Unix(0, now), c.Hour, c.Loc)
+	s, e := windowspec.CalendarDay(time.Unix(0, now), c.Hour, c.Loc)
 	return s.UnixNano(), e.UnixNano()
-}
-
-// calendarDay returns the calendar day that holds now: it starts at hour
-// o'clock in loc and ends at the same hour the next day (23 or 25 hours later
-// across a change of daylight saving time).
-func calendarDay(now time.Time, hour int, loc *time.Location) (start, end time.Time) {
-	t := now.In(loc)
-	start = time.Date(t.Year(), t.Month(), t.Day(), hour, 0, 0, 0, loc)
-	if start.After(t) {
-		start = time.Date(t.Year(), t.Month(), t.Day()-1, hour, 0, 0, 0, loc)
-	}
-	end = time.Date(start.Year(), start.Month(), start.Day()+1, hour, 0, 0, 0, loc)
-	return start, end
 }
 
 // windows is the window set of one key for one model, or of one key across

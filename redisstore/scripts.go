@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/keypool-go/keypool/internal/windowspec"
 )
 
 // The window arithmetic is keypool's (window.go), in milliseconds: a sliding
@@ -14,10 +16,10 @@ import (
 // bucket until all of it has left the span. A bucket holds at most
 // maxBucket requests and as many tokens.
 const (
-	minuteBuckets = 81
-	minuteWidth   = int64(750 * time.Millisecond / time.Millisecond) // ceil(1 min / 80)
-	dayBuckets    = 25
-	dayWidth      = int64(time.Hour / time.Millisecond) // ceil(24 h / 24)
+	minuteBuckets = windowspec.MinuteBuckets
+	minuteWidth   = int64(windowspec.MinuteWidth / time.Millisecond)
+	dayBuckets    = windowspec.DayBuckets
+	dayWidth      = int64(windowspec.DayWidth / time.Millisecond)
 	maxBucket     = math.MaxUint32
 )
 
@@ -36,8 +38,8 @@ const (
 	// maxModels bounds the models a key tracks, as keypool.MemoryStore
 	// does: model names come from requests. Models beyond it share one
 	// entry, overflowModel.
-	maxModels     = 1024
-	overflowModel = "\x00other"
+	maxModels     = windowspec.MaxModelsPerKey
+	overflowModel = windowspec.OverflowModel
 	// maxExact bounds limits and token counts: Lua numbers are doubles.
 	maxExact = int64(1) << 53
 	// reasonMinute and reasonDay are a take's refusals by a minute or a day

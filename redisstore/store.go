@@ -10,6 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/keypool-go/keypool/internal/windowspec"
+
 	"github.com/keypool-go/keypool"
 )
 
@@ -184,8 +186,8 @@ func (s *Store) takeCall(t keypool.Take) *evalCall {
 	cal := t.Days.Loc != nil
 	var start, end, next int64
 	if cal {
-		day, dayEnd := calendarDay(t.Now, t.Days.Hour, t.Days.Loc)
-		_, nextEnd := calendarDay(dayEnd, t.Days.Hour, t.Days.Loc)
+		day, dayEnd := windowspec.CalendarDay(t.Now, t.Days.Hour, t.Days.Loc)
+		_, nextEnd := windowspec.CalendarDay(dayEnd, t.Days.Hour, t.Days.Loc)
 		start, end, next = day.UnixMilli(), dayEnd.UnixMilli(), nextEnd.UnixMilli()
 	}
 	return call("take",
@@ -371,17 +373,4 @@ func min0(a, b int64) int64 {
 		return a
 	}
 	return min(a, b)
-}
-
-// calendarDay returns the calendar day that holds now: it starts at hour
-// o'clock in loc and ends at the same hour the next day. It is keypool's
-// own rule (window.go), which the package does not export.
-func calendarDay(now time.Time, hour int, loc *time.Location) (start, end time.Time) {
-	t := now.In(loc)
-	start = time.Date(t.Year(), t.Month(), t.Day(), hour, 0, 0, 0, loc)
-	if start.After(t) {
-		start = time.Date(t.Year(), t.Month(), t.Day()-1, hour, 0, 0, 0, loc)
-	}
-	end = time.Date(start.Year(), start.Month(), start.Day()+1, hour, 0, 0, 0, loc)
-	return start, end
 }

@@ -1,0 +1,45 @@
+// Package windowspec holds the shape of keypool's windows — bucket counts,
+// spans and widths, the bound on models per key, the calendar day — which
+// every store that counts them must share: the root package's MemoryStore
+// and the Redis store count the same way, bucket for bucket.
+package windowspec
+
+import "time"
+
+// The bucket counts of the two sliding windows: a minute of 0.75 s buckets,
+// a day of one-hour buckets. A sliding window of n buckets admits at least
+// (n-1)/n of its limit under saturating load.
+const (
+	MinuteBuckets = 81
+	DayBuckets    = 25
+)
+
+// The spans of the two sliding windows, and their bucket widths: the width
+// is rounded up so that n-1 buckets always cover the span.
+const (
+	MinuteSpan  = time.Minute
+	DaySpan     = 24 * time.Hour
+	MinuteWidth = (MinuteSpan + MinuteBuckets - 2) / (MinuteBuckets - 1)
+	DayWidth    = (DaySpan + DayBuckets - 2) / (DayBuckets - 1)
+)
+
+// MaxModelsPerKey bounds the models a store tracks for one key: model names
+// come from requests, and a client sending endless names must not grow the
+// state without end. Models beyond it share one entry, OverflowModel.
+const (
+	MaxModelsPerKey = 1024
+	OverflowModel   = "\x00other"
+)
+
+// CalendarDay returns the calendar day that holds now: it starts at hour
+// o'clock in loc and ends at the same hour the next day (23 or 25 hours
+// later across a change of daylight saving time).
+func CalendarDay(now time.Time, hour int, loc *time.Location) (start, end time.Time) {
+	t := now.In(loc)
+	start = time.Date(t.Year(), t.Month(), t.Day(), hour, 0, 0, 0, loc)
+	if start.After(t) {
+		start = time.Date(t.Year(), t.Month(), t.Day()-1, hour, 0, 0, 0, loc)
+	}
+	end = time.Date(start.Year(), start.Month(), start.Day()+1, hour, 0, 0, 0, loc)
+	return start, end
+}
