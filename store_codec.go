@@ -159,13 +159,19 @@ func (s *sliding) encode(b []byte) []byte {
 
 func (s *sliding) decode(r *reader) {
 	*s = sliding{head: r.varint()}
+	if s.head < 0 {
+		r.fail(fmt.Errorf("window at bucket %d", s.head))
+		return
+	}
+	last := -1 // encode writes the buckets in order, each once
 	for n := r.uvarint(); n > 0 && r.err == nil; n-- {
 		i := int(r.byte())
 		req, tok := r.uvarint(), r.varint()
-		if i >= windowBuckets || req > 1<<32-1 || tok < 0 {
+		if i >= windowBuckets || i <= last || req > 1<<32-1 || tok < 0 {
 			r.fail(fmt.Errorf("bucket %d of %d requests and %d tokens", i, req, tok))
 			return
 		}
+		last = i
 		s.requests[i], s.tokens[i] = uint32(req), tok
 		s.sumReq += int64(req)
 		s.sumTok += tok
