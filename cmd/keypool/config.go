@@ -66,7 +66,9 @@ type limits struct {
 	TPD int64 `yaml:"tpd"`
 }
 
-func (l limits) pool() keypool.Limits { return keypool.Limits{RPM: l.RPM, RPD: l.RPD, TPM: l.TPM, TPD: l.TPD} }
+func (l limits) pool() keypool.Limits {
+	return keypool.Limits{RPM: l.RPM, RPD: l.RPD, TPM: l.TPM, TPD: l.TPD}
+}
 
 type calendarDay struct {
 	Hour int    `yaml:"hour"`
@@ -111,13 +113,9 @@ func loadConfig(path string) (*settings, error) {
 	if err != nil {
 		return nil, fieldErr("config", "%v", err)
 	}
-	var c config
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		// yaml lists its complaints a line each; the command says one line.
-		msg := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), ":\n", ":")), " ")
-		return nil, fieldErr("config", "%s: %s", path, msg)
+	c, err := parseConfig(data, path)
+	if err != nil {
+		return nil, err
 	}
 	s, err := c.resolve(os.LookupEnv)
 	if err != nil {
@@ -129,6 +127,20 @@ func loadConfig(path string) (*settings, error) {
 		}
 	}
 	return s, nil
+}
+
+// parseConfig decodes the text of a configuration file; name names the file
+// in errors.
+func parseConfig(data []byte, name string) (*config, error) {
+	var c config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		// yaml lists its complaints a line each; the command says one line.
+		msg := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), ":\n", ":")), " ")
+		return nil, fieldErr("config", "%s: %s", name, msg)
+	}
+	return &c, nil
 }
 
 // resolve checks c and reads its secrets, looking environment variables up
