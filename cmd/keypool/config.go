@@ -100,7 +100,14 @@ type configError struct {
 	err   error
 }
 
-func (e *configError) Error() string { return e.field + ": " + e.err.Error() }
+// Error says the mistake on one line: a value quoted from the file — a zone,
+// a variable's or a file's name — shows its line breaks as \n and \r.
+func (e *configError) Error() string {
+	return oneLine.Replace(e.field + ": " + e.err.Error())
+}
+
+var oneLine = strings.NewReplacer("\n", `\n`, "\r", `\r`)
+
 func (e *configError) Unwrap() error { return e.err }
 
 func fieldErr(field, format string, args ...any) error {
