@@ -34,7 +34,9 @@ import (
 const chatBodyM = `{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"hello"}]}`
 
 // keyOf returns the secret a request carries as a bearer token.
-func keyOf(r *http.Request) string { return strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ") }
+func keyOf(r *http.Request) string {
+	return strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+}
 
 // cutShort answers status with header, announcing body whole, sends the
 // first keep bytes of body, then drops the connection.
