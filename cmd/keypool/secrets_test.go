@@ -56,6 +56,11 @@ func (o outputs) addf(where, format string, args ...any) {
 // twelve characters.
 func (o outputs) scan(t *testing.T) {
 	t.Helper()
+	size := 0
+	for _, data := range o {
+		size += len(data)
+	}
+	t.Logf("scanning %d outputs, %d bytes, for %d secrets", len(o), size, len(allSecrets))
 	for where, data := range o {
 		for _, s := range allSecrets {
 			for _, part := range []string{s, s[len(s)-12:]} {
