@@ -49,8 +49,8 @@ type BadgerStore struct {
 	flushMu sync.Mutex
 	// errMu guards failing and unwritten.
 	errMu     sync.Mutex
-	failing   bool                // the last write failed and was reported
-	unwritten map[keyRef]struct{} // keys whose benches failed to be written
+	failing   bool              // the last write failed and was reported
+	unwritten map[keyRef]uint64 // keys whose benches failed to be written, and the version that failed
 	closeMu   sync.Mutex
 	closed    bool
 
@@ -221,7 +221,7 @@ func isBadgerLocked(err error) bool {
 
 func newBadgerStore(db *badger.DB, owned bool, cfg badgerConfig) (*BadgerStore, error) {
 	s := &BadgerStore{mem: NewMemoryStore(), db: db, owned: owned, cfg: cfg, stop: make(chan struct{}),
-		unwritten: map[keyRef]struct{}{}, update: db.Update, flushBatch: (*badger.WriteBatch).Flush}
+		unwritten: map[keyRef]uint64{}, update: db.Update, flushBatch: (*badger.WriteBatch).Flush}
 	if err := s.load(); err != nil {
 		return nil, err
 	}
@@ -361,8 +361,10 @@ func (s *BadgerStore) writeBenches(ref keyRef) error {
 	s.errMu.Lock()
 	if err != nil {
 		err = fmt.Errorf("keypool: writing bench of %s: %w", ref.keyID, err)
-		s.unwritten[ref] = struct{}{}
-	} else {
+		s.unwritten[ref] = max(s.unwritten[ref], ver)
+	} else if s.unwritten[ref] <= ver {
+		// An older version written does not make up for a newer one that
+		// failed.
 		delete(s.unwritten, ref)
 	}
 	s.errMu.Unlock()
