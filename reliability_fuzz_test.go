@@ -117,6 +117,7 @@ type keySnapshot struct {
 	Models   map[string]modelSnapshot
 }
 
+// modelSnapshot is what a memModel holds.
 type modelSnapshot struct {
 	Bench benchState
 	Level int
@@ -124,6 +125,8 @@ type modelSnapshot struct {
 	HasW  bool
 }
 
+// snapshot returns what k holds, leaving out what encoding drops: model
+// entries that hold nothing.
 func snapshot(k *memKey) keySnapshot {
 	s := keySnapshot{Bench: k.bench, Cap: k.cap, Last: k.last, BenchVer: k.benchVer, Models: map[string]modelSnapshot{}}
 	for name, m := range k.models {
