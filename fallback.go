@@ -2,6 +2,7 @@ package keypool
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -280,7 +281,7 @@ func mapModel(body []byte, models map[string]string) []byte {
 	if !ok {
 		return body
 	}
-	quoted := strconv.Quote(to)
+	quoted, _ := json.Marshal(to) // a string always marshals
 	out := make([]byte, 0, len(body)-(end-start)+len(quoted))
 	out = append(out, body[:start-1]...)
 	out = append(out, quoted...)

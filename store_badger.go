@@ -47,11 +47,17 @@ type BadgerStore struct {
 	// flushMu serializes flushes: the flusher's and those of Flush and
 	// Close.
 	flushMu sync.Mutex
-	// errMu guards failing.
-	errMu   sync.Mutex
-	failing bool // the last write failed and was reported
-	closeMu sync.Mutex
-	closed  bool
+	// errMu guards failing and unwritten.
+	errMu     sync.Mutex
+	failing   bool              // the last write failed and was reported
+	unwritten map[keyRef]uint64 // keys whose benches failed to be written, and the version that failed
+	closeMu   sync.Mutex
+	closed    bool
+
+	// update and flushBatch write to the database: db.Update and
+	// WriteBatch.Flush, which tests replace to make writes fail.
+	update     func(func(*badger.Txn) error) error
+	flushBatch func(*badger.WriteBatch) error
 }
 
 var _ Store = (*BadgerStore)(nil)
@@ -98,10 +104,10 @@ func WithBadgerLogger(l *slog.Logger) BadgerOption {
 	}
 }
 
-// WithStoreErrors sets a function told when a write behind fails, once until
-// a write succeeds again; the store keeps serving from memory and writes
-// everything at the next flush that succeeds. By default the failure is
-// logged with the store's logger.
+// WithStoreErrors sets a function told when a write fails — windows written
+// behind or benches written through — once until a write succeeds again; the
+// store keeps serving from memory and writes everything at the next flush
+// that succeeds. By default the failure is logged with the store's logger.
 func WithStoreErrors(f func(error)) BadgerOption {
 	return func(c *badgerConfig) {
 		if f != nil {
@@ -214,7 +220,8 @@ func isBadgerLocked(err error) bool {
 }
 
 func newBadgerStore(db *badger.DB, owned bool, cfg badgerConfig) (*BadgerStore, error) {
-	s := &BadgerStore{mem: NewMemoryStore(), db: db, owned: owned, cfg: cfg, stop: make(chan struct{})}
+	s := &BadgerStore{mem: NewMemoryStore(), db: db, owned: owned, cfg: cfg, stop: make(chan struct{}),
+		unwritten: map[keyRef]uint64{}, update: db.Update, flushBatch: (*badger.WriteBatch).Flush}
 	if err := s.load(); err != nil {
 		return nil, err
 	}
@@ -315,7 +322,7 @@ const benchesLife = 24 * time.Hour
 
 // writeBenches writes a key's benches and levels. Writes of one key may race;
 // each carries the key's bench version, and an older version never replaces
-// a newer one.
+// a newer one. A failed write is reported, and made again at the next flush.
 func (s *BadgerStore) writeBenches(ref keyRef) error {
 	k := s.mem.key(ref.provider, ref.keyID)
 	k.mu.Lock()
@@ -347,14 +354,26 @@ func (s *BadgerStore) writeBenches(ref keyRef) error {
 	}
 	var err error
 	for range 3 {
-		if err = s.db.Update(write); !errors.Is(err, badger.ErrConflict) {
+		if err = s.update(write); !errors.Is(err, badger.ErrConflict) {
 			break
 		}
 	}
+	s.errMu.Lock()
 	if err != nil {
-		return fmt.Errorf("keypool: writing bench of %s: %w", ref.keyID, err)
+		err = fmt.Errorf("keypool: writing bench of %s: %w", ref.keyID, err)
+		s.unwritten[ref] = max(s.unwritten[ref], ver)
+	} else if s.unwritten[ref] <= ver {
+		// An older version written does not make up for a newer one that
+		// failed.
+		delete(s.unwritten, ref)
 	}
-	return nil
+	s.errMu.Unlock()
+	if !errors.Is(err, badger.ErrConflict) {
+		// Losing every try to other writers of the key is no failure of
+		// the store: the next flush writes the benches.
+		s.report(err)
+	}
+	return err
 }
 
 // windowsLife is how long a windows record lives after it was written: the
@@ -362,7 +381,7 @@ func (s *BadgerStore) writeBenches(ref keyRef) error {
 const windowsLife = 48 * time.Hour
 
 // Flush implements Store: it writes the windows that changed since the last
-// flush.
+// flush, and the benches whose writes failed.
 func (s *BadgerStore) Flush(context.Context) error {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
@@ -386,7 +405,7 @@ func (s *BadgerStore) Flush(context.Context) error {
 		err = wb.SetEntry(badger.NewEntry(recordKey(windowsPrefix, ref), val).WithTTL(windowsLife))
 	})
 	if err == nil {
-		err = wb.Flush()
+		err = s.flushBatch(wb)
 	}
 	if err != nil {
 		// Nothing is lost: the keys are written again at the next flush.
@@ -396,9 +415,22 @@ func (s *BadgerStore) Flush(context.Context) error {
 			k.mu.Unlock()
 		}
 		err = fmt.Errorf("keypool: writing windows: %w", err)
+		s.report(err)
+		return err
 	}
-	s.report(err)
-	return err
+	s.errMu.Lock()
+	refs := make([]keyRef, 0, len(s.unwritten))
+	for ref := range s.unwritten {
+		refs = append(refs, ref)
+	}
+	s.errMu.Unlock()
+	for _, ref := range refs {
+		if err = s.writeBenches(ref); err != nil {
+			return err
+		}
+	}
+	s.report(nil)
+	return nil
 }
 
 // report tells the error handler of a failed write, once until a write

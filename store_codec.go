@@ -168,13 +168,19 @@ func (s *sliding) decode(r *reader, bk buckets) {
 	*s = sliding{head: r.varint()}
 	clear(bk.requests)
 	clear(bk.tokens)
+	if s.head < 0 {
+		r.fail(fmt.Errorf("window at bucket %d", s.head))
+		return
+	}
+	last := -1 // encode writes the buckets in order, each once
 	for n := r.uvarint(); n > 0 && r.err == nil; n-- {
 		i := int(r.byte())
 		req, tok := r.uvarint(), r.uvarint()
-		if i >= len(bk.requests) || req > math.MaxUint32 || tok > math.MaxUint32 {
+		if i >= len(bk.requests) || i <= last || req > math.MaxUint32 || tok > math.MaxUint32 {
 			r.fail(fmt.Errorf("bucket %d of %d requests and %d tokens", i, req, tok))
 			return
 		}
+		last = i
 		bk.requests[i], bk.tokens[i] = uint32(req), uint32(tok)
 		s.sumReq += int64(req)
 		s.sumTok += int64(tok)

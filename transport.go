@@ -91,6 +91,9 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err == nil && resp == nil {
 			err = errors.New("keypool: base RoundTripper returned neither an answer nor an error")
 		}
+		if err == nil && resp.Body == nil {
+			resp.Body = http.NoBody // as http.Client reads a RoundTripper's nil Body
+		}
 		if err != nil {
 			// No answer: nothing to bench, and the request never counted.
 			_ = p.store.Release(ctx, l.take, l.grant)

@@ -100,7 +100,14 @@ type configError struct {
 	err   error
 }
 
-func (e *configError) Error() string { return e.field + ": " + e.err.Error() }
+// Error says the mistake on one line: a value quoted from the file — a zone,
+// a variable's or a file's name — shows its line breaks as \n and \r.
+func (e *configError) Error() string {
+	return oneLine.Replace(e.field + ": " + e.err.Error())
+}
+
+var oneLine = strings.NewReplacer("\n", `\n`, "\r", `\r`)
+
 func (e *configError) Unwrap() error { return e.err }
 
 func fieldErr(field, format string, args ...any) error {
@@ -113,13 +120,9 @@ func loadConfig(path string) (*settings, error) {
 	if err != nil {
 		return nil, fieldErr("config", "%v", err)
 	}
-	var c config
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		// yaml lists its complaints a line each; the command says one line.
-		msg := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), ":\n", ":")), " ")
-		return nil, fieldErr("config", "%s: %s", path, msg)
+	c, err := parseConfig(data, path)
+	if err != nil {
+		return nil, err
 	}
 	s, err := c.resolve(os.LookupEnv)
 	if err != nil {
@@ -131,6 +134,20 @@ func loadConfig(path string) (*settings, error) {
 		}
 	}
 	return s, nil
+}
+
+// parseConfig decodes the text of a configuration file; name names the file
+// in errors.
+func parseConfig(data []byte, name string) (*config, error) {
+	var c config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		// yaml lists its complaints a line each; the command says one line.
+		msg := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), ":\n", ":")), " ")
+		return nil, fieldErr("config", "%s: %s", name, msg)
+	}
+	return &c, nil
 }
 
 // resolve checks c and reads its secrets, looking environment variables up

@@ -37,7 +37,6 @@ func TestCalendarDay(t *testing.T) {
 	assert.Equal(t, 23*time.Hour, end.Sub(start))
 }
 
-
 func TestWidthsCoverTheSpans(t *testing.T) {
 	assert.GreaterOrEqual(t, (MinuteBuckets-1)*MinuteWidth, MinuteSpan)
 	assert.GreaterOrEqual(t, (DayBuckets-1)*DayWidth, DaySpan)
