@@ -399,8 +399,11 @@ func (p *Pool) observe(ctx context.Context, l *lease, v verdict, now time.Time) 
 		Kind: v.kind, Until: now.Add(d), Level: level}
 	_ = p.store.Bench(ctx, b)
 	p.tel.benched(ctx, l.key, v.kind)
-	if until := b.Until.UnixNano(); until > l.key.benchedUntil.Load() {
-		l.key.benchedUntil.Store(until)
+	for until := b.Until.UnixNano(); ; {
+		cur := l.key.benchedUntil.Load()
+		if until <= cur || l.key.benchedUntil.CompareAndSwap(cur, until) {
+			break
+		}
 	}
 	if f := p.cfg.onEvict; f != nil {
 		model := b.Model

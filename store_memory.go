@@ -103,7 +103,12 @@ func (s *MemoryStore) Take(_ context.Context, t Take) (Grant, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	// A clock that steps back records at the latest time seen, so what is
-	// taken counts at least as long as it should.
+	// taken counts at least as long as it should. A step back of more than
+	// maxStepBack is a clock put right after running ahead: the key's
+	// windows, dated by the wrong clock, start again.
+	if k.last-t.Now.UnixNano() > int64(maxStepBack) {
+		k.restart()
+	}
 	now := max(t.Now.UnixNano(), k.last)
 	k.last = now
 	k.days = t.Days
@@ -140,6 +145,19 @@ func (s *MemoryStore) Take(_ context.Context, t Take) (Grant, error) {
 	}
 	k.dirty = true
 	return Grant{OK: true, Level: m.level, At: time.Unix(0, now).UTC(), key: k, model: m}, nil
+}
+
+// maxStepBack is the longest step back of the clock a key's windows ride
+// out by counting at the latest time seen.
+const maxStepBack = time.Hour
+
+// restart empties the key's windows. k.mu must be held.
+func (k *memKey) restart() {
+	k.last, k.cap = 0, nil
+	for _, m := range k.models {
+		m.win = nil
+	}
+	k.dirty = true
 }
 
 // latest returns the end and kind of the later of two benches.

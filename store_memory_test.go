@@ -38,3 +38,21 @@ func TestMemoryStoreBoundsModelsPerKey(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, st.Models, maxModelsPerKey+1, "models beyond the bound share one entry")
 }
+
+func TestMemoryStoreClockPutRight(t *testing.T) {
+	s := NewMemoryStore()
+	ahead := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC) // a clock years ahead
+	take := Take{Provider: "p", KeyID: "k", Model: "m", Limits: Limits{RPM: 1}, Now: ahead}
+	g, err := s.Take(t.Context(), take)
+	require.NoError(t, err)
+	require.True(t, g.OK)
+	take.Now = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) // put right
+	g, err = s.Take(t.Context(), take)
+	require.NoError(t, err)
+	assert.True(t, g.OK, "windows dated by a clock years ahead do not hold the key")
+	assert.Equal(t, take.Now, g.At)
+	take.Now = take.Now.Add(time.Second)
+	g, err = s.Take(t.Context(), take)
+	require.NoError(t, err)
+	assert.False(t, g.OK, "and count again from the corrected clock")
+}

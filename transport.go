@@ -95,8 +95,12 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			resp.Body = http.NoBody // as http.Client reads a RoundTripper's nil Body
 		}
 		if err != nil {
-			// No answer: nothing to bench, and the request never counted.
-			_ = p.store.Release(ctx, l.take, l.grant)
+			// No answer: nothing to bench. The request never counted —
+			// unless the caller gave up while the vendor had it, which the
+			// vendor may count: then its slot stays taken.
+			if ctx.Err() == nil {
+				_ = p.store.Release(ctx, l.take, l.grant)
+			}
 			err = p.redact(err, l.key)
 			endAttempt(span, 0, verdict{}, 0, err)
 			return nil, err

@@ -505,3 +505,19 @@ func TestTransportOnRateLimit(t *testing.T) {
 		})
 	}
 }
+
+func TestTransportKeepsSlotWhenCallerGivesUp(t *testing.T) {
+	pool, err := New("test", []Key{{Secret: "sk-a"}}, WithLimits(Limits{RPM: 5}))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		cancel() // the caller gives up while the vendor has the request
+		return nil, r.Context().Err()
+	})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://vendor.test/", nil)
+	_, err = pool.Transport(base).RoundTrip(req)
+	require.ErrorIs(t, err, context.Canceled)
+	st := pool.Stats()[0]
+	require.Len(t, st.Models, 1)
+	assert.Equal(t, int64(1), st.Models[0].Usage.MinuteRequests, "the vendor may have counted it")
+}
