@@ -25,8 +25,13 @@ type config struct {
 	// token or an API-key header, instead of an upstream key.
 	ProxyTokens []secretRef `yaml:"proxy_tokens"`
 	// State is where the pools keep their state: a directory (Badger), or
-	// a redis:// URL; default ./keypool-state.
+	// a redis:// URL that replicas of the proxy share; default
+	// ./keypool-state.
 	State string `yaml:"state"`
+	// Replicas, with a Redis state, is how many proxies share it: while
+	// Redis is down each serves from local windows at 1/Replicas of every
+	// limit. Zero refuses requests while Redis is down.
+	Replicas int `yaml:"replicas"`
 	// Upstreams are the vendors, in fallback order.
 	Upstreams []upstream `yaml:"upstreams"`
 }
@@ -81,6 +86,7 @@ type settings struct {
 	listen    string
 	tokens    [][]byte
 	state     string
+	replicas  int
 	routes    []routeSettings
 	warnings  []string
 	inlineKey bool // some secret is written in the file itself
@@ -162,6 +168,13 @@ func (c *config) resolve(env func(string) (string, bool)) (*settings, error) {
 	}
 	if s.state == "" {
 		s.state = "keypool-state"
+	}
+	s.replicas = c.Replicas
+	if c.Replicas < 0 {
+		return nil, fieldErr("replicas", "%d is negative", c.Replicas)
+	}
+	if c.Replicas > 0 && !isRedisURL(s.state) {
+		return nil, fieldErr("replicas", "needs a redis:// state to share")
 	}
 	if len(c.ProxyTokens) == 0 {
 		return nil, fieldErr("proxy_tokens", "at least one token is required: clients present it instead of an upstream key")
@@ -340,4 +353,10 @@ func (k keyRef) resolve(env func(string) (string, bool)) (keys []keypool.Key, in
 		return nil, false, fmt.Errorf("%s holds no keys", k.File)
 	}
 	return keys, false, nil
+}
+
+// isRedisURL reports whether a state names a Redis server rather than a
+// directory.
+func isRedisURL(state string) bool {
+	return strings.HasPrefix(state, "redis://") || strings.HasPrefix(state, "rediss://") || strings.HasPrefix(state, "unix://")
 }

@@ -22,6 +22,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/keypool-go/keypool"
+	"github.com/keypool-go/keypool/redisstore"
 )
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -69,7 +70,7 @@ type server struct {
 // the handlers.
 func newServer(s *settings, log *slog.Logger) (*server, error) {
 	srv := &server{settings: s, log: log}
-	store, closer, err := openState(s.state, log)
+	store, closer, err := openState(s, log)
 	if err != nil {
 		return nil, err
 	}
@@ -119,12 +120,30 @@ func newServer(s *settings, log *slog.Logger) (*server, error) {
 	return srv, nil
 }
 
-// openState opens the pools' store: a Badger directory.
-func openState(state string, log *slog.Logger) (keypool.Store, io.Closer, error) {
-	if strings.Contains(state, "://") {
-		return nil, nil, usageError{fieldErr("state", "%q: only a directory is supported by this build", state)}
+// openState opens the pools' store: a Badger directory, or a Redis server
+// that replicas share.
+func openState(s *settings, log *slog.Logger) (keypool.Store, io.Closer, error) {
+	if isRedisURL(s.state) {
+		opts := []redisstore.Option{
+			redisstore.WithStatusFunc(func(up bool, err error) {
+				if up {
+					log.Info("redis available again")
+				} else {
+					log.Warn("redis unavailable", "err", err)
+				}
+			}),
+			redisstore.WithErrorFunc(func(err error) { log.Warn("redis", "err", err) }),
+		}
+		if s.replicas > 0 {
+			opts = append(opts, redisstore.WithLocalFallback(s.replicas))
+		}
+		store, err := redisstore.Open(s.state, opts...)
+		if err != nil {
+			return nil, nil, &configError{field: "state", err: err}
+		}
+		return store, store, nil
 	}
-	store, err := keypool.OpenBadgerStore(state, keypool.WithBadgerLogger(log))
+	store, err := keypool.OpenBadgerStore(s.state, keypool.WithBadgerLogger(log))
 	if errors.Is(err, keypool.ErrStoreLocked) {
 		return nil, nil, usageError{fieldErr("state", "%v", err)}
 	}

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
@@ -307,6 +308,7 @@ func TestConfigErrors(t *testing.T) {
 		{"no proxy token", "upstreams: [{url: 'https://x', keys: [{secret: s}]}]\n", "proxy_tokens: at least one token is required"},
 		{"unknown field", "proxy_tokens: [t]\nupstream: []\n", "field upstream not found"},
 		{"bad listen", "listen: nowhere\nproxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n", `listen: "nowhere" is not host:port`},
+		{"replicas without redis", "proxy_tokens: [t]\nreplicas: 2\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n", "replicas: needs a redis:// state to share"},
 		{"bad zone", "proxy_tokens: [t]\nupstreams: [{url: 'https://x', calendar_day: {zone: Mars/Olympus}, keys: [{secret: s}]}]\n", "upstreams[0].calendar_day.zone"},
 	}
 	for i, tt := range tests {
@@ -485,4 +487,32 @@ func TestServeShutsDownGracefully(t *testing.T) {
 	var out bytes.Buffer
 	require.NoError(t, printState(t.Context(), &out, state), "the state directory is free again")
 	assert.Contains(t, out.String(), "auth until", "the bench was written")
+}
+
+func TestProxyReplicasShareRedisState(t *testing.T) {
+	mr := miniredis.RunT(t)
+	sim := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Keys: []vendorsim.Key{{Secret: "sk-a", ID: "a"}}})
+	t.Cleanup(sim.Close)
+	conf := fmt.Sprintf(`
+proxy_tokens: [%q]
+state: redis://%s/0
+replicas: 2
+upstreams:
+  - {name: openai, url: %s, limits: {rpm: 3}, keys: [{id: a, secret: sk-a}, {id: b, secret: sk-b}]}
+`, proxyToken, mr.Addr(), sim.URL())
+	first, _ := startProxy(t, conf)
+	second, _ := startProxy(t, conf)
+	statuses := map[int]int{}
+	for i := range 8 {
+		base := first
+		if i%2 == 1 {
+			base = second
+		}
+		resp, err := chat(t, base, false)
+		require.NoError(t, err)
+		resp.Body.Close()
+		statuses[resp.StatusCode]++
+	}
+	assert.Equal(t, map[int]int{http.StatusOK: 3, http.StatusTooManyRequests: 5}, statuses,
+		"two replicas share key a's RPM 3 (b is unknown to the vendor and benched at once)")
 }
