@@ -37,7 +37,9 @@ import (
 // Key is one API key of a pool.
 //
 // Printing a Key with any verb of the fmt package shows its ID, never its
-// Secret.
+// Secret — but fmt prints an unexported struct field by reflection, without
+// calling Format, so a Key kept in an unexported field of a struct you print
+// shows its Secret: keep keys out of values you print.
 type Key struct {
 	// Secret is the credential. It is never logged, traced, stored or put in
 	// an error.
