@@ -3,6 +3,7 @@ package keypool
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -16,8 +17,8 @@ func benchPool(b *testing.B, n int, opts ...Option) *Pool {
 		keys[i] = Key{Secret: fmt.Sprintf("sk-%06d", i), ID: fmt.Sprintf("k%06d", i)}
 	}
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	var tick time.Duration
-	clock := func() time.Time { tick += time.Microsecond; return now.Add(tick) }
+	var tick atomic.Int64
+	clock := func() time.Time { return now.Add(time.Duration(tick.Add(int64(time.Microsecond)))) }
 	opts = append([]Option{WithClock(clock), WithLimits(Limits{RPM: 1 << 40, RPD: 1 << 40, TPM: 1 << 50, TPD: 1 << 50})}, opts...)
 	p, err := New("bench", keys, opts...)
 	if err != nil {

@@ -82,8 +82,12 @@ func BenchmarkOverhead(b *testing.B) {
 		"pool": func(b *testing.B) http.RoundTripper {
 			return benchPool(b, 100).Transport(base)
 		},
+		// Request limits only: no token estimate, no usage read.
+		"pool-requests": func(b *testing.B) http.RoundTripper {
+			return benchPool(b, 100, WithLimits(Limits{RPM: 1 << 40, RPD: 1 << 40})).Transport(base)
+		},
 	}
-	for _, name := range []string{"floor", "oauth2", "pool"} {
+	for _, name := range []string{"floor", "oauth2", "pool", "pool-requests"} {
 		for _, parallel := range []bool{false, true} {
 			b.Run(fmt.Sprintf("%s/parallel=%t", name, parallel), func(b *testing.B) {
 				rt := rts[name](b)

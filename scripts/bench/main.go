@@ -111,6 +111,8 @@ func main() {
 		rows = append(rows, row{"1. overhead per request, " + mode, fmt.Sprintf("%.2f× the floor", r), "≤ 1.5×", check(r <= 1.5)})
 		extra := median(all, pool, "allocs/op") - median(all, floor, "allocs/op")
 		rows = append(rows, row{"1. allocations per request, " + mode, fmt.Sprintf("%+.0f over the floor", extra), "≤ +4", check(extra <= 4)})
+		q := ratio("BenchmarkOverhead/pool-requests/parallel="+p, floor, "ns/op")
+		rows = append(rows, row{"   the same with request limits only (no token metering), " + mode, fmt.Sprintf("%.2f× the floor", q), "", nil})
 		o := ratio("BenchmarkOverhead/oauth2/parallel="+p, floor, "ns/op")
 		rows = append(rows, row{"   x/oauth2 Transport, " + mode + " (reference)", fmt.Sprintf("%.2f× the floor", o), "", nil})
 	}
