@@ -32,6 +32,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/keypool-go/keypool/internal/windowspec"
 )
 
 // Key is one API key of a pool.
@@ -78,15 +80,7 @@ func (l Limits) over(o Limits) Limits {
 }
 
 // tokenCap returns the smallest token limit of l, or 0 if l has none.
-func (l Limits) tokenCap() int64 {
-	switch {
-	case l.TPM == 0:
-		return l.TPD
-	case l.TPD == 0:
-		return l.TPM
-	}
-	return min(l.TPM, l.TPD)
-}
+func (l Limits) tokenCap() int64 { return windowspec.Tighter(l.TPM, l.TPD) }
 
 func (l Limits) validate() error {
 	if l.RPM < 0 || l.RPD < 0 || l.TPM < 0 || l.TPD < 0 {
@@ -329,7 +323,7 @@ func (p *Pool) scan(ctx context.Context, c *call, keys []*poolKey, cursor *atomi
 		}
 		t := Take{Provider: p.provider, KeyID: k.ID, Model: model, Limits: p.limits(k, model), Cap: p.cfg.keyCap, Days: p.cfg.days, Now: now}
 		t.Tokens = tokens
-		if limit := min0(t.Limits.tokenCap(), t.Cap.tokenCap()); limit > 0 {
+		if limit := windowspec.Tighter(t.Limits.tokenCap(), t.Cap.tokenCap()); limit > 0 {
 			t.Tokens = min(tokens, limit)
 		}
 		g, err := p.store.Take(ctx, t)
@@ -342,17 +336,6 @@ func (p *Pool) scan(ctx context.Context, c *call, keys []*poolKey, cursor *atomi
 		c.sooner(g.RetryAt)
 	}
 	return lease{}, false, nil
-}
-
-// min0 returns the smaller of a and b, ignoring zeros.
-func min0(a, b int64) int64 {
-	switch {
-	case a == 0:
-		return b
-	case b == 0:
-		return a
-	}
-	return min(a, b)
 }
 
 // observe records what an answer said of a lease's key: counts, readings,

@@ -340,7 +340,7 @@ func (s *Store) takeLocal(ctx context.Context, t keypool.Take, err error) (keypo
 // time marked so that Settle and Release know the grant for a local one.
 func (s *Store) localTake(t keypool.Take) keypool.Take {
 	t.Limits, t.Cap = divide(t.Limits, s.cfg.replicas), divide(t.Cap, s.cfg.replicas)
-	if lim := min0(min0(t.Limits.TPM, t.Limits.TPD), min0(t.Cap.TPM, t.Cap.TPD)); lim > 0 {
+	if lim := windowspec.Tighter(windowspec.Tighter(t.Limits.TPM, t.Limits.TPD), windowspec.Tighter(t.Cap.TPM, t.Cap.TPD)); lim > 0 {
 		t.Tokens = min(t.Tokens, lim)
 	}
 	t.Now = t.Now.Truncate(time.Millisecond).Add(localMark)
@@ -362,15 +362,4 @@ func divide(l keypool.Limits, n int64) keypool.Limits {
 		return max(v/n, 1)
 	}
 	return keypool.Limits{RPM: d(l.RPM), RPD: d(l.RPD), TPM: d(l.TPM), TPD: d(l.TPD)}
-}
-
-// min0 returns the smaller of a and b, ignoring zeros.
-func min0(a, b int64) int64 {
-	switch {
-	case a == 0:
-		return b
-	case b == 0:
-		return a
-	}
-	return min(a, b)
 }

@@ -43,3 +43,14 @@ func CalendarDay(now time.Time, hour int, loc *time.Location) (start, end time.T
 	end = time.Date(start.Year(), start.Month(), start.Day()+1, hour, 0, 0, 0, loc)
 	return start, end
 }
+
+// Tighter returns the tighter of two limits, where 0 is no limit.
+func Tighter(a, b int64) int64 {
+	switch {
+	case a == 0:
+		return b
+	case b == 0:
+		return a
+	}
+	return min(a, b)
+}

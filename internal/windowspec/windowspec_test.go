@@ -43,3 +43,9 @@ func TestWidthsCoverTheSpans(t *testing.T) {
 	assert.Equal(t, 750*time.Millisecond, MinuteWidth)
 	assert.Equal(t, time.Hour, DayWidth)
 }
+
+func TestTighter(t *testing.T) {
+	for _, c := range []struct{ a, b, want int64 }{{0, 0, 0}, {0, 5, 5}, {5, 0, 5}, {3, 5, 3}, {5, 3, 3}} {
+		assert.Equal(t, c.want, Tighter(c.a, c.b), "Tighter(%d, %d)", c.a, c.b)
+	}
+}
