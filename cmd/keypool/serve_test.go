@@ -60,6 +60,12 @@ func chat(t *testing.T, base string, stream bool) (*http.Response, error) {
 	return http.DefaultClient.Do(req)
 }
 
+// oneUpstream is a configuration of one upstream named up at url, with the
+// rest of its fields as given, in a fresh state directory.
+func oneUpstream(t *testing.T, url, fields string) string {
+	return fmt.Sprintf("proxy_tokens: [%q]\nstate: %s\nupstreams:\n  - {name: up, url: %s, %s}\n", proxyToken, t.TempDir(), url, fields)
+}
+
 func simConfig(sim *vendorsim.Server, state string, keys string) string {
 	return fmt.Sprintf(`
 proxy_tokens: [%q]
@@ -139,12 +145,7 @@ func TestProxyStreamsUnbuffered(t *testing.T) {
 		_, _ = io.WriteString(w, "data: {\"n\":2}\n\ndata: [DONE]\n\n")
 	}))
 	t.Cleanup(upstream.Close)
-	base, _ := startProxy(t, fmt.Sprintf(`
-proxy_tokens: [%q]
-state: %s
-upstreams:
-  - {name: up, url: %s, keys: [{secret: sk-a}, {secret: sk-b}]}
-`, proxyToken, t.TempDir(), upstream.URL))
+	base, _ := startProxy(t, oneUpstream(t, upstream.URL, `keys: [{secret: sk-a}, {secret: sk-b}]`))
 	resp, err := chat(t, base, true)
 	require.NoError(t, err)
 	defer resp.Body.Close()
@@ -165,12 +166,7 @@ func TestProxyNeedsItsToken(t *testing.T) {
 		_, _ = io.WriteString(w, "{}")
 	}))
 	t.Cleanup(upstream.Close)
-	base, _ := startProxy(t, fmt.Sprintf(`
-proxy_tokens: [%q]
-state: %s
-upstreams:
-  - {name: up, url: %s, auth: "header:x-api-key", keys: [{secret: sk-upstream}]}
-`, proxyToken, t.TempDir(), upstream.URL))
+	base, _ := startProxy(t, oneUpstream(t, upstream.URL, `auth: "header:x-api-key", keys: [{secret: sk-upstream}]`))
 	tests := []struct {
 		name   string
 		header map[string]string

@@ -110,7 +110,6 @@ type refusal struct {
 }
 
 func (rf refusal) tokens() bool { return rf.axis == "TPM" || rf.axis == "TPD" }
-func (rf refusal) daily() bool  { return rf.axis == "RPD" || rf.axis == "TPD" }
 
 // usageLimit is a spent subscription window.
 type usageLimit struct {
