@@ -43,7 +43,7 @@ type benchPolicy struct {
 	transient time.Duration   // a 5xx that gives no Retry-After
 	auth      time.Duration   // a revoked or unauthorized key
 	billing   time.Duration   // a spent balance or a 402
-	ladder    []time.Duration // quota answers without a date, by escalation level
+	levels    []time.Duration // quota answers without a date, by level
 	min, max  time.Duration   // the clamp on every bench
 }
 
@@ -53,7 +53,7 @@ func defaultBenchPolicy() benchPolicy {
 		transient: time.Minute,
 		auth:      12 * time.Hour,
 		billing:   12 * time.Hour,
-		ladder:    []time.Duration{2 * time.Minute, 10 * time.Minute, time.Hour, 12 * time.Hour},
+		levels:    []time.Duration{2 * time.Minute, 10 * time.Minute, time.Hour, 12 * time.Hour},
 		min:       time.Second,
 		max:       12 * time.Hour,
 	}
@@ -79,7 +79,7 @@ func (b benchPolicy) benchFor(v verdict, level int, now time.Time) (d time.Durat
 		case v.billing:
 			d = b.billing
 		default:
-			d, climb = b.ladder[min(max(level, 0), len(b.ladder)-1)], true
+			d, climb = b.levels[min(max(level, 0), len(b.levels)-1)], true
 		}
 	case KindAuth:
 		d = b.auth

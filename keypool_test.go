@@ -24,14 +24,15 @@ func TestNewRejectsBadConfiguration(t *testing.T) {
 		{"duplicate secret", []Key{{Secret: "sk-secret-same", ID: "one"}, {Secret: "sk-secret-same", ID: "two"}}, nil, "keys 0 and 1 have the same secret"},
 		{"duplicate ID", []Key{{Secret: "sk-secret-1", ID: "k"}, {Secret: "sk-secret-2", ID: "k"}}, nil, `keys 0 and 1 have the same ID "k"`},
 		{"negative key limit", []Key{{Secret: "sk-secret-1", ID: "k", Limits: Limits{RPM: -1}}}, nil, "key k: negative limit"},
-		{"negative pool limit", []Key{{Secret: "sk-secret-1"}}, []Option{WithLimits(Limits{TPD: -5})}, "pool limits: negative limit"},
-		{"negative model limit", []Key{{Secret: "sk-secret-1"}}, []Option{WithModelLimits(map[string]Limits{"m": {RPD: -1}})}, `limits of model "m": negative limit`},
-		{"negative cap", []Key{{Secret: "sk-secret-1"}}, []Option{WithKeyCap(Limits{RPD: -1})}, "key cap: negative limit"},
-		{"bad calendar hour", []Key{{Secret: "sk-secret-1"}}, []Option{WithCalendarDay(24, nil)}, "calendar day hour 24"},
-		{"empty header name", []Key{{Secret: "sk-secret-1"}}, []Option{HeaderAuth("")}, "HeaderAuth needs a header name"},
-		{"bad bench", []Key{{Secret: "sk-secret-1"}}, []Option{WithBench(KindRate, 0)}, "bench for rate must be positive"},
-		{"empty ladder", []Key{{Secret: "sk-secret-1"}}, []Option{WithQuotaLadder()}, "quota ladder needs at least one step"},
-		{"short max bench", []Key{{Secret: "sk-secret-1"}}, []Option{WithMaxBench(time.Millisecond)}, "shorter than one second"},
+		{"negative pool limit", []Key{{Secret: "sk-secret-1"}}, []Option{WithLimits(Limits{TPD: -5})}, "WithLimits: negative limit"},
+		{"negative model limit", []Key{{Secret: "sk-secret-1"}}, []Option{WithModelLimits(map[string]Limits{"m": {RPD: -1}})}, `WithModelLimits: model "m": negative limit`},
+		{"negative cap", []Key{{Secret: "sk-secret-1"}}, []Option{WithKeyCap(Limits{RPD: -1})}, "WithKeyCap: negative limit"},
+		{"bad calendar hour", []Key{{Secret: "sk-secret-1"}}, []Option{WithCalendarDay(24, nil)}, "WithCalendarDay: hour 24"},
+		{"empty header name", []Key{{Secret: "sk-secret-1"}}, []Option{HeaderAuth("")}, "HeaderAuth: needs a header name"},
+		{"negative bench", []Key{{Secret: "sk-secret-1"}}, []Option{WithBenches(Benches{Rate: -time.Second})}, "WithBenches: negative bench"},
+		{"bad quota level", []Key{{Secret: "sk-secret-1"}}, []Option{WithBenches(Benches{QuotaLevels: []time.Duration{time.Minute, 0}})}, "quota level 0s is not positive"},
+		{"short max bench", []Key{{Secret: "sk-secret-1"}}, []Option{WithBenches(Benches{Max: time.Millisecond})}, "shorter than one second"},
+		{"fallback option", []Key{{Secret: "sk-secret-1"}}, []Option{OnRoute(func(RouteEvent) {})}, "OnRoute does not configure a Pool"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -98,7 +98,7 @@ func (k *memKey) model(name string) *memModel {
 }
 
 // Take implements Store.
-func (s *MemoryStore) Take(_ context.Context, t Take) (Grant, error) {
+func (s *MemoryStore) Take(_ context.Context, t Claim) (Grant, error) {
 	k := s.key(t.Provider, t.KeyID)
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -144,7 +144,60 @@ func (s *MemoryStore) Take(_ context.Context, t Take) (Grant, error) {
 		k.cap.add(now, t.Cap, 1, t.Tokens, t.Days)
 	}
 	k.dirty = true
-	return Grant{OK: true, Level: m.level, At: time.Unix(0, now).UTC(), key: k, model: m}, nil
+	r := &memReservation{key: k, model: m, at: now, tokens: t.Tokens, limits: t.Limits, cap: t.Cap, days: t.Days}
+	return Grant{OK: true, Level: m.level, Reservation: r}, nil
+}
+
+// memReservation is what a MemoryStore recorded for one admitted request:
+// the key's and the model's state, so that settling looks nothing up, and
+// what the take counted.
+type memReservation struct {
+	key      *memKey
+	model    *memModel
+	at       int64 // when the take was recorded, Unix nanoseconds
+	tokens   int64 // the tokens it counts now
+	released bool
+	limits   Limits
+	cap      Limits
+	days     Calendar
+}
+
+// Settle implements Reservation.
+func (r *memReservation) Settle(_ context.Context, tokens int64) error {
+	r.key.mu.Lock()
+	defer r.key.mu.Unlock()
+	if !r.released {
+		tokens = max(tokens, 0)
+		r.add(0, tokens-r.tokens)
+		r.tokens = tokens
+	}
+	return nil
+}
+
+// Release implements Reservation.
+func (r *memReservation) Release(context.Context) error {
+	r.key.mu.Lock()
+	defer r.key.mu.Unlock()
+	if !r.released {
+		r.add(-1, -r.tokens)
+		r.released = true
+	}
+	return nil
+}
+
+// add changes what the take recorded by req requests and tok tokens.
+// r.key.mu must be held.
+func (r *memReservation) add(req, tok int64) {
+	if req == 0 && tok == 0 {
+		return
+	}
+	if r.model.win != nil {
+		r.model.win.add(r.at, r.limits, req, tok, r.days)
+	}
+	if r.key.cap != nil {
+		r.key.cap.add(r.at, r.cap, req, tok, r.days)
+	}
+	r.key.dirty = true
 }
 
 // maxStepBack is the longest step back of the clock a key's windows ride
@@ -168,42 +221,6 @@ func latest(a, b benchState) (int64, Kind) {
 	return a.until, a.kind
 }
 
-// Settle implements Store.
-func (s *MemoryStore) Settle(_ context.Context, t Take, g Grant, tokens int64) error {
-	s.add(t, g, 0, max(tokens, 0)-t.Tokens)
-	return nil
-}
-
-// Release implements Store.
-func (s *MemoryStore) Release(_ context.Context, t Take, g Grant) error {
-	s.add(t, g, -1, -t.Tokens)
-	return nil
-}
-
-// add changes what a granted take recorded by req requests and tok tokens.
-func (s *MemoryStore) add(t Take, g Grant, req, tok int64) {
-	if !g.OK || (req == 0 && tok == 0) {
-		return
-	}
-	k, m := g.key, g.model
-	if k == nil {
-		k = s.key(t.Provider, t.KeyID)
-	}
-	at := g.At.UnixNano()
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if m == nil {
-		m = k.model(t.Model)
-	}
-	if m.win != nil {
-		m.win.add(at, t.Limits, req, tok, t.Days)
-	}
-	if k.cap != nil {
-		k.cap.add(at, t.Cap, req, tok, t.Days)
-	}
-	k.dirty = true
-}
-
 // Bench implements Store.
 func (s *MemoryStore) Bench(_ context.Context, b Bench) error {
 	k := s.key(b.Provider, b.KeyID)
@@ -211,22 +228,16 @@ func (s *MemoryStore) Bench(_ context.Context, b Bench) error {
 	defer k.mu.Unlock()
 	k.benchVer++
 	if b.AllModels {
-		k.bench.extend(b.Kind, b.Until.UnixNano())
+		if !b.Until.IsZero() {
+			k.bench.extend(b.Kind, b.Until.UnixNano())
+		}
 		return nil
 	}
 	m := k.model(b.Model)
-	m.bench.extend(b.Kind, b.Until.UnixNano())
+	if !b.Until.IsZero() {
+		m.bench.extend(b.Kind, b.Until.UnixNano())
+	}
 	m.level = b.Level
-	return nil
-}
-
-// ResetLevel implements Store.
-func (s *MemoryStore) ResetLevel(_ context.Context, provider, keyID, model string) error {
-	k := s.key(provider, keyID)
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.benchVer++
-	k.model(model).level = 0
 	return nil
 }
 
@@ -244,17 +255,17 @@ func (s *MemoryStore) Unbench(_ context.Context, provider, keyID string) error {
 }
 
 // State implements Store.
-func (s *MemoryStore) State(_ context.Context, provider, keyID string, now time.Time) (KeyState, error) {
+func (s *MemoryStore) State(_ context.Context, provider, keyID string, now time.Time) (KeyStats, error) {
 	k := s.key(provider, keyID)
 	n := now.UnixNano()
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	st := KeyState{Bench: k.bench.public(n), Models: make([]ModelState, 0, len(k.models))}
+	st := KeyStats{Bench: k.bench.public(n), Models: make([]ModelStats, 0, len(k.models))}
 	if k.cap != nil {
 		st.Cap = k.cap.usage(n, k.days)
 	}
 	for name, m := range k.models {
-		ms := ModelState{Model: name, Bench: m.bench.public(n), Level: m.level}
+		ms := ModelStats{Model: name, Bench: m.bench.public(n), Level: m.level}
 		if m.win != nil {
 			ms.Usage = m.win.usage(n, k.days)
 		}

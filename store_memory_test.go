@@ -11,13 +11,13 @@ import (
 func TestMemoryStoreClockSteppingBack(t *testing.T) {
 	s := NewMemoryStore()
 	now := time.Date(2026, 1, 1, 0, 1, 0, 0, time.UTC)
-	take := Take{Provider: "p", KeyID: "k", Model: "m", Limits: Limits{RPM: 2}}
+	take := Claim{Provider: "p", KeyID: "k", Model: "m", Limits: Limits{RPM: 2}}
 	for _, at := range []time.Time{now, now.Add(-30 * time.Second)} {
 		take.Now = at
 		g, err := s.Take(t.Context(), take)
 		require.NoError(t, err)
 		require.True(t, g.OK)
-		assert.Equal(t, now, g.At, "a take is recorded at the latest time seen")
+		assert.Equal(t, now.UnixNano(), g.Reservation.(*memReservation).at, "a take is recorded at the latest time seen")
 	}
 	take.Now = now.Add(50 * time.Second)
 	g, err := s.Take(t.Context(), take)
@@ -28,7 +28,7 @@ func TestMemoryStoreClockSteppingBack(t *testing.T) {
 
 func TestMemoryStoreBoundsModelsPerKey(t *testing.T) {
 	s := NewMemoryStore()
-	take := Take{Provider: "p", KeyID: "k", Now: time.Now(), Limits: Limits{RPM: 1_000_000}}
+	take := Claim{Provider: "p", KeyID: "k", Now: time.Now(), Limits: Limits{RPM: 1_000_000}}
 	for i := range maxModelsPerKey + 50 {
 		take.Model = string(rune('a'+i%26)) + time.Duration(i).String()
 		_, err := s.Take(t.Context(), take)
@@ -42,7 +42,7 @@ func TestMemoryStoreBoundsModelsPerKey(t *testing.T) {
 func TestMemoryStoreClockPutRight(t *testing.T) {
 	s := NewMemoryStore()
 	ahead := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC) // a clock years ahead
-	take := Take{Provider: "p", KeyID: "k", Model: "m", Limits: Limits{RPM: 1}, Now: ahead}
+	take := Claim{Provider: "p", KeyID: "k", Model: "m", Limits: Limits{RPM: 1}, Now: ahead}
 	g, err := s.Take(t.Context(), take)
 	require.NoError(t, err)
 	require.True(t, g.OK)
@@ -50,7 +50,7 @@ func TestMemoryStoreClockPutRight(t *testing.T) {
 	g, err = s.Take(t.Context(), take)
 	require.NoError(t, err)
 	assert.True(t, g.OK, "windows dated by a clock years ahead do not hold the key")
-	assert.Equal(t, take.Now, g.At)
+	assert.Equal(t, take.Now.UnixNano(), g.Reservation.(*memReservation).at)
 	take.Now = take.Now.Add(time.Second)
 	g, err = s.Take(t.Context(), take)
 	require.NoError(t, err)

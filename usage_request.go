@@ -118,7 +118,7 @@ func (s *requestScanner) text(v []byte, d int) {
 	case key == keyType && isImageType(v):
 		s.flags[d] |= flagImage
 	default:
-		s.info.PromptChars += int64(len(v))
+		s.info.PromptBytes += int64(len(v))
 	}
 }
 

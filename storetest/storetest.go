@@ -52,7 +52,7 @@ func Run(t *testing.T, h Harness) {
 		{"BenchOfAllModels", benchOfAllModels, false},
 		{"BenchNeverShortens", benchNeverShortens, false},
 		{"BenchEnds", benchEnds, false},
-		{"EscalationLevel", escalationLevel, false},
+		{"Level", level, false},
 		{"Unbench", unbench, false},
 		{"KeysAreSeparate", keysAreSeparate, false},
 		{"Restart", restart, false},
@@ -70,11 +70,11 @@ func Run(t *testing.T, h Harness) {
 var ctx = context.Background()
 
 // take builds a take of key k for model m at the store's time.
-func take(h Harness, k, m string, lim keypool.Limits, tokens int64) keypool.Take {
-	return keypool.Take{Provider: "suite", KeyID: k, Model: m, Limits: lim, Tokens: tokens, Now: h.Now()}
+func take(h Harness, k, m string, lim keypool.Limits, tokens int64) keypool.Claim {
+	return keypool.Claim{Provider: "suite", KeyID: k, Model: m, Limits: lim, Tokens: tokens, Now: h.Now()}
 }
 
-func mustTake(t *testing.T, s keypool.Store, tk keypool.Take) keypool.Grant {
+func mustTake(t *testing.T, s keypool.Store, tk keypool.Claim) keypool.Grant {
 	t.Helper()
 	g, err := s.Take(ctx, tk)
 	require.NoError(t, err)
@@ -93,7 +93,7 @@ func usage(t *testing.T, s keypool.Store, h Harness, key, model string) keypool.
 	return keypool.Usage{}
 }
 
-func modelState(t *testing.T, s keypool.Store, h Harness, key, model string) keypool.ModelState {
+func modelState(t *testing.T, s keypool.Store, h Harness, key, model string) keypool.ModelStats {
 	t.Helper()
 	st, err := s.State(ctx, "suite", key, h.Now())
 	require.NoError(t, err)
@@ -102,7 +102,7 @@ func modelState(t *testing.T, s keypool.Store, h Harness, key, model string) key
 			return m
 		}
 	}
-	return keypool.ModelState{}
+	return keypool.ModelStats{}
 }
 
 func takeRefusesWhenFull(t *testing.T, h Harness) {
@@ -149,14 +149,21 @@ func settleAndRelease(t *testing.T, h Harness) {
 	g1 := mustTake(t, s, first)
 	require.True(t, g1.OK)
 	require.False(t, mustTake(t, s, take(h, "k", "m", lim, 50)).OK, "60 + 50 > 100")
-	require.NoError(t, s.Settle(ctx, first, g1, 10))
+	require.NoError(t, g1.Reservation.Settle(ctx, 10))
 	assert.Equal(t, int64(10), usage(t, s, h, "k", "m").MinuteTokens)
+	require.NoError(t, g1.Reservation.Settle(ctx, 20))
+	assert.Equal(t, int64(20), usage(t, s, h, "k", "m").MinuteTokens, "a second settle replaces the first")
+	require.NoError(t, g1.Reservation.Settle(ctx, 10))
 	second := take(h, "k", "m", lim, 50)
 	g2 := mustTake(t, s, second)
 	require.True(t, g2.OK, "10 + 50 <= 100 after settling")
-	require.NoError(t, s.Release(ctx, second, g2))
+	require.NoError(t, g2.Reservation.Release(ctx))
+	require.NoError(t, g2.Reservation.Release(ctx))
 	u := usage(t, s, h, "k", "m")
-	assert.Equal(t, keypool.Usage{MinuteRequests: 1, MinuteTokens: 10}, u, "a released take leaves nothing")
+	assert.Equal(t, keypool.Usage{MinuteRequests: 1, MinuteTokens: 10}, u, "a released take leaves nothing, however often released")
+	refused := mustTake(t, s, take(h, "k", "m", keypool.Limits{TPM: 100}, 100))
+	require.False(t, refused.OK)
+	assert.Nil(t, refused.Reservation, "a refusal reserves nothing")
 }
 
 func takeIsAtomic(t *testing.T, h Harness) {
@@ -179,7 +186,7 @@ func takeIsAtomic(t *testing.T, h Harness) {
 
 func capCountsEveryModel(t *testing.T, h Harness) {
 	s := h.Open(t)
-	tk := func(model string) keypool.Take {
+	tk := func(model string) keypool.Claim {
 		x := take(h, "k", model, keypool.Limits{}, 0)
 		x.Cap = keypool.Limits{RPD: 3}
 		return x
@@ -249,7 +256,7 @@ func benchEnds(t *testing.T, h Harness) {
 	assert.Zero(t, modelState(t, s, h, "k", "m").Bench, "no bench is reported after its end")
 }
 
-func escalationLevel(t *testing.T, h Harness) {
+func level(t *testing.T, h Harness) {
 	s := h.Open(t)
 	require.NoError(t, s.Bench(ctx, keypool.Bench{Provider: "suite", KeyID: "k", Model: "m", Kind: keypool.KindQuota,
 		Until: h.Now().Add(time.Second), Level: 2}))
@@ -257,8 +264,10 @@ func escalationLevel(t *testing.T, h Harness) {
 	g := mustTake(t, s, take(h, "k", "m", keypool.Limits{}, 0))
 	require.True(t, g.OK)
 	assert.Equal(t, 2, g.Level, "the level outlives the bench")
-	require.NoError(t, s.ResetLevel(ctx, "suite", "k", "m"))
-	assert.Equal(t, 0, mustTake(t, s, take(h, "k", "m", keypool.Limits{}, 0)).Level)
+	require.NoError(t, s.Bench(ctx, keypool.Bench{Provider: "suite", KeyID: "k", Model: "m"}))
+	g = mustTake(t, s, take(h, "k", "m", keypool.Limits{}, 0))
+	assert.True(t, g.OK, "a bench with no end sets only the level")
+	assert.Equal(t, 0, g.Level, "a success sets the level back to zero")
 }
 
 func unbench(t *testing.T, h Harness) {
