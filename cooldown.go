@@ -5,6 +5,12 @@ import (
 	"time"
 )
 
+// A key is benched — keypool's word for a cooldown — when an answer says it
+// cannot serve for a while: Kind says what kind of outcome an answer is, and
+// benchPolicy how long each kind benches a key. A quota answer that does not
+// date its reset benches a key longer each time it recurs: the key's level
+// for the model counts those answers since its last success.
+
 // Kind is the kind of outcome an answer is, and so how long it benches a key.
 type Kind int
 
@@ -59,11 +65,10 @@ func defaultBenchPolicy() benchPolicy {
 	}
 }
 
-// benchFor returns how long verdict v benches a key at now, given the
-// escalation level of the key for the model: the number of quota answers
-// without a date since its last success. climb reports that the bench came
-// from the quota ladder, so the level goes up by one. A zero duration means
-// no bench.
+// benchFor returns how long verdict v benches a key at now, given the level
+// of the key for the model: the number of quota answers without a date since
+// its last success. climb reports that the bench came from the quota levels,
+// so the level goes up by one. A zero duration means no bench.
 func (b benchPolicy) benchFor(v verdict, level int, now time.Time) (d time.Duration, climb bool) {
 	dated := !v.reset.ResetAt.IsZero() // a reset at or before now asks for the shortest bench
 	switch v.kind {

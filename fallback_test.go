@@ -173,22 +173,28 @@ func TestFallbackRouteFailureMapsModelsAndReplays(t *testing.T) {
 func TestNewFallbackRejects(t *testing.T) {
 	p, _ := New("p", []Key{{Secret: "s"}})
 	u, _ := url.Parse("https://api.example.com")
+	one := []Route{{Pool: p, URL: u}}
 	tests := []struct {
 		name   string
 		routes []Route
+		opts   []Option
 		want   string
 	}{
-		{"none", nil, "no routes"},
-		{"no pool", []Route{{URL: u}}, "route 0 has no pool"},
-		{"no URL", []Route{{Pool: p}}, "route 0 needs an http or https URL"},
-		{"same name", []Route{{Pool: p, URL: u}, {Pool: p, URL: u}}, `two routes named "api.example.com"`},
+		{"none", nil, nil, "no routes"},
+		{"no pool", []Route{{URL: u}}, nil, "route 0 has no pool"},
+		{"a zero pool", []Route{{URL: u, Pool: &Pool{}}}, nil, "route 0 has no pool made by New"},
+		{"no URL", []Route{{Pool: p}}, nil, "route 0 needs an http or https URL"},
+		{"same name", []Route{{Pool: p, URL: u}, {Pool: p, URL: u}}, nil, `two routes named "api.example.com"`},
+		{"a pool's option", one, []Option{WithLimits(Limits{RPM: 1})}, "WithLimits does not configure a Fallback"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := NewFallback(tt.routes)
+			_, err := NewFallback(tt.routes, tt.opts...)
 			assert.ErrorContains(t, err, tt.want)
 		})
 	}
+	_, err := NewFallback(one, WithClock(time.Now), OnRoute(func(RouteEvent) {}), nil)
+	assert.NoError(t, err, "WithClock and OnRoute configure a Fallback; nil is ignored")
 }
 
 func TestMapModel(t *testing.T) {

@@ -138,10 +138,10 @@ type Pool struct {
 	needTokens bool
 	closed     atomic.Bool
 	tel        *telemetry
-	// health reads the store's Health, when it has one; storeFailing is
-	// what OnStoreError was last told.
+	// health reads the store's Health, when it has one; storeFailing
+	// holds the kinds of store call (storeOp) failing now.
 	health       func() error
-	storeFailing atomic.Bool
+	storeFailing atomic.Uint32
 	lines        waitLines // requests waiting for a key, by model
 	models       names     // the model names requests have named
 }
@@ -258,10 +258,12 @@ type lease struct {
 }
 
 // call is what one request remembers across its attempts: the keys that
-// failed it, and the soonest moment a key it saw comes back.
+// failed it, the soonest moment a key it saw comes back, and, once it has
+// waited for a key (WaitForKey), when its waiting must end.
 type call struct {
-	tried   keySet
-	soonest time.Time
+	tried    keySet
+	soonest  time.Time
+	waitEnds time.Time
 }
 
 func (c *call) sooner(t time.Time) {
@@ -311,7 +313,7 @@ func (p *Pool) scan(ctx context.Context, c *call, keys []*poolKey, cursor *atomi
 			cl.Tokens = min(tokens, limit)
 		}
 		g, err := p.store.Take(ctx, cl)
-		p.storeResult(err)
+		p.storeResult(opTake, err)
 		if err != nil {
 			return lease{}, false, fmt.Errorf("keypool: %s: store: %w", p.provider, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -132,7 +133,7 @@ func TestDoAllKeysFail(t *testing.T) {
 	assert.ErrorIs(t, err, last, "the last failure is kept")
 }
 
-func TestDoQuotaLadder(t *testing.T) {
+func TestDoQuotaLevels(t *testing.T) {
 	clock := newTestClock()
 	var ev evictions
 	p, err := New("x", []Key{{Secret: "free", ID: "f"}, {Secret: "paid", ID: "p", Paid: true}},
@@ -154,7 +155,7 @@ func TestDoQuotaLadder(t *testing.T) {
 		assert.Equal(t, d, ev.all()[i].For, "hit %d", i+1)
 		clock.Advance(d)
 	}
-	// A success starts the ladder again.
+	// A success sets the level back to the first.
 	do(false)
 	do(true)
 	assert.Equal(t, 2*time.Minute, ev.all()[len(want)].For)
@@ -221,4 +222,19 @@ func TestStatsCountsAnswers(t *testing.T) {
 	assert.Equal(t, map[Kind]int64{KindAuth: 1}, st[0].Answers)
 	assert.Equal(t, KindAuth, st[0].Bench.Kind)
 	assert.Equal(t, int64(3), st[1].Sent+st[2].Sent)
+}
+
+func TestZeroPoolSaysUseNew(t *testing.T) {
+	var p Pool
+	req, err := http.NewRequest(http.MethodPost, "http://vendor.test/v1", strings.NewReader("{}"))
+	require.NoError(t, err)
+	body := &closeCounter{Reader: strings.NewReader("{}")}
+	req.Body = body
+	_, err = p.Transport(nil).RoundTrip(req)
+	assert.ErrorIs(t, err, errNotNew)
+	assert.Equal(t, 1, body.count(), "the body is closed")
+	assert.ErrorIs(t, p.Do(t.Context(), "m", func(context.Context, Key) error { return nil }), errNotNew)
+	assert.ErrorIs(t, p.Unbench(t.Context(), "k"), errNotNew)
+	assert.Nil(t, p.Stats())
+	assert.NoError(t, p.Close())
 }

@@ -47,7 +47,7 @@ func (p *Pool) noteReading(l *lease, v verdict, now time.Time) {
 // success, if quota answers had raised it.
 func (p *Pool) succeeded(ctx context.Context, l *lease) {
 	if l.grant.Level > 0 {
-		p.storeResult(p.store.Bench(ctx, Bench{Provider: p.provider, KeyID: l.key.ID, Model: l.claim.Model}))
+		p.storeResult(opBench, p.store.Bench(ctx, Bench{Provider: p.provider, KeyID: l.key.ID, Model: l.claim.Model}))
 	}
 }
 
@@ -80,7 +80,7 @@ func (p *Pool) bench(ctx context.Context, l *lease, v verdict, now time.Time) ti
 	}
 	b := Bench{Provider: p.provider, KeyID: l.key.ID, Model: l.claim.Model, AllModels: v.wholeKey(),
 		Kind: v.kind, Until: now.Add(d), Level: level}
-	p.storeResult(p.store.Bench(ctx, b))
+	p.storeResult(opBench, p.store.Bench(ctx, b))
 	p.tel.benched(ctx, l.key, v.kind)
 	extendTo(&l.key.benchedUntil, b.Until.UnixNano())
 	if f := p.cfg.onEvict; f != nil {

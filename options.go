@@ -219,8 +219,10 @@ func OnRateLimit(f func(Reading)) Option {
 // OnStoreError sets a function a Pool tells when its store starts failing —
 // a call that returned an error, or a store whose Health method reports one
 // (the BadgerStore's writes behind, a Redis server that stopped answering) —
-// and, with nil, when it works again: once per spell, not once per call. The
-// pool keeps serving what it can meanwhile. It is called from a request's
+// and, with nil, when it works again: once per spell, not once per call. A
+// spell ends when every kind of call that failed (taking a key, benching
+// one, settling tokens, the store's health) has succeeded again. The pool
+// keeps serving what it can meanwhile. It is called from a request's
 // goroutine and should return quickly. By default failures are not reported.
 func OnStoreError(f func(error)) Option {
 	return poolOption("OnStoreError", func(c *config) error {

@@ -171,13 +171,13 @@ func closeRequestBody(req *http.Request) {
 // release gives back what a lease recorded: its request never reached the
 // vendor.
 func (p *Pool) release(ctx context.Context, l *lease) {
-	p.storeResult(l.grant.Reservation.Release(ctx))
+	p.storeResult(opSettle, l.grant.Reservation.Release(ctx))
 }
 
 // settleTokens settles a lease at tokens, when the pool counts tokens.
 func (p *Pool) settleTokens(ctx context.Context, l *lease, tokens int64) {
 	if p.needTokens {
-		p.storeResult(l.grant.Reservation.Settle(ctx, tokens))
+		p.storeResult(opSettle, l.grant.Reservation.Settle(ctx, tokens))
 	}
 }
 

@@ -120,7 +120,12 @@ func (p *Pool) take(ctx context.Context, c *call, model string, tokens int64) (l
 // least minPause.
 func (p *Pool) wait(ctx context.Context, c *call, model string, tokens int64, last error) (lease, error) {
 	start := time.Now()
-	deadline := start.Add(p.cfg.wait)
+	if c.waitEnds.IsZero() {
+		// The bound is the request's, whatever it tried since it began to
+		// wait.
+		c.waitEnds = start.Add(p.cfg.wait)
+	}
+	deadline := c.waitEnds
 	turn, closed := p.lines.join(model)
 	defer p.lines.leave(model, turn)
 	if last == nil {
@@ -180,7 +185,8 @@ func sleepUntil(ctx context.Context, closed, turn chan struct{}, end time.Time, 
 }
 
 // forget makes a request that waited try every key again: the keys that
-// failed it may be back, and the moments it saw have passed.
+// failed it may be back, and the moments it saw have passed. The end of its
+// wait stays.
 func (c *call) forget() {
 	c.tried = keySet{}
 	c.soonest = time.Time{}

@@ -32,7 +32,7 @@ const (
 	expiryRefresh = windowMargin / 2
 	// indexLife is how long a key's index lives after its last take.
 	indexLife = int64(48 * time.Hour / time.Millisecond)
-	// levelLife is how long a key's benches and escalation levels live
+	// levelLife is how long a key's benches and levels live
 	// after its latest bench ends.
 	levelLife = int64(24 * time.Hour / time.Millisecond)
 	// maxModels bounds the models a key tracks, as keypool.MemoryStore
@@ -327,7 +327,7 @@ return 1
 end
 `
 
-// resetLevelSource is the op "reset": it sets a key's escalation level for a model back to zero.
+// resetLevelSource is the op "reset": it sets a key's level for a model back to zero.
 //
 // KEYS: the key's index, its benches. ARGV, after the op: model,
 // overflow model, max models.

@@ -28,7 +28,7 @@ func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.e
 
 // Store is a keypool.Store kept in Redis, so that the pools of several
 // processes — replicas of a service — share each key's windows, benches and
-// escalation levels. See the package documentation for what it writes
+// levels. See the package documentation for what it writes
 // where. A Store is safe for concurrent use.
 type Store struct {
 	rdb   redis.UniversalClient
