@@ -19,7 +19,6 @@ type failingStore struct {
 	health    error
 }
 
-
 func (s *failingStore) Bench(ctx context.Context, b Bench) error {
 	if s.failBench.Load() {
 		return errDiskFull

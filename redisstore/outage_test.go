@@ -1,9 +1,9 @@
 package redisstore_test
 
 import (
-	"log/slog"
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -67,8 +67,8 @@ type statuses struct {
 func (s *statuses) logger() *slog.Logger { return slog.New(s) }
 
 func (s *statuses) Enabled(context.Context, slog.Level) bool { return true }
-func (s *statuses) WithAttrs([]slog.Attr) slog.Handler        { return s }
-func (s *statuses) WithGroup(string) slog.Handler             { return s }
+func (s *statuses) WithAttrs([]slog.Attr) slog.Handler       { return s }
+func (s *statuses) WithGroup(string) slog.Handler            { return s }
 
 func (s *statuses) Handle(_ context.Context, r slog.Record) error {
 	s.mu.Lock()
