@@ -27,6 +27,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -101,6 +102,21 @@ func (k Key) id() string {
 		return k.ID
 	}
 	return defaultID(k.Secret)
+}
+
+// checkSecret returns an error saying what makes secret unusable on a
+// request — white space around it, a control character in it — without
+// quoting it.
+func checkSecret(secret string) error {
+	if strings.TrimSpace(secret) != secret {
+		return errors.New("secret has white space around it (a line break read with it from a file?)")
+	}
+	for i, r := range secret {
+		if r < ' ' || r == 0x7f {
+			return fmt.Errorf("secret has a control character at byte %d", i)
+		}
+	}
+	return nil
 }
 
 // String returns the key's ID and tier, never its secret.
@@ -210,6 +226,9 @@ func (p *Pool) addKeys(keys []Key) error {
 	for i, k := range keys {
 		if k.Secret == "" {
 			return fmt.Errorf("key %d has an empty secret", i)
+		}
+		if err := checkSecret(k.Secret); err != nil {
+			return fmt.Errorf("key %s: %w", k.id(), err)
 		}
 		if j, dup := secrets[k.Secret]; dup {
 			return fmt.Errorf("keys %d and %d have the same secret", j, i)

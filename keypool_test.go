@@ -34,6 +34,9 @@ func TestNewRejectsBadConfiguration(t *testing.T) {
 		{"bad quota level", []Key{{Secret: "sk-secret-1"}}, []Option{WithBenches(Benches{QuotaLevels: []time.Duration{time.Minute, 0}})}, "quota level 0s is not positive"},
 		{"short max bench", []Key{{Secret: "sk-secret-1"}}, []Option{WithBenches(Benches{Max: time.Millisecond})}, "shorter than one second"},
 		{"fallback option", []Key{{Secret: "sk-secret-1"}}, []Option{OnRoute(func(RouteEvent) {})}, "OnRoute does not configure a Pool"},
+		{"secret with a line break", []Key{{Secret: "sk-secret-1\n", ID: "from-file"}}, nil, "key from-file: secret has white space around it"},
+		{"secret with a space before", []Key{{Secret: " sk-secret-1"}}, nil, "secret has white space around it"},
+		{"secret with a control character", []Key{{Secret: "sk-sec\x00ret-1", ID: "k"}}, nil, "key k: secret has a control character at byte 6"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -74,7 +74,8 @@ type config struct {
 	modelFunc    func(*http.Request) string
 	estimator    func(RequestInfo) int64
 	bench        benchPolicy
-	wait         time.Duration // the longest a request waits for a key; 0 is not at all
+	wait         time.Duration   // the longest a request waits for a key; 0 is not at all
+	hosts        map[string]bool // hostKey of each host keys may go to; none is the first host of each request
 
 	tracerProvider trace.TracerProvider
 	meterProvider  metric.MeterProvider
@@ -228,6 +229,33 @@ func OnStoreError(f func(error)) Option {
 	return poolOption("OnStoreError", func(c *config) error {
 		if f != nil {
 			c.onStoreError = f
+		}
+		return nil
+	})
+}
+
+// WithHosts pins a Pool to its vendor's hosts: keys go only on requests to
+// them, and a request sent to any other host fails at once, with no key
+// and nothing sent. A host is a name with or without a port
+// ("api.openai.com", "localhost:8080"); without one it stands for both
+// default ports. Without WithHosts a key goes only to the host each request
+// was first sent to. Either way a redirect to another host is followed
+// without a key — as net/http does with credentials — and no caller's
+// CheckRedirect is needed to keep keys safe.
+func WithHosts(hosts ...string) Option {
+	return poolOption("WithHosts", func(c *config) error {
+		if len(hosts) == 0 {
+			return errors.New("needs at least one host")
+		}
+		c.hosts = map[string]bool{}
+		for _, h := range hosts {
+			keys, err := parseHost(h)
+			if err != nil {
+				return err
+			}
+			for _, k := range keys {
+				c.hosts[k] = true
+			}
 		}
 		return nil
 	})

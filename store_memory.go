@@ -58,6 +58,14 @@ func (b benchState) public(now int64) BenchState {
 	return BenchState{Kind: b.kind, Until: time.Unix(0, b.until).UTC()}
 }
 
+// shiftBack moves a bench in force at the wrong clock d nanoseconds earlier,
+// never to before now.
+func (b *benchState) shiftBack(d, now int64) {
+	if b.until > now {
+		b.until = max(b.until-d, now)
+	}
+}
+
 // extend sets the bench to kind until until unless it already lasts longer.
 func (b *benchState) extend(kind Kind, until int64) {
 	if until > b.until {
@@ -105,9 +113,9 @@ func (s *MemoryStore) Take(_ context.Context, t Claim) (Grant, error) {
 	// A clock that steps back records at the latest time seen, so what is
 	// taken counts at least as long as it should. A step back of more than
 	// maxStepBack is a clock put right after running ahead: the key's
-	// windows, dated by the wrong clock, start again.
+	// windows and benches, dated by the wrong clock, move back with it.
 	if k.last-t.Now.UnixNano() > int64(maxStepBack) {
-		k.restart()
+		k.shiftBack(k.last-t.Now.UnixNano(), t.Now.UnixNano(), t.Days)
 	}
 	now := max(t.Now.UnixNano(), k.last)
 	k.last = now
@@ -204,13 +212,25 @@ func (r *memReservation) add(req, tok int64) {
 // out by counting at the latest time seen.
 const maxStepBack = time.Hour
 
-// restart empties the key's windows. k.mu must be held.
-func (k *memKey) restart() {
-	k.last, k.cap = 0, nil
-	for _, m := range k.models {
-		m.win = nil
+// shiftBack moves the key's windows and benches d nanoseconds earlier, to
+// now, after the clock that dated them was put back by d: what was taken
+// still counts, for as long as it should from the corrected clock, and a
+// bench ends as long after it began as it was meant to. k.mu must be held.
+func (k *memKey) shiftBack(d, now int64, c Calendar) {
+	shift := func(w *windows) {
+		if w != nil {
+			w.shiftBack(d, now, c)
+		}
 	}
+	shift(k.cap)
+	k.bench.shiftBack(d, now)
+	for _, m := range k.models {
+		shift(m.win)
+		m.bench.shiftBack(d, now)
+	}
+	k.last = now
 	k.dirty = true
+	k.benchVer++
 }
 
 // latest returns the end and kind of the later of two benches.

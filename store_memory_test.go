@@ -40,19 +40,57 @@ func TestMemoryStoreBoundsModelsPerKey(t *testing.T) {
 }
 
 func TestMemoryStoreClockPutRight(t *testing.T) {
-	s := NewMemoryStore()
 	ahead := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC) // a clock years ahead
-	take := Claim{Provider: "p", KeyID: "k", Model: "m", Limits: Limits{RPM: 1}, Now: ahead}
-	g, err := s.Take(t.Context(), take)
+	right := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name   string
+		limits Limits
+		days   Calendar
+		takes  int
+		wait   time.Duration // how long after the clock is put right the key takes again
+	}{
+		{"minute", Limits{RPM: 1}, Calendar{}, 1, time.Minute},
+		{"sliding day", Limits{RPD: 5}, Calendar{}, 5, 24 * time.Hour},
+		{"calendar day", Limits{RPD: 5}, Calendar{Loc: time.UTC}, 5, 24 * time.Hour},
+		{"an hour and a second back", Limits{RPD: 3}, Calendar{}, 3, 24 * time.Hour},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := NewMemoryStore()
+			from := ahead
+			if tt.name == "an hour and a second back" {
+				from = right.Add(time.Hour + time.Second)
+			}
+			c := Claim{Provider: "p", KeyID: "k", Model: "m", Limits: tt.limits, Days: tt.days, Now: from}
+			for i := range tt.takes {
+				g, err := s.Take(t.Context(), c)
+				require.NoError(t, err)
+				require.True(t, g.OK, "take %d", i+1)
+			}
+			c.Now = right
+			g, err := s.Take(t.Context(), c)
+			require.NoError(t, err)
+			assert.False(t, g.OK, "what was taken under the wrong clock still counts: no second limit")
+			assert.True(t, !g.RetryAt.After(right.Add(tt.wait+time.Hour)), "the key is back within its window of the corrected clock, not years on: %v", g.RetryAt)
+			c.Now = right.Add(tt.wait + time.Hour)
+			g, err = s.Take(t.Context(), c)
+			require.NoError(t, err)
+			assert.True(t, g.OK, "back once its window has passed on the corrected clock")
+		})
+	}
+}
+
+func TestMemoryStoreClockPutRightMovesBenches(t *testing.T) {
+	s := NewMemoryStore()
+	ahead := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
+	right := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c := Claim{Provider: "p", KeyID: "k", Model: "m", Now: ahead}
+	_, err := s.Take(t.Context(), c)
 	require.NoError(t, err)
-	require.True(t, g.OK)
-	take.Now = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) // put right
-	g, err = s.Take(t.Context(), take)
+	require.NoError(t, s.Bench(t.Context(), Bench{Provider: "p", KeyID: "k", Model: "m", Kind: KindRate, Until: ahead.Add(time.Minute)}))
+	c.Now = right
+	g, err := s.Take(t.Context(), c)
 	require.NoError(t, err)
-	assert.True(t, g.OK, "windows dated by a clock years ahead do not hold the key")
-	assert.Equal(t, take.Now.UnixNano(), g.Reservation.(*memReservation).at)
-	take.Now = take.Now.Add(time.Second)
-	g, err = s.Take(t.Context(), take)
-	require.NoError(t, err)
-	assert.False(t, g.OK, "and count again from the corrected clock")
+	assert.False(t, g.OK, "the bench still holds")
+	assert.Equal(t, right.Add(time.Minute), g.RetryAt, "for the minute it was set for")
 }

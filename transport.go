@@ -68,6 +68,13 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeRequestBody(req)
 		return nil, err
 	}
+	if keyless, err := p.keyless(req); err != nil || keyless {
+		if err != nil {
+			closeRequestBody(req)
+			return nil, err
+		}
+		return t.sendKeyless(req)
+	}
 	body, info, err := p.inspect(req)
 	if err != nil {
 		return nil, err
@@ -126,10 +133,23 @@ func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again
 			p.release(ctx, &l)
 		}
 		err = p.redact(err, l.key)
-		endAttempt(span, 0, verdict{}, 0, err)
+		v := verdict{}
+		if p.cfg.auth.refused(err) {
+			// The key itself could not go on a request: it is the key's
+			// fault, as a revoked key is.
+			v.kind = KindAuth
+			now := p.cfg.clock()
+			r.sooner(p.observe(ctx, &l, v, now))
+		}
+		endAttempt(span, 0, v, 0, err)
+		if v.kind != KindNone && !p.single() && r.body.replayable() {
+			r.tried.add(l.key.index)
+			return nil, true, nil
+		}
 		return nil, false, err
 	}
 	resp.Request = r.req // never hand out the clone that carries the key
+	p.cfg.auth.unechoed(resp.Header, l.key.Secret)
 	now := p.cfg.clock()
 	v := classifyAnswer(resp, now)
 	until := p.observe(ctx, &l, v, now)
