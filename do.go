@@ -3,7 +3,10 @@ package keypool
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
+
+	"github.com/keypool-go/keypool/internal/windowspec"
 )
 
 // Do calls fn with a key of the pool, in the same order, with the same
@@ -21,6 +24,9 @@ import (
 // When no key can take the call, Do returns a *NoAvailableKeyError that also
 // wraps the last error of fn.
 func (p *Pool) Do(ctx context.Context, model string, fn func(ctx context.Context, k Key) error) error {
+	if err := windowspec.CheckModel(model); err != nil {
+		return fmt.Errorf("keypool: %s: %w", p.provider, err)
+	}
 	var estimate int64
 	if p.usable() == nil && p.needTokens {
 		estimate = max(p.cfg.estimator(RequestInfo{Model: model}), 0)

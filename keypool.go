@@ -327,6 +327,7 @@ func (p *Pool) scan(ctx context.Context, c *call, keys []*poolKey, cursor *atomi
 			continue
 		}
 		cl := Claim{Provider: p.provider, KeyID: k.ID, Model: model, Limits: p.limits(k, model), Cap: p.cfg.keyCap, Days: p.cfg.days, Now: now}
+		_, cl.Named = p.cfg.modelLimits[model]
 		cl.Tokens = tokens
 		if limit := windowspec.Tighter(cl.Limits.tokenCap(), cl.Cap.tokenCap()); limit > 0 {
 			cl.Tokens = min(tokens, limit)

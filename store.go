@@ -43,7 +43,13 @@ type Store interface {
 type Claim struct {
 	Provider string // the pool's provider name: several pools may share a store
 	KeyID    string
-	Model    string
+	// Model is the request's model: at most 256 bytes of UTF-8 without
+	// control characters (a store refuses others with an error).
+	Model string
+	// Named reports that the pool was configured for the model
+	// (WithModelLimits): a store that bounds the models it keeps per key
+	// keeps it whatever other models hold.
+	Named bool
 	// Tokens is the request's token estimate, never above the smallest token
 	// limit that applies.
 	Tokens int64

@@ -291,7 +291,9 @@ func (s *BadgerStore) State(ctx context.Context, provider, keyID string, now tim
 
 // Bench implements Store: the bench, or the level, is written through.
 func (s *BadgerStore) Bench(ctx context.Context, b Bench) error {
-	_ = s.mem.Bench(ctx, b)
+	if err := s.mem.Bench(ctx, b); err != nil {
+		return err
+	}
 	return s.writeBenches(keyRef{b.Provider, b.KeyID})
 }
 

@@ -2,6 +2,7 @@ package keypool
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -88,13 +89,17 @@ func (s *MemoryStore) key(provider, keyID string) *memKey {
 	return k.(*memKey)
 }
 
-// model returns the key's state for a model, adding it when new. k.mu must
-// be held.
-func (k *memKey) model(name string) *memModel {
+// model returns the key's state for a model, adding it when new. A key
+// keeps at most maxModelsPerKey models: when it has as many, a new one takes
+// the place of an entry that holds nothing in force at now (see idle), and
+// when none does, it shares the overflow entry — unless it is named, a model
+// the pool was configured for, which always has an entry of its own. k.mu
+// must be held.
+func (k *memKey) model(name string, now int64, named bool) *memModel {
 	if m := k.models[name]; m != nil {
 		return m
 	}
-	if len(k.models) >= maxModelsPerKey {
+	if len(k.models) >= maxModelsPerKey && !named && !k.evictIdle(now) {
 		name = overflowModel
 		if m := k.models[name]; m != nil {
 			return m
@@ -105,8 +110,38 @@ func (k *memKey) model(name string) *memModel {
 	return m
 }
 
+// evictScan bounds the entries evictIdle looks at for one new model, so a
+// client naming endless models costs a bounded scan a request.
+const evictScan = 32
+
+// evictIdle removes one model entry that holds nothing in force at now, and
+// reports whether it found one. k.mu must be held.
+func (k *memKey) evictIdle(now int64) bool {
+	n := 0
+	for name, m := range k.models {
+		if n++; n > evictScan {
+			return false
+		}
+		if name != overflowModel && m.idle(now, k.days) {
+			delete(k.models, name)
+			k.dirty = true
+			return true
+		}
+	}
+	return false
+}
+
+// idle reports whether the entry holds nothing in force at now: no bench,
+// no level, windows that count nothing.
+func (m *memModel) idle(now int64, c Calendar) bool {
+	return m.bench.until <= now && m.level == 0 && (m.win == nil || m.win.usage(now, c) == Usage{})
+}
+
 // Take implements Store.
 func (s *MemoryStore) Take(_ context.Context, t Claim) (Grant, error) {
+	if err := windowspec.CheckModel(t.Model); err != nil {
+		return Grant{}, fmt.Errorf("keypool: memory store: %w", err)
+	}
 	k := s.key(t.Provider, t.KeyID)
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -120,7 +155,7 @@ func (s *MemoryStore) Take(_ context.Context, t Claim) (Grant, error) {
 	now := max(t.Now.UnixNano(), k.last)
 	k.last = now
 	k.days = t.Days
-	m := k.model(t.Model)
+	m := k.model(t.Model, now, t.Named)
 	if until, kind := latest(k.bench, m.bench); until > now {
 		return Grant{RetryAt: time.Unix(0, until).UTC(), Reason: kind, Level: m.level}, nil
 	}
@@ -243,6 +278,9 @@ func latest(a, b benchState) (int64, Kind) {
 
 // Bench implements Store.
 func (s *MemoryStore) Bench(_ context.Context, b Bench) error {
+	if err := windowspec.CheckModel(b.Model); err != nil {
+		return fmt.Errorf("keypool: memory store: %w", err)
+	}
 	k := s.key(b.Provider, b.KeyID)
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -253,7 +291,7 @@ func (s *MemoryStore) Bench(_ context.Context, b Bench) error {
 		}
 		return nil
 	}
-	m := k.model(b.Model)
+	m := k.model(b.Model, k.last, false)
 	if !b.Until.IsZero() {
 		m.bench.extend(b.Kind, b.Until.UnixNano())
 	}

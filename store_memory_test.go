@@ -1,6 +1,8 @@
 package keypool
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,4 +95,64 @@ func TestMemoryStoreClockPutRightMovesBenches(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, g.OK, "the bench still holds")
 	assert.Equal(t, right.Add(time.Minute), g.RetryAt, "for the minute it was set for")
+}
+
+func TestMemoryStoreEvictsIdleModels(t *testing.T) {
+	s := NewMemoryStore()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c := Claim{Provider: "p", KeyID: "k", Limits: Limits{RPM: 100}, Now: now}
+	for i := range maxModelsPerKey {
+		c.Model = fmt.Sprintf("m%d", i)
+		_, err := s.Take(t.Context(), c)
+		require.NoError(t, err)
+	}
+	// Every entry holds a take: a new model shares the overflow entry.
+	c.Model = "crowded"
+	_, err := s.Take(t.Context(), c)
+	require.NoError(t, err)
+	named := c
+	named.Model, named.Named = "configured", true
+	_, err = s.Take(t.Context(), named)
+	require.NoError(t, err)
+	st, err := s.State(t.Context(), "p", "k", now)
+	require.NoError(t, err)
+	assert.True(t, hasModel(st, overflowModel), "a full key shares one entry")
+	assert.True(t, hasModel(st, "configured"), "a model the pool was configured for has its own entry")
+
+	// A minute on, the entries hold nothing in force: new models take
+	// their places, and a bench of one never holds another.
+	c.Now = now.Add(2 * time.Minute)
+	for _, m := range []string{"new-a", "new-b"} {
+		c.Model = m
+		g, err := s.Take(t.Context(), c)
+		require.NoError(t, err)
+		require.True(t, g.OK)
+	}
+	require.NoError(t, s.Bench(t.Context(), Bench{Provider: "p", KeyID: "k", Model: "new-a", Kind: KindRate, Until: c.Now.Add(time.Minute)}))
+	c.Model = "new-b"
+	g, err := s.Take(t.Context(), c)
+	require.NoError(t, err)
+	assert.True(t, g.OK, "a 429 for one model does not refuse another")
+	st, err = s.State(t.Context(), "p", "k", c.Now)
+	require.NoError(t, err)
+	assert.True(t, hasModel(st, "new-a") && hasModel(st, "new-b"), "new models have entries of their own")
+	assert.LessOrEqual(t, len(st.Models), maxModelsPerKey+2, "the bound holds: the overflow entry and the named model beyond it")
+}
+
+func TestMemoryStoreRefusesModelNamesItCannotKeep(t *testing.T) {
+	s := NewMemoryStore()
+	for _, name := range []string{strings.Repeat("m", 257), "bad\x00name", "\xff"} {
+		_, err := s.Take(t.Context(), Claim{Provider: "p", KeyID: "k", Model: name, Now: time.Now()})
+		assert.ErrorContains(t, err, "model name")
+		assert.ErrorContains(t, s.Bench(t.Context(), Bench{Provider: "p", KeyID: "k", Model: name, Until: time.Now()}), "model name")
+	}
+}
+
+func hasModel(st KeyStats, model string) bool {
+	for _, m := range st.Models {
+		if m.Model == model {
+			return true
+		}
+	}
+	return false
 }

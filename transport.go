@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/keypool-go/keypool/internal/windowspec"
 )
 
 // The bounds of what the transport reads itself.
@@ -298,7 +300,7 @@ func (p *Pool) inspect(req *http.Request) (*replay, RequestInfo, error) {
 		info.Model = modelFromPath(req.URL.Path)
 	}
 	if b.orig == nil || b.orig == http.NoBody || (info.Model != "" && !p.needTokens) {
-		return b, info, nil
+		return b, info, p.checkModel(info.Model, b)
 	}
 	data, err := b.read(bodyLength(req))
 	if err != nil {
@@ -313,5 +315,15 @@ func (p *Pool) inspect(req *http.Request) (*replay, RequestInfo, error) {
 		info.Model = scanned.Model
 	}
 	scanned.Model = info.Model
-	return b, scanned, nil
+	return b, scanned, p.checkModel(info.Model, b)
+}
+
+// checkModel returns an error for a model name no store may keep (see
+// windowspec.CheckModel), closing the request's body.
+func (p *Pool) checkModel(model string, b *replay) error {
+	if err := windowspec.CheckModel(model); err != nil {
+		b.discard()
+		return fmt.Errorf("keypool: %s: %w", p.provider, err)
+	}
+	return nil
 }

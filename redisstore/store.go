@@ -153,6 +153,9 @@ func (s *Store) Close() error {
 // on the server's clock; t.Now only places calendar days. The adjustments
 // of earlier settles and releases not yet sent ride in the same round trip.
 func (s *Store) Take(ctx context.Context, t keypool.Claim) (keypool.Grant, error) {
+	if err := windowspec.CheckModel(t.Model); err != nil {
+		return keypool.Grant{}, fmt.Errorf("redisstore: %w", err)
+	}
 	if err := s.unavailable(); err != nil {
 		return s.takeLocal(ctx, t, err)
 	}
@@ -197,7 +200,7 @@ func (s *Store) takeCall(t keypool.Claim) *evalCall {
 		t.Model, overflowModel, maxModels, exact(t.Tokens),
 		exact(t.Limits.RPM), exact(t.Limits.TPM), exact(t.Limits.RPD), exact(t.Limits.TPD),
 		exact(t.Cap.RPM), exact(t.Cap.TPM), exact(t.Cap.RPD), exact(t.Cap.TPD),
-		start, end, next)
+		start, end, next, flag(t.Named))
 }
 
 // exact returns n within what a Lua number holds exactly, and never below
@@ -244,6 +247,9 @@ func (r *reservation) Release(context.Context) error {
 // Bench implements keypool.Store. The bench's end is kept in Unix
 // milliseconds, rounded up.
 func (s *Store) Bench(ctx context.Context, b keypool.Bench) error {
+	if err := windowspec.CheckModel(b.Model); err != nil {
+		return fmt.Errorf("redisstore: %w", err)
+	}
 	ends := max(b.Until.UnixMilli(), 0)
 	if b.Until.Nanosecond()%int(time.Millisecond) != 0 {
 		ends++

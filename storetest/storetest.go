@@ -5,6 +5,8 @@ package storetest
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -56,6 +58,9 @@ func Run(t *testing.T, h Harness) {
 		{"Unbench", unbench, false},
 		{"KeysAreSeparate", keysAreSeparate, false},
 		{"Restart", restart, false},
+		{"FullKeyKeepsNamedModels", fullKeyKeepsNamedModels, false},
+		{"IdleModelsMakeRoom", idleModelsMakeRoom, true},
+		{"RefusesModelNamesItCannotKeep", refusesBadModelNames, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -321,4 +326,63 @@ func restart(t *testing.T, h Harness) {
 		require.True(t, mustTake(t, s, take(h, "k", "m", lim, 100)).OK)
 	}
 	assert.False(t, mustTake(t, s, take(h, "k", "m", lim, 100)).OK, "the window kept counting across the restart")
+}
+
+// maxModels is the bound on the models a store keeps for one key.
+const maxModels = 1024
+
+// fill takes one request for each of maxModels models of key k, so that
+// every entry holds a take for a minute.
+func fill(t *testing.T, s keypool.Store, h Harness, k string) {
+	t.Helper()
+	for i := range maxModels {
+		require.True(t, mustTake(t, s, take(h, k, fmt.Sprintf("m%d", i), keypool.Limits{RPM: 100}, 0)).OK)
+	}
+}
+
+func hasModel(t *testing.T, s keypool.Store, h Harness, key, model string) bool {
+	t.Helper()
+	st, err := s.State(ctx, "suite", key, h.Now())
+	require.NoError(t, err)
+	for _, m := range st.Models {
+		if m.Model == model {
+			return true
+		}
+	}
+	return false
+}
+
+func fullKeyKeepsNamedModels(t *testing.T, h Harness) {
+	s := h.Open(t)
+	fill(t, s, h, "k")
+	crowded := take(h, "k", "crowded", keypool.Limits{RPM: 100}, 0)
+	require.True(t, mustTake(t, s, crowded).OK)
+	assert.False(t, hasModel(t, s, h, "k", "crowded"), "a full key shares one entry among new models")
+	named := take(h, "k", "configured", keypool.Limits{RPM: 1}, 0)
+	named.Named = true
+	require.True(t, mustTake(t, s, named).OK)
+	assert.True(t, hasModel(t, s, h, "k", "configured"), "a named model always has its own entry")
+	assert.False(t, mustTake(t, s, named).OK, "with windows of its own: RPM 1")
+}
+
+func idleModelsMakeRoom(t *testing.T, h Harness) {
+	s := h.Open(t)
+	fill(t, s, h, "k")
+	h.Advance(t, 2*time.Minute) // every entry's minute has passed
+	for _, m := range []string{"new-a", "new-b"} {
+		require.True(t, mustTake(t, s, take(h, "k", m, keypool.Limits{RPM: 100}, 0)).OK)
+		assert.True(t, hasModel(t, s, h, "k", m), "%s takes the place of an idle entry", m)
+	}
+	require.NoError(t, s.Bench(ctx, keypool.Bench{Provider: "suite", KeyID: "k", Model: "new-a", Kind: keypool.KindRate, Until: h.Now().Add(time.Hour)}))
+	assert.True(t, mustTake(t, s, take(h, "k", "new-b", keypool.Limits{RPM: 100}, 0)).OK, "a bench of one new model never holds another")
+}
+
+func refusesBadModelNames(t *testing.T, h Harness) {
+	s := h.Open(t)
+	for _, name := range []string{strings.Repeat("m", 257), "a\x00b", "\xff\xfe"} {
+		_, err := s.Take(ctx, take(h, "k", name, keypool.Limits{}, 0))
+		assert.Error(t, err, "a model name of %d bytes", len(name))
+		assert.Error(t, s.Bench(ctx, keypool.Bench{Provider: "suite", KeyID: "k", Model: name, Kind: keypool.KindRate, Until: h.Now().Add(time.Minute)}))
+	}
+	assert.True(t, mustTake(t, s, take(h, "k", strings.Repeat("m", 256), keypool.Limits{}, 0)).OK, "256 bytes is a name")
 }
