@@ -1,7 +1,6 @@
 package keypool
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -211,6 +210,11 @@ func (r *fallbackRoute) request(req *http.Request, body *replay) (*http.Request,
 			p = strings.Replace(p, "/"+m, "/"+to, 1)
 		}
 	}
+	if climbs(p) {
+		// "/v1/%2e%2e/%2e%2e/admin" would leave the route's base path,
+		// with a key on it.
+		return nil, fmt.Errorf("keypool: fallback: the path %q leaves the route's base path", truncate(req.URL.Path, 64))
+	}
 	u.Path = path.Join("/", r.URL.Path, p)
 	if strings.HasSuffix(p, "/") && !strings.HasSuffix(u.Path, "/") {
 		u.Path += "/"
@@ -222,9 +226,10 @@ func (r *fallbackRoute) request(req *http.Request, body *replay) (*http.Request,
 	case body.orig == nil || body.orig == http.NoBody:
 		return out, nil
 	case body.isWhole:
+		// The route's pool reads a memoryBody without copying it.
 		b := mapModel(body.whole, r.Models)
-		out.Body = io.NopCloser(bytes.NewReader(b))
-		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+		out.Body = newMemoryBody(b)
+		out.GetBody = func() (io.ReadCloser, error) { return newMemoryBody(b), nil }
 		out.ContentLength = int64(len(b))
 		if out.Header.Get("Content-Length") != "" {
 			out.Header.Set("Content-Length", strconv.Itoa(len(b)))
@@ -237,6 +242,26 @@ func (r *fallbackRoute) request(req *http.Request, body *replay) (*http.Request,
 	}
 	out.Body, out.GetBody = rc, body.getBodyFunc()
 	return out, nil
+}
+
+// climbs reports whether a path has a ".." segment: joined to a route's
+// base path, it would climb out of it.
+func climbs(p string) bool {
+	for seg := range strings.SplitSeq(p, "/") {
+		if seg == ".." {
+			return true
+		}
+	}
+	return false
+}
+
+// truncate returns s cut to n bytes, marked when cut, for an error that
+// quotes what a client sent.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // mapModel returns body with its top-level "model" renamed by models, or

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -210,4 +211,61 @@ func TestMapModel(t *testing.T) {
 		assert.Equal(t, tt.want, string(mapModel([]byte(tt.in), models)), "mapModel(%s)", tt.in)
 	}
 	assert.Equal(t, `{"model":"a"}`, string(mapModel([]byte(`{"model":"a"}`), nil)))
+}
+
+// A path that climbs out of a route's base path never reaches the vendor,
+// with a key or without.
+func TestFallbackRefusesPathsLeavingTheRoute(t *testing.T) {
+	var seen []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen = append(seen, r.URL.Path)
+	}))
+	t.Cleanup(srv.Close)
+	pool, err := New("p", []Key{{Secret: "sk-route"}})
+	require.NoError(t, err)
+	u, _ := url.Parse(srv.URL + "/openai")
+	fb, err := NewFallback([]Route{{Name: "r", Pool: pool, URL: u}})
+	require.NoError(t, err)
+	for _, target := range []string{"/v1/%2e%2e/%2e%2e/admin", "/v1/../../admin", "/..", "/v1/..%2f..%2fadmin"} {
+		req, err := http.NewRequest(http.MethodGet, "http://proxy.invalid"+target, nil)
+		require.NoError(t, err)
+		_, err = fb.RoundTrip(req)
+		assert.ErrorContains(t, err, "leaves the route's base path", "target %s", target)
+	}
+	assert.Empty(t, seen, "nothing reached the vendor")
+	req, _ := http.NewRequest(http.MethodGet, "http://proxy.invalid/v1/models/a..b", nil)
+	resp, err := fb.RoundTrip(req)
+	require.NoError(t, err, "two dots inside a segment are a name")
+	resp.Body.Close()
+	assert.Equal(t, []string{"/openai/v1/models/a..b"}, seen)
+}
+
+// The fallback hands each route's pool the body it read, which the pool
+// reads without a copy of its own.
+func TestFallbackBodyIsReadOnce(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.Copy(io.Discard, r.Body) }))
+	t.Cleanup(srv.Close)
+	pool, err := New("p", []Key{{Secret: "sk-route"}}, WithLimits(Limits{TPM: 1 << 30}))
+	require.NoError(t, err)
+	u, _ := url.Parse(srv.URL)
+	fb, err := NewFallback([]Route{{Name: "r", Pool: pool, URL: u}})
+	require.NoError(t, err)
+	body := `{"model":"m","input":"` + strings.Repeat("x", 256<<10) + `"}`
+	send := func() {
+		req, _ := http.NewRequest(http.MethodPost, "http://proxy.invalid/v1/chat", strings.NewReader(body))
+		resp, err := fb.RoundTrip(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+	}
+	send()
+	allocated := testing.AllocsPerRun(20, send)
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	before := ms.TotalAlloc
+	for range 20 {
+		send()
+	}
+	runtime.ReadMemStats(&ms)
+	perRequest := (ms.TotalAlloc - before) / 20
+	assert.Less(t, perRequest, uint64(2*len(body)), "one copy of a %d-byte body per request, not two: %d bytes allocated (%v allocations)", len(body), perRequest, allocated)
 }
