@@ -88,7 +88,7 @@ func FuzzMapModel(f *testing.F) {
 // models and its cap, as the Badger store writes them.
 func recordSeeds(tb testing.TB) (windowsRec, benchesRec []byte) {
 	tb.Helper()
-	s := NewMemoryStore()
+	s := newMemoryStore()
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	for i, model := range []string{"gpt-4o", "gpt-4o-mini"} {
 		for j := range 3 {
@@ -169,7 +169,7 @@ func FuzzStoreRecords(f *testing.F) {
 		require.NoError(t, again.decodeBenches(k.encodeBenches(nil)), "reading back benches read from %x", benchesRec)
 		require.Equal(t, snapshot(k), snapshot(again), "state read from %x and %x, written and read again", windowsRec, benchesRec)
 
-		s := NewMemoryStore()
+		s := newMemoryStore()
 		s.keys.Store(keyRef{"p", "k"}, k)
 		now := fuzzNow(sec)
 		days := Calendar{}

@@ -16,7 +16,7 @@ type KeyStats struct {
 	Paid bool
 	// Bench is the bench that holds the key for every model; zero when
 	// none does.
-	Bench BenchState
+	Bench Bench
 	// Cap is what the key has used across its models.
 	Cap Usage
 	// Models holds the key's state per model, sorted by model name in
@@ -38,7 +38,7 @@ type ModelStats struct {
 	Model string
 	// Limits are the key's limits for the model; a Store leaves them zero.
 	Limits Limits
-	Bench  BenchState
+	Bench  Bench
 	// Level is the number of quota answers without a date since the key's
 	// last success for the model.
 	Level int

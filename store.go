@@ -14,7 +14,7 @@ import (
 // goroutines — or two processes sharing a store — never both take the last
 // slot. A Store must be safe for concurrent use.
 //
-// The package's stores are the MemoryStore (the default), the BadgerStore
+// The package's stores are NewMemoryStore's (the default), the BadgerStore
 // (state that survives restarts) and, in package redisstore, a store that
 // replicas share. Package storetest holds the conformance suite each of
 // them passes.
@@ -95,7 +95,8 @@ type Reservation interface {
 	Release(ctx context.Context) error
 }
 
-// Bench is a key set aside.
+// Bench is a key set aside: what a pool asks a store to record, and, in
+// KeyStats, a bench in force (its Kind and Until; the zero Bench is none).
 type Bench struct {
 	Provider string
 	KeyID    string
@@ -110,9 +111,3 @@ type Bench struct {
 	Level int
 }
 
-// BenchState is a bench in force: its kind and when it ends. The zero
-// BenchState is no bench.
-type BenchState struct {
-	Kind  Kind
-	Until time.Time
-}

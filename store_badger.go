@@ -20,7 +20,7 @@ import (
 // at a time. Test for it with errors.Is.
 var ErrStoreLocked = errors.New("state directory is held by another process")
 
-// BadgerStore keeps a pool's state in memory, as a MemoryStore does, and in a
+// BadgerStore keeps a pool's state in memory, as NewMemoryStore's store does, and in a
 // Badger database, so that a restart — or a kill -9 — resumes with the
 // windows and benches. Benches and escalation levels are written through:
 // a bench is on disk when Bench returns. Windows are written behind, in one
@@ -37,7 +37,7 @@ var ErrStoreLocked = errors.New("state directory is held by another process")
 // directory once: share the store between pools rather than opening it
 // twice.
 type BadgerStore struct {
-	mem   *MemoryStore
+	mem   *memoryStore
 	db    *badger.DB
 	owned bool // Close closes db
 	cfg   badgerConfig
@@ -221,7 +221,7 @@ func isBadgerLocked(err error) bool {
 }
 
 func newBadgerStore(db *badger.DB, owned bool, cfg badgerConfig) (*BadgerStore, error) {
-	s := &BadgerStore{mem: NewMemoryStore(), db: db, owned: owned, cfg: cfg, stop: make(chan struct{}),
+	s := &BadgerStore{mem: newMemoryStore(), db: db, owned: owned, cfg: cfg, stop: make(chan struct{}),
 		unwritten: map[keyRef]uint64{}, update: db.Update, flushBatch: (*badger.WriteBatch).Flush}
 	if err := s.load(); err != nil {
 		return nil, err

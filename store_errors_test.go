@@ -10,10 +10,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// failingStore is a MemoryStore whose benches fail while failBench is set,
+// failingStore is a memory store whose benches fail while failBench is set,
 // and whose Health reports health.
 type failingStore struct {
-	*MemoryStore
+	*memoryStore
 	failBench atomic.Bool
 	mu        sync.Mutex // guards health
 	health    error
@@ -23,7 +23,7 @@ func (s *failingStore) Bench(ctx context.Context, b Bench) error {
 	if s.failBench.Load() {
 		return errDiskFull
 	}
-	return s.MemoryStore.Bench(ctx, b)
+	return s.memoryStore.Bench(ctx, b)
 }
 
 func (s *failingStore) Health() error {
@@ -39,7 +39,7 @@ func (s *failingStore) setHealth(err error) {
 }
 
 func TestOnStoreErrorOncePerSpell(t *testing.T) {
-	store := &failingStore{MemoryStore: NewMemoryStore()}
+	store := &failingStore{memoryStore: newMemoryStore()}
 	var told []error
 	p, err := New("x", threeKeys(), WithStore(store), OnStoreError(func(err error) { told = append(told, err) }))
 	require.NoError(t, err)

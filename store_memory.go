@@ -15,10 +15,10 @@ const (
 	overflowModel   = windowspec.OverflowModel
 )
 
-// MemoryStore keeps a pool's state in memory: it is the default store, and
+// memoryStore keeps a pool's state in memory: it is the default store, and
 // the hot layer under the BadgerStore. It is safe for concurrent use; each
 // key has its own lock, and looking a key up takes none.
-type MemoryStore struct {
+type memoryStore struct {
 	keys sync.Map // keyRef → *memKey; keys are added once and read on every request
 }
 
@@ -52,11 +52,11 @@ type benchState struct {
 	until int64
 }
 
-func (b benchState) public(now int64) BenchState {
+func (b benchState) public(now int64) Bench {
 	if b.until <= now {
-		return BenchState{}
+		return Bench{}
 	}
-	return BenchState{Kind: b.kind, Until: time.Unix(0, b.until).UTC()}
+	return Bench{Kind: b.kind, Until: time.Unix(0, b.until).UTC()}
 }
 
 // shiftBack moves a bench in force at the wrong clock d nanoseconds earlier,
@@ -74,13 +74,18 @@ func (b *benchState) extend(kind Kind, until int64) {
 	}
 }
 
-// NewMemoryStore returns an empty MemoryStore.
-func NewMemoryStore() *MemoryStore { return &MemoryStore{} }
+// NewMemoryStore returns a Store that keeps state in memory, for as long as
+// the process lives: the default store of a pool. Give one to several pools
+// (WithStore) to share it. It is safe for concurrent use; each key has its
+// own lock, and looking a key up takes none.
+func NewMemoryStore() Store { return newMemoryStore() }
 
-var _ Store = (*MemoryStore)(nil)
+func newMemoryStore() *memoryStore { return &memoryStore{} }
+
+var _ Store = (*memoryStore)(nil)
 
 // key returns the state of a key, adding it when new.
-func (s *MemoryStore) key(provider, keyID string) *memKey {
+func (s *memoryStore) key(provider, keyID string) *memKey {
 	ref := keyRef{provider, keyID}
 	if k, ok := s.keys.Load(ref); ok {
 		return k.(*memKey)
@@ -138,7 +143,7 @@ func (m *memModel) idle(now int64, c Calendar) bool {
 }
 
 // Take implements Store.
-func (s *MemoryStore) Take(_ context.Context, t Claim) (Grant, error) {
+func (s *memoryStore) Take(_ context.Context, t Claim) (Grant, error) {
 	if err := windowspec.CheckModel(t.Model); err != nil {
 		return Grant{}, fmt.Errorf("keypool: memory store: %w", err)
 	}
@@ -277,7 +282,7 @@ func latest(a, b benchState) (int64, Kind) {
 }
 
 // Bench implements Store.
-func (s *MemoryStore) Bench(_ context.Context, b Bench) error {
+func (s *memoryStore) Bench(_ context.Context, b Bench) error {
 	if err := windowspec.CheckModel(b.Model); err != nil {
 		return fmt.Errorf("keypool: memory store: %w", err)
 	}
@@ -300,7 +305,7 @@ func (s *MemoryStore) Bench(_ context.Context, b Bench) error {
 }
 
 // Unbench implements Store.
-func (s *MemoryStore) Unbench(_ context.Context, provider, keyID string) error {
+func (s *memoryStore) Unbench(_ context.Context, provider, keyID string) error {
 	k := s.key(provider, keyID)
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -313,7 +318,7 @@ func (s *MemoryStore) Unbench(_ context.Context, provider, keyID string) error {
 }
 
 // State implements Store.
-func (s *MemoryStore) State(_ context.Context, provider, keyID string, now time.Time) (KeyStats, error) {
+func (s *memoryStore) State(_ context.Context, provider, keyID string, now time.Time) (KeyStats, error) {
 	k := s.key(provider, keyID)
 	n := now.UnixNano()
 	k.mu.Lock()
@@ -333,7 +338,7 @@ func (s *MemoryStore) State(_ context.Context, provider, keyID string, now time.
 }
 
 // each calls fn for every key the store holds.
-func (s *MemoryStore) each(fn func(ref keyRef, k *memKey)) {
+func (s *memoryStore) each(fn func(ref keyRef, k *memKey)) {
 	s.keys.Range(func(ref, k any) bool {
 		fn(ref.(keyRef), k.(*memKey))
 		return true
@@ -341,4 +346,4 @@ func (s *MemoryStore) each(fn func(ref keyRef, k *memKey)) {
 }
 
 // Flush implements Store: a MemoryStore keeps nothing elsewhere.
-func (s *MemoryStore) Flush(context.Context) error { return nil }
+func (s *memoryStore) Flush(context.Context) error { return nil }

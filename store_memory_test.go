@@ -11,7 +11,7 @@ import (
 )
 
 func TestMemoryStoreClockSteppingBack(t *testing.T) {
-	s := NewMemoryStore()
+	s := newMemoryStore()
 	now := time.Date(2026, 1, 1, 0, 1, 0, 0, time.UTC)
 	take := Claim{Provider: "p", KeyID: "k", Model: "m", Limits: Limits{RPM: 2}}
 	for _, at := range []time.Time{now, now.Add(-30 * time.Second)} {
@@ -29,7 +29,7 @@ func TestMemoryStoreClockSteppingBack(t *testing.T) {
 }
 
 func TestMemoryStoreBoundsModelsPerKey(t *testing.T) {
-	s := NewMemoryStore()
+	s := newMemoryStore()
 	take := Claim{Provider: "p", KeyID: "k", Now: time.Now(), Limits: Limits{RPM: 1_000_000}}
 	for i := range maxModelsPerKey + 50 {
 		take.Model = string(rune('a'+i%26)) + time.Duration(i).String()
@@ -58,7 +58,7 @@ func TestMemoryStoreClockPutRight(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := NewMemoryStore()
+			s := newMemoryStore()
 			from := ahead
 			if tt.name == "an hour and a second back" {
 				from = right.Add(time.Hour + time.Second)
@@ -83,7 +83,7 @@ func TestMemoryStoreClockPutRight(t *testing.T) {
 }
 
 func TestMemoryStoreClockPutRightMovesBenches(t *testing.T) {
-	s := NewMemoryStore()
+	s := newMemoryStore()
 	ahead := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
 	right := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	c := Claim{Provider: "p", KeyID: "k", Model: "m", Now: ahead}
@@ -98,7 +98,7 @@ func TestMemoryStoreClockPutRightMovesBenches(t *testing.T) {
 }
 
 func TestMemoryStoreEvictsIdleModels(t *testing.T) {
-	s := NewMemoryStore()
+	s := newMemoryStore()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	c := Claim{Provider: "p", KeyID: "k", Limits: Limits{RPM: 100}, Now: now}
 	for i := range maxModelsPerKey {
@@ -140,7 +140,7 @@ func TestMemoryStoreEvictsIdleModels(t *testing.T) {
 }
 
 func TestMemoryStoreRefusesModelNamesItCannotKeep(t *testing.T) {
-	s := NewMemoryStore()
+	s := newMemoryStore()
 	for _, name := range []string{strings.Repeat("m", 257), "bad\x00name", "\xff"} {
 		_, err := s.Take(t.Context(), Claim{Provider: "p", KeyID: "k", Model: name, Now: time.Now()})
 		assert.ErrorContains(t, err, "model name")

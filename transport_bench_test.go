@@ -151,7 +151,7 @@ func roundTripBody(b *testing.B, rt http.RoundTripper, body string) {
 func BenchmarkWindowSetMemory(b *testing.B) {
 	const sets = 10_000
 	for b.Loop() {
-		s := NewMemoryStore()
+		s := newMemoryStore()
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)

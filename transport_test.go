@@ -415,11 +415,11 @@ func TestTransportBenchByKind(t *testing.T) {
 			assert.Equal(t, wantModel, e.Model)
 			st := pool.Stats()[0]
 			if tt.allModel {
-				assert.Equal(t, BenchState{Kind: tt.kind, Until: clock.Now().Add(tt.wantFor)}, st.Bench)
+				assert.Equal(t, Bench{Kind: tt.kind, Until: clock.Now().Add(tt.wantFor)}, st.Bench)
 			} else {
 				assert.Zero(t, st.Bench)
 				require.Len(t, st.Models, 1)
-				assert.Equal(t, BenchState{Kind: tt.kind, Until: clock.Now().Add(tt.wantFor)}, st.Models[0].Bench)
+				assert.Equal(t, Bench{Kind: tt.kind, Until: clock.Now().Add(tt.wantFor)}, st.Models[0].Bench)
 			}
 		})
 	}

@@ -2,13 +2,14 @@ package keypool
 
 import "math"
 
-// RequestInfo is what the pool reads from a request before sending it: the
-// model and what a token estimate needs. scanRequest fills it from the
-// request body; its zero value is a request that names no model and carries
-// no text.
+// RequestInfo is what the pool reads from a request before sending it — the
+// model and what a token estimate needs — and hands to the estimator
+// (WithEstimator). Its zero value is a request that names no model and
+// carries no text.
 type RequestInfo struct {
-	// Model is the model the request body names in its top-level "model",
-	// or "" when it names none (Gemini and Azure name it in the path).
+	// Model is the request's model: from WithModelFunc when set, else from
+	// the path (Gemini's /models/{model}:…, Azure's /deployments/{name}/),
+	// else the JSON body's top-level "model"; "" when none names one.
 	Model string
 	// PromptBytes counts the request's text in bytes, as the JSON carries
 	// it (escapes not decoded): every string value except keys, the model,

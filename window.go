@@ -14,7 +14,7 @@ import (
 //
 // A sliding window is conservative: it never admits more than its limit
 // within any span of its length, and under saturating load it admits at
-// least (n-1)/n of it, for n buckets: 98.8% of a minute, 96% of a day. It
+// least (n-1)/n of it, for n buckets: 98.7% of a minute (80 of 81), 96% of a day. It
 // keeps n buckets of width span/(n-1), and counts a bucket until all of it
 // has left the span, so what it counts always covers the last span in full.
 

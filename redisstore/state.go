@@ -95,17 +95,17 @@ func cmpErr(a, b error) error {
 
 // benchState reads a bench, "kind:end", as it stands at now (Unix
 // milliseconds): the zero BenchState once it has ended.
-func benchState(v string, now int64) keypool.BenchState {
+func benchState(v string, now int64) keypool.Bench {
 	k, e, ok := strings.Cut(v, ":")
 	if !ok {
-		return keypool.BenchState{}
+		return keypool.Bench{}
 	}
 	kind, err1 := strconv.Atoi(k)
 	ends, err2 := strconv.ParseInt(e, 10, 64)
 	if err1 != nil || err2 != nil || ends <= now {
-		return keypool.BenchState{}
+		return keypool.Bench{}
 	}
-	return keypool.BenchState{Kind: keypool.Kind(kind), Until: time.UnixMilli(ends).UTC()}
+	return keypool.Bench{Kind: keypool.Kind(kind), Until: time.UnixMilli(ends).UTC()}
 }
 
 // usage returns what a minute window and a day window count at now.

@@ -35,7 +35,7 @@ type Store struct {
 	owned bool // Close closes rdb
 	cfg   config
 	// local serves while Redis is down, with WithLocalFallback; else nil.
-	local *keypool.MemoryStore
+	local keypool.Store
 
 	kick chan struct{} // wakes the store's goroutine
 	stop chan struct{}
