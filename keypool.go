@@ -178,6 +178,8 @@ type poolKey struct {
 	// for any model, in Unix nanoseconds.
 	benchedUntil atomic.Int64
 
+	returns returns // the models the key returns to carefully after a bench
+
 	lastMu sync.Mutex // guards last and lastAt
 	last   Reading    // what the vendor last said of the key's windows
 	lastAt time.Time
@@ -269,11 +271,13 @@ func (p *Pool) limits(k *poolKey, model string) Limits {
 func (p *Pool) single() bool { return len(p.keys) == 1 }
 
 // lease is one key taken for one attempt: the key, what the store was
-// asked, and what it granted.
+// asked, and what it granted; probe when the attempt is the one request of
+// the key's careful return.
 type lease struct {
 	key   *poolKey
 	claim Claim
 	grant Grant
+	probe bool
 }
 
 // call is what one request remembers across its attempts: the keys that
@@ -326,6 +330,11 @@ func (p *Pool) scan(ctx context.Context, c *call, keys []*poolKey, cursor *atomi
 		if c.tried.has(k.index) {
 			continue
 		}
+		ok, probe := k.returns.admit(model, now)
+		if !ok {
+			c.sooner(now.Add(probeRetry))
+			continue
+		}
 		cl := Claim{Provider: p.provider, KeyID: k.ID, Model: model, Limits: p.limits(k, model), Cap: p.cfg.keyCap, Days: p.cfg.days, Now: now}
 		_, cl.Named = p.cfg.modelLimits[model]
 		cl.Tokens = tokens
@@ -334,11 +343,14 @@ func (p *Pool) scan(ctx context.Context, c *call, keys []*poolKey, cursor *atomi
 		}
 		g, err := p.store.Take(ctx, cl)
 		p.storeResult(opTake, err)
+		if err == nil && g.OK {
+			return lease{key: k, claim: cl, grant: g, probe: probe}, true, nil
+		}
+		if probe {
+			k.returns.done(model, false)
+		}
 		if err != nil {
 			return lease{}, false, fmt.Errorf("keypool: %s: store: %w", p.provider, err)
-		}
-		if g.OK {
-			return lease{key: k, claim: cl, grant: g}, true, nil
 		}
 		c.sooner(g.RetryAt)
 	}

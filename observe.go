@@ -21,10 +21,22 @@ func (p *Pool) observe(ctx context.Context, l *lease, v verdict, now time.Time) 
 		p.succeeded(ctx, l)
 		v = spentWindow(v, l.claim.Limits, now)
 		if v.kind == KindNone {
+			p.probed(l, true)
 			return time.Time{}
 		}
 	}
-	return p.bench(ctx, l, v, now)
+	until := p.bench(ctx, l, v, now)
+	p.probed(l, false)
+	return until
+}
+
+// probed ends the lease's probe, if it was the one request of its key's
+// careful return.
+func (p *Pool) probed(l *lease, succeeded bool) {
+	if l.probe {
+		l.key.returns.done(l.claim.Model, succeeded)
+		l.probe = false
+	}
 }
 
 // noteReading keeps what an answer said of the key's windows as its last
@@ -81,17 +93,24 @@ func (p *Pool) bench(ctx context.Context, l *lease, v verdict, now time.Time) ti
 	b := Bench{Provider: p.provider, KeyID: l.key.ID, Model: l.claim.Model, AllModels: v.wholeKey(),
 		Kind: v.kind, Until: now.Add(d), Level: level}
 	p.storeResult(opBench, p.store.Bench(ctx, b))
+	if d >= carefulBench {
+		l.key.returns.mark(model(b), b.Until)
+	}
 	p.tel.benched(ctx, l.key, v.kind)
 	extendTo(&l.key.benchedUntil, b.Until.UnixNano())
 	if f := p.cfg.onEvict; f != nil {
-		model := b.Model
-		if b.AllModels {
-			model = ""
-		}
-		f(Eviction{Provider: p.provider, KeyID: l.key.ID, Model: model, Paid: l.key.Paid,
+		f(Eviction{Provider: p.provider, KeyID: l.key.ID, Model: model(b), Paid: l.key.Paid,
 			Kind: v.kind, For: d, Until: b.Until})
 	}
 	return b.Until
+}
+
+// model returns the model a bench holds the key for: "" for every model.
+func model(b Bench) string {
+	if b.AllModels {
+		return ""
+	}
+	return b.Model
 }
 
 // extendTo moves a time held in Unix nanoseconds to until, unless it is

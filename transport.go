@@ -117,6 +117,7 @@ func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again
 	out := r.req.Clone(actx)
 	if out.Body, err = r.body.next(); err != nil {
 		p.release(ctx, &l)
+		p.probed(&l, false)
 		endAttempt(span, 0, verdict{}, 0, err)
 		return nil, false, err
 	}
@@ -134,6 +135,7 @@ func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again
 		if ctx.Err() == nil {
 			p.release(ctx, &l)
 		}
+		p.probed(&l, false)
 		err = p.redact(err, l.key)
 		v := verdict{}
 		if p.cfg.auth.refused(err) {
