@@ -110,4 +110,3 @@ type Bench struct {
 	// answers without a date it has had since its last success.
 	Level int
 }
-
