@@ -78,6 +78,12 @@ func (l Limits) over(o Limits) Limits {
 	return l
 }
 
+// tighter returns, axis by axis, the tighter of l and o (0 is no limit).
+func (l Limits) tighter(o Limits) Limits {
+	return Limits{RPM: windowspec.Tighter(l.RPM, o.RPM), RPD: windowspec.Tighter(l.RPD, o.RPD),
+		TPM: windowspec.Tighter(l.TPM, o.TPM), TPD: windowspec.Tighter(l.TPD, o.TPD)}
+}
+
 // tokenCap returns the smallest token limit of l, or 0 if l has none.
 func (l Limits) tokenCap() int64 { return windowspec.Tighter(l.TPM, l.TPD) }
 

@@ -36,9 +36,15 @@ type KeyStats struct {
 // ModelStats is what is known of one key for one model.
 type ModelStats struct {
 	Model string
-	// Limits are the key's limits for the model; a Store leaves them zero.
-	Limits Limits
-	Bench  Bench
+	// Limits are the limits enforced on the key for the model: axis by
+	// axis, the tighter of Configured and Learned. Configured are those the
+	// pool was given (WithLimits, WithModelLimits, WithAccountLimits,
+	// Key.Limits); Learned those the vendor last stated. A Store fills only
+	// Learned.
+	Limits     Limits
+	Configured Limits
+	Learned    Limits
+	Bench      Bench
 	// Level is the number of quota answers without a date since the key's
 	// last success for the model.
 	Level int

@@ -3,6 +3,8 @@ package keypool
 import (
 	"context"
 	"time"
+
+	"github.com/keypool-go/keypool/internal/windowspec"
 )
 
 // Store keeps a pool's state: what each key has taken in each window, and its
@@ -20,9 +22,13 @@ import (
 // them passes.
 type Store interface {
 	// Take admits one request for a key and model if no bench holds the key
-	// and its windows have room, and records it; otherwise it records
-	// nothing and says when the key could take the request.
+	// (or its account) and its windows have room, and records it; otherwise
+	// it records nothing and says when the key could take the request.
 	Take(ctx context.Context, c Claim) (Grant, error)
+	// Learn records what a vendor's answer stated of the windows of a key
+	// (or its account) for a model: the limits the vendor enforces, and how
+	// much of them it has counted (see Stated).
+	Learn(ctx context.Context, s Stated) error
 	// Bench sets a key — for one model, or for all — aside until b.Until. A
 	// bench never shortens one already set. For one model it also records
 	// b.Level as the key's level for the model; a Bench with a zero Until
@@ -31,18 +37,33 @@ type Store interface {
 	// Unbench lifts every bench of a key and sets its levels back to zero.
 	Unbench(ctx context.Context, provider, keyID string) error
 	// State returns what the store holds for a key at now: its benches,
-	// levels and usage. It fills Bench, Cap and Models (each with Model,
-	// Bench, Level and Usage); the pool fills the rest of KeyStats.
+	// levels, usage and learned limits. It fills Bench, Cap and Models (each
+	// with Model, Bench, Level, Usage and Learned); the pool fills the rest
+	// of KeyStats. An account's state is asked for under the ID
+	// AccountID(account).
 	State(ctx context.Context, provider, keyID string, now time.Time) (KeyStats, error)
 	// Flush writes what the store holds only in memory to where it keeps
 	// state; a store that keeps nothing elsewhere returns nil.
 	Flush(ctx context.Context) error
 }
 
+// Keys that name one account share its windows, and its rate and quota
+// benches, as vendors scope limits to an organisation or a project: a store
+// keeps an account's state as it keeps a key's, under the ID AccountID
+// gives it, which no key's ID can be (key IDs hold no control characters).
+// A key's own benches — a revoked key — stay with the key.
+
+// AccountID returns the ID under which a store keeps an account's state.
+func AccountID(account string) string { return windowspec.AccountID(account) }
+
 // Claim is one request a pool asks a store to admit.
 type Claim struct {
 	Provider string // the pool's provider name: several pools may share a store
 	KeyID    string
+	// Account, when set, is the account the key belongs to: the request
+	// counts in the account's windows, not the key's, and the account's
+	// benches hold it as the key's do.
+	Account string
 	// Model is the request's model: at most 256 bytes of UTF-8 without
 	// control characters (a store refuses others with an error).
 	Model string
@@ -53,8 +74,10 @@ type Claim struct {
 	// Tokens is the request's token estimate, never above the smallest token
 	// limit that applies.
 	Tokens int64
-	// Limits are the key's limits for the model; Cap its limits across all
-	// its models. A zero field is no limit.
+	// Limits are the key's (or its account's) configured limits for the
+	// model; Cap its limits across all its models. A zero field is no limit.
+	// A store enforces, axis by axis, the tighter of Limits and the limits
+	// it learned for the model (Learn).
 	Limits Limits
 	Cap    Limits
 	// Days says how day windows count.
@@ -100,7 +123,10 @@ type Reservation interface {
 type Bench struct {
 	Provider string
 	KeyID    string
-	Model    string
+	// Account, when set, benches the account rather than the key: every
+	// key of the account is held (a spent window the keys share).
+	Account string
+	Model   string
 	// AllModels benches the key for every model: a revoked key or a spent
 	// balance.
 	AllModels bool
@@ -109,4 +135,31 @@ type Bench struct {
 	// Level is the key's level for Model after this bench: how many quota
 	// answers without a date it has had since its last success.
 	Level int
+}
+
+// Stated is what a vendor's answer stated of the windows of a key (or its
+// account) for a model.
+type Stated struct {
+	Provider string
+	KeyID    string
+	Account  string
+	Model    string
+	// Limits are the limits the vendor stated, axis by axis; a zero field is
+	// one it did not state. The store keeps each stated limit in place of
+	// the one it learned before, and enforces the tighter of it and a
+	// Claim's Limits.
+	Limits Limits
+	// Used is how much of each window the vendor has counted (its limit less
+	// what remains); a negative field is one it did not state. A window that
+	// counts less is raised to it: the difference counts as taken, so that
+	// it leaves the window at the vendor's reset of that window —
+	// MinuteReset for RPM and TPM, DayReset for RPD and TPD — or, when that
+	// is zero, a whole window from Now. A vendor's remaining 0 thus holds the
+	// window until the vendor's reset, or until the store's own window
+	// frees a slot, whichever the evidence supports.
+	Used        Limits
+	MinuteReset time.Time
+	DayReset    time.Time
+	// Now is the pool's clock.
+	Now time.Time
 }

@@ -284,6 +284,10 @@ func (s *BadgerStore) load() error {
 // Take implements Store.
 func (s *BadgerStore) Take(ctx context.Context, c Claim) (Grant, error) { return s.mem.Take(ctx, c) }
 
+// Learn implements Store: what is learned is written behind, with the
+// windows.
+func (s *BadgerStore) Learn(ctx context.Context, st Stated) error { return s.mem.Learn(ctx, st) }
+
 // State implements Store.
 func (s *BadgerStore) State(ctx context.Context, provider, keyID string, now time.Time) (KeyStats, error) {
 	return s.mem.State(ctx, provider, keyID, now)

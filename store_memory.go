@@ -41,9 +41,10 @@ type memKey struct {
 // memModel is one key's state for one model. win is nil until a limit
 // applies to it.
 type memModel struct {
-	bench benchState
-	level int
-	win   *windows
+	bench   benchState
+	level   int
+	win     *windows
+	learned Limits // the limits the vendor last stated for the model
 }
 
 // benchState is a bench in Unix nanoseconds; until 0 is none.
@@ -148,34 +149,37 @@ func (s *memoryStore) Take(_ context.Context, t Claim) (Grant, error) {
 		return Grant{}, fmt.Errorf("keypool: memory store: %w", err)
 	}
 	k := s.key(t.Provider, t.KeyID)
+	var keyBench benchState // the key's own bench, when its account holds its windows
+	if t.Account != "" {
+		k.mu.Lock()
+		keyBench = k.bench
+		k.mu.Unlock()
+		k = s.key(t.Provider, AccountID(t.Account))
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	// A clock that steps back records at the latest time seen, so what is
-	// taken counts at least as long as it should. A step back of more than
-	// maxStepBack is a clock put right after running ahead: the key's
-	// windows and benches, dated by the wrong clock, move back with it.
-	if k.last-t.Now.UnixNano() > int64(maxStepBack) {
-		k.shiftBack(k.last-t.Now.UnixNano(), t.Now.UnixNano(), t.Days)
-	}
-	now := max(t.Now.UnixNano(), k.last)
-	k.last = now
-	k.days = t.Days
+	now := k.clock(t.Now, t.Days)
 	m := k.model(t.Model, now, t.Named)
-	if until, kind := latest(k.bench, m.bench); until > now {
+	if until, kind := latest(keyBench, latestBench(k.bench, m.bench)); until > now {
 		return Grant{RetryAt: time.Unix(0, until).UTC(), Reason: kind, Level: m.level}, nil
 	}
-	if t.Limits != (Limits{}) && m.win == nil {
+	lim := t.Limits.tighter(m.learned)
+	tok := t.Tokens
+	if c := windowspec.Tighter(lim.tokenCap(), t.Cap.tokenCap()); c > 0 {
+		tok = min(tok, c)
+	}
+	if lim != (Limits{}) && m.win == nil {
 		m.win = &windows{}
 	}
 	ok, retryAt, dayFull := true, int64(0), false
 	if m.win != nil {
-		ok, retryAt, dayFull = m.win.room(now, t.Limits, t.Tokens, t.Days)
+		ok, retryAt, dayFull = m.win.room(now, lim, tok, t.Days)
 	}
 	if t.Cap != (Limits{}) {
 		if k.cap == nil {
 			k.cap = &windows{}
 		}
-		okCap, atCap, dayCap := k.cap.room(now, t.Cap, t.Tokens, t.Days)
+		okCap, atCap, dayCap := k.cap.room(now, t.Cap, tok, t.Days)
 		ok, retryAt, dayFull = ok && okCap, max(retryAt, atCap), dayFull || dayCap
 	}
 	if !ok {
@@ -186,14 +190,78 @@ func (s *memoryStore) Take(_ context.Context, t Claim) (Grant, error) {
 		return Grant{RetryAt: time.Unix(0, retryAt).UTC(), Reason: reason, Level: m.level}, nil
 	}
 	if m.win != nil {
-		m.win.add(now, t.Limits, 1, t.Tokens, t.Days)
+		m.win.add(now, lim, 1, tok, t.Days)
 	}
 	if k.cap != nil {
-		k.cap.add(now, t.Cap, 1, t.Tokens, t.Days)
+		k.cap.add(now, t.Cap, 1, tok, t.Days)
 	}
 	k.dirty = true
-	r := &memReservation{key: k, model: m, at: now, tokens: t.Tokens, limits: t.Limits, cap: t.Cap, days: t.Days}
+	r := &memReservation{key: k, model: m, at: now, tokens: tok, limits: lim, cap: t.Cap, days: t.Days}
 	return Grant{OK: true, Level: m.level, Reservation: r}, nil
+}
+
+// clock returns the time to count a take or a statement at: the pool's
+// clock t, never before the latest time the key has seen, so what is taken
+// counts at least as long as it should. A step back of more than maxStepBack
+// is a clock put right after running ahead: the key's windows and benches,
+// dated by the wrong clock, move back with it. k.mu must be held.
+func (k *memKey) clock(t time.Time, days Calendar) int64 {
+	if k.last-t.UnixNano() > int64(maxStepBack) {
+		k.shiftBack(k.last-t.UnixNano(), t.UnixNano(), days)
+	}
+	now := max(t.UnixNano(), k.last)
+	k.last = now
+	k.days = days
+	return now
+}
+
+// Learn implements Store.
+func (s *memoryStore) Learn(_ context.Context, st Stated) error {
+	if err := windowspec.CheckModel(st.Model); err != nil {
+		return fmt.Errorf("keypool: memory store: %w", err)
+	}
+	id := st.KeyID
+	if st.Account != "" {
+		id = AccountID(st.Account)
+	}
+	k := s.key(st.Provider, id)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	now := k.clock(st.Now, k.days)
+	m := k.model(st.Model, now, false)
+	m.learned = m.learned.over(st.Limits)
+	if st.Used == (Limits{-1, -1, -1, -1}) || m.learned == (Limits{}) && m.win == nil {
+		k.dirty = true
+		return nil
+	}
+	if m.win == nil {
+		m.win = &windows{}
+	}
+	// The windows count every axis the vendor limits, whether or not the
+	// pool was told of it: a statement says how much of each is used.
+	lim := m.learned
+	if lim == (Limits{}) {
+		lim = Limits{RPM: 1, RPD: 1, TPM: 1, TPD: 1}
+	}
+	m.win.raise(now, lim, st.Used, unixOrZero(st.MinuteReset), unixOrZero(st.DayReset), k.days)
+	k.dirty = true
+	return nil
+}
+
+// unixOrZero returns t in Unix nanoseconds, or 0 for the zero time.
+func unixOrZero(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// latestBench returns the later of two benches.
+func latestBench(a, b benchState) benchState {
+	if b.until > a.until {
+		return b
+	}
+	return a
 }
 
 // memReservation is what a MemoryStore recorded for one admitted request:
@@ -275,10 +343,8 @@ func (k *memKey) shiftBack(d, now int64, c Calendar) {
 
 // latest returns the end and kind of the later of two benches.
 func latest(a, b benchState) (int64, Kind) {
-	if b.until > a.until {
-		return b.until, b.kind
-	}
-	return a.until, a.kind
+	l := latestBench(a, b)
+	return l.until, l.kind
 }
 
 // Bench implements Store.
@@ -286,7 +352,11 @@ func (s *memoryStore) Bench(_ context.Context, b Bench) error {
 	if err := windowspec.CheckModel(b.Model); err != nil {
 		return fmt.Errorf("keypool: memory store: %w", err)
 	}
-	k := s.key(b.Provider, b.KeyID)
+	id := b.KeyID
+	if b.Account != "" {
+		id = AccountID(b.Account)
+	}
+	k := s.key(b.Provider, id)
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.benchVer++
@@ -328,7 +398,7 @@ func (s *memoryStore) State(_ context.Context, provider, keyID string, now time.
 		st.Cap = k.cap.usage(n, k.days)
 	}
 	for name, m := range k.models {
-		ms := ModelStats{Model: name, Bench: m.bench.public(n), Level: m.level}
+		ms := ModelStats{Model: name, Bench: m.bench.public(n), Level: m.level, Learned: m.learned}
 		if m.win != nil {
 			ms.Usage = m.win.usage(n, k.days)
 		}

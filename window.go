@@ -23,6 +23,7 @@ const (
 	minuteBuckets = windowspec.MinuteBuckets
 	dayBuckets    = windowspec.DayBuckets
 	minuteSpan    = windowspec.MinuteSpan
+	daySpan       = windowspec.DaySpan
 	minuteWidth   = int64(windowspec.MinuteWidth)
 	dayWidth      = int64(windowspec.DayWidth)
 )
@@ -287,6 +288,50 @@ func (w *windows) add(at int64, lim Limits, req, tok int64, c Calendar) {
 			w.day.add(w.dayBuckets(), at, dayWidth, req, tok)
 		}
 	}
+}
+
+// raise makes each window count at least what a vendor counted in it (used;
+// a negative field unknown), as of now: the difference counts as taken at a
+// moment chosen so that it leaves a sliding window no sooner than
+// minuteLeaves or dayLeaves (Unix nanoseconds; 0 is a whole window from
+// now), and a calendar day at its end. It changes only windows with a
+// limit in lim.
+func (w *windows) raise(now int64, lim, used Limits, minuteLeaves, dayLeaves int64, c Calendar) {
+	if lim.RPM != 0 || lim.TPM != 0 {
+		b := w.minuteBuckets()
+		w.minute.advance(b, now/minuteWidth)
+		r, t := w.minute.used(b, now, minuteWidth)
+		at := takenAt(now, minuteLeaves, minuteSpan, minuteWidth, minuteBuckets)
+		w.minute.add(b, at, minuteWidth, above(used.RPM, r), above(used.TPM, t))
+	}
+	if lim.RPD != 0 || lim.TPD != 0 {
+		if c.Loc != nil {
+			w.cal.roll(now, c)
+			r, t := w.cal.used(now)
+			w.cal.add(now, above(used.RPD, r), above(used.TPD, t))
+			return
+		}
+		b := w.dayBuckets()
+		w.day.advance(b, now/dayWidth)
+		r, t := w.day.used(b, now, dayWidth)
+		at := takenAt(now, dayLeaves, daySpan, dayWidth, dayBuckets)
+		w.day.add(b, at, dayWidth, above(used.RPD, r), above(used.TPD, t))
+	}
+}
+
+// above returns how far a vendor's count lies above the window's, or 0.
+func above(vendor, window int64) int64 { return max(vendor-window, 0) }
+
+// takenAt returns when to count a take so that it leaves a sliding window
+// of n buckets of width no sooner than leaves (0: a whole span from now):
+// a take counts until a span after its bucket, and the moment must lie in
+// the window, no later than now.
+func takenAt(now, leaves int64, span time.Duration, width int64, n int) int64 {
+	if leaves == 0 {
+		return now
+	}
+	earliest := (now/width - int64(n) + 2) * width // the oldest bucket that still counts a whole span
+	return min(max(leaves-int64(span), earliest), now)
 }
 
 // Usage is what a window set counts: requests and tokens in the last minute

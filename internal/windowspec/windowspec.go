@@ -83,3 +83,8 @@ func Tighter(a, b int64) int64 {
 	}
 	return min(a, b)
 }
+
+// AccountID returns the ID under which a store keeps the state of an
+// account: a NUL, then its name. Key IDs hold no control characters, so no
+// key's ID is an account's.
+func AccountID(account string) string { return "\x00" + account }
