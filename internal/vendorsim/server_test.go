@@ -35,6 +35,17 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"fault status", vendorsim.Config{Keys: []vendorsim.Key{{Secret: "a", FaultStatus: 429}}}, "FaultStatus"},
 		{"script status", vendorsim.Config{Keys: []vendorsim.Key{{Secret: "a", Script: []vendorsim.Answer{{Status: 99}}}}}, "script step 0"},
 		{"negative output", vendorsim.Config{Keys: []vendorsim.Key{ok}, OutputTokens: -1}, "OutputTokens"},
+		{"account not listed", vendorsim.Config{Keys: []vendorsim.Key{{Secret: "a", Account: "org"}}},
+			`key a names account "org", which Config.Accounts does not list`},
+		{"account and key limits", vendorsim.Config{
+			Accounts: map[string]vendorsim.Limits{"org": {RPM: 2}},
+			Keys:     []vendorsim.Key{{Secret: "a", ID: "key-a", Account: "org", Limits: vendorsim.Limits{RPM: 1}}},
+		}, `key key-a sets Limits and names account "org"`},
+		{"negative account limit", vendorsim.Config{Accounts: map[string]vendorsim.Limits{"org": {RPM: 1, TPM: -1}}, Keys: []vendorsim.Key{ok}},
+			`account "org" has a negative limit`},
+		{"empty account name", vendorsim.Config{Accounts: map[string]vendorsim.Limits{"": {}}, Keys: []vendorsim.Key{ok}}, "empty name"},
+		{"account named as a key", vendorsim.Config{Accounts: map[string]vendorsim.Limits{"k1": {}}, Keys: []vendorsim.Key{ok}},
+			`account "k1" has the name of a key's ID`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
