@@ -50,9 +50,9 @@ type Config struct {
 	// OutputTokens is the length of the sim's answers, in tokens, when
 	// max_tokens does not cut them shorter; default 100.
 	OutputTokens int64
-	// History is how many accepted requests each key remembers for
-	// Accepted, MaxInWindow and MaxTokensInWindow (the latest); default
-	// 100000.
+	// History is how many accepted requests each key, and each account,
+	// remembers for Accepted, MaxInWindow and MaxTokensInWindow (the
+	// latest); default 100000.
 	History int
 }
 
