@@ -230,24 +230,8 @@ func TestAccountLimitsAreStrict(t *testing.T) {
 		cfg.Keys = append(cfg.Keys, vendorsim.Key{Secret: k, Account: "org"})
 	}
 	s := start(t, cfg)
-	rng := rand.New(rand.NewPCG(5, 6))
-	for range 300 {
-		c.Advance(time.Duration(rng.IntN(int(30 * time.Second))))
-		for range 1 + rng.IntN(4) {
-			body := fmt.Sprintf(`{"model":"m%d","max_tokens":%d,"messages":[{"role":"user","content":%q}]}`,
-				rng.IntN(3), 1+rng.IntN(150), strings.Repeat("x", rng.IntN(400)))
-			a := chat(t, s, keys[rng.IntN(len(keys))], body)
-			require.Contains(t, []int{200, 429}, a.status, "body %s", a.body)
-		}
-	}
-	for _, w := range []struct {
-		span            time.Duration
-		requests, token int64
-	}{{time.Minute, limits.RPM, limits.TPM}, {24 * time.Hour, limits.RPD, limits.TPD}} {
-		assert.LessOrEqual(t, int64(s.MaxInWindow("org", w.span)), w.requests, "requests per %v", w.span)
-		assert.LessOrEqual(t, s.MaxTokensInWindow("org", w.span), w.token, "tokens per %v", w.span)
-		assert.Greater(t, int64(s.MaxInWindow("org", w.span)), w.requests/2, "the window is used, per %v", w.span)
-	}
+	drive(t, s, c, rand.New(rand.NewPCG(5, 6)), 300, 30*time.Second, keys...)
+	assertStrict(t, s, "org", limits)
 	acc, _ := s.AccountStatsOf("org")
 	var served int64
 	for _, k := range keys {
