@@ -48,13 +48,21 @@ type ask struct {
 // decide decides the answer to one request, records it in the key's windows
 // and counters, and returns it. Its order: the script first, then a revoked
 // key, a malformed request, a spent balance, a spent subscription window, a
-// fault, the RPM/RPD/TPM/TPD windows; what passes them all is accepted.
+// fault, the RPM/RPD/TPM/TPD windows (the account's, for a key of an
+// account); what passes them all is accepted.
+//
+// It holds the key's lock, and the account's after it, for the whole
+// decision, so that checking and recording a request in the windows is one
+// step however many keys share them.
 func (ks *keyState) decide(q ask) decision {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
-	now := q.now
-	if now.Before(ks.last) {
-		now = ks.last // windows need times that never go back
+	now := later(q.now, ks.last) // windows need times that never go back
+	if a := ks.account; a != nil {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		now = later(now, a.last) // another key of the account may have read the clock later
+		a.last = now
 	}
 	ks.last = now
 	d := ks.decideLocked(now, q)
@@ -95,7 +103,7 @@ func (ks *keyState) decideLocked(now time.Time, q ask) decision {
 	}
 	completion, truncated := completionTokens(q.req, q.output)
 	total := q.req.prompt + completion
-	if rf, refused := ks.refuse(now, total); refused {
+	if rf, refused := ks.windows().refuse(now, total); refused {
 		return decision{out: outRateLimit, class: classRateLimited, refusal: rf, st: ks.state(now, q.start, "")}
 	}
 	ks.record(now, q.req.prompt, completion, q.history)
@@ -147,45 +155,17 @@ func (ks *keyState) weeklyLift(now, start time.Time) (time.Time, bool) {
 	return lift, now.Before(lift)
 }
 
-// refuse checks the RPM, RPD, TPM and TPD windows for one more request of
-// total tokens, and returns the refusal that lifts last (one that never
-// lifts, the request alone being over a token limit, first).
-func (ks *keyState) refuse(now time.Time, total int64) (refusal, bool) {
-	var rf refusal
-	refused := false
-	check := func(axis string, w *slidingWindow, n int64) {
-		if w.fits(now, n) {
-			return
-		}
-		wait, ok := w.wait(now, n)
-		c := refusal{axis: axis, limit: w.limit, used: w.used(now), requested: n, wait: wait, tooLarge: !ok}
-		switch {
-		case !refused, c.tooLarge && !rf.tooLarge, !rf.tooLarge && !c.tooLarge && c.wait > rf.wait:
-			rf, refused = c, true
-		}
-	}
-	check("RPM", ks.rpm, 1)
-	check("RPD", ks.rpd, 1)
-	check("TPM", ks.tpm, total)
-	check("TPD", ks.tpd, total)
-	return rf, refused
-}
-
-// record enters an accepted request in the key's windows and history.
+// record enters an accepted request in the windows the key is held to (its
+// own or its account's), its subscription windows and the histories.
 func (ks *keyState) record(now time.Time, prompt, completion int64, history int) {
-	total := prompt + completion
-	ks.rpm.add(now, 1)
-	ks.rpd.add(now, 1)
-	ks.tpm.add(now, total)
-	ks.tpd.add(now, total)
-	ks.inMin.add(now, prompt)
-	ks.outMin.add(now, completion)
+	ks.windows().record(now, prompt, completion)
 	ks.five.add(now, 1)
 	ks.seven.add(now, 1)
-	if history > 0 && len(ks.history) >= history {
-		ks.history = ks.history[len(ks.history)-history+1:]
+	e := entry{at: now, n: prompt + completion}
+	ks.history = appendHistory(ks.history, e, history)
+	if a := ks.account; a != nil {
+		a.history = appendHistory(a.history, e, history)
 	}
-	ks.history = append(ks.history, entry{at: now, n: total})
 }
 
 // The representative claims of Anthropic's unified windows.
@@ -194,38 +174,16 @@ const (
 	claimSevenDay = "seven_day"
 )
 
-// state returns the key's windows as an answer reports them at now; refused
-// names the subscription window that refused this request, or is "".
+// state returns the windows the key is held to as an answer reports them at
+// now; refused names the subscription window that refused this request, or
+// is "".
 func (ks *keyState) state(now, start time.Time, refused string) *state {
-	st := &state{
-		now:      now,
-		requests: binding(now, ks.rpm, ks.rpd),
-		tokens:   binding(now, ks.tpm, ks.tpd),
-		input:    report(now, ks.inMin),
-		output:   report(now, ks.outMin),
-	}
+	st := &state{now: now}
+	ks.windows().report(st)
 	if ks.subscription() {
 		st.unified = ks.unified(now, start, refused)
 	}
 	return st
-}
-
-// report returns one window as a header reports it, or nil for no window.
-func report(now time.Time, w *slidingWindow) *axis {
-	if w == nil {
-		return nil
-	}
-	return &axis{limit: w.limit, remaining: max(0, w.remaining(now)), reset: w.untilEmpty(now)}
-}
-
-// binding returns the window of a minute/day pair with less room left (the
-// minute one on a tie), or nil when neither is limited.
-func binding(now time.Time, minute, day *slidingWindow) *axis {
-	m, d := report(now, minute), report(now, day)
-	if m == nil || (d != nil && d.remaining < m.remaining) {
-		return d
-	}
-	return m
 }
 
 // unified returns the key's 5-hour and 7-day windows as Anthropic's unified
@@ -277,4 +235,12 @@ func (ks *keyState) unified(now, start time.Time, refused string) *unified {
 		u.reset = u.seven.reset
 	}
 	return u
+}
+
+// later returns the later of two times.
+func later(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return b
+	}
+	return a
 }

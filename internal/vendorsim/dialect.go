@@ -55,6 +55,7 @@ type reply struct {
 	rt         route
 	req        request
 	model      string // the model answered as
+	account    string // the key's account; "" for none
 	completion int64
 	truncated  bool // max_tokens cut the completion short
 }
@@ -68,8 +69,8 @@ const (
 	authRevoked                    // a known key that is revoked
 )
 
-// state is a known key's windows as one answer reports them. A nil axis has
-// no limit.
+// state is the windows a known key is held to (its own or its account's) as
+// one answer reports them. A nil axis has no limit.
 type state struct {
 	now                             time.Time
 	requests, tokens, input, output *axis
@@ -98,8 +99,8 @@ type claimWindow struct {
 	status      string
 }
 
-// refusal is a request refused by one of its key's windows (RPM, RPD, TPM,
-// TPD): the one that lifts last when several are full.
+// refusal is a request refused by one of the windows its key is held to
+// (RPM, RPD, TPM, TPD): the one that lifts last when several are full.
 type refusal struct {
 	axis      string // "RPM", "RPD", "TPM" or "TPD"
 	limit     int64

@@ -189,16 +189,20 @@ func (openAI) rateLimited(w http.ResponseWriter, a *reply, rf refusal) {
 	if rf.tokens() {
 		typ = "tokens"
 	}
+	org := "org-sim"
+	if a.account != "" {
+		org = a.account
+	}
 	var msg string
 	if rf.tooLarge {
-		msg = fmt.Sprintf("Request too large for %s in organization org-sim on %s: Limit %d, Requested %d. "+
+		msg = fmt.Sprintf("Request too large for %s in organization %s on %s: Limit %d, Requested %d. "+
 			"The input or output tokens must be reduced in order to run successfully. "+
 			"Visit https://platform.openai.com/account/rate-limits to learn more.",
-			a.model, openAIAxis[rf.axis], rf.limit, rf.requested)
+			a.model, org, openAIAxis[rf.axis], rf.limit, rf.requested)
 	} else {
-		msg = fmt.Sprintf("Rate limit reached for %s in organization org-sim on %s: Limit %d, Used %d, Requested %d. "+
+		msg = fmt.Sprintf("Rate limit reached for %s in organization %s on %s: Limit %d, Used %d, Requested %d. "+
 			"Please try again in %s. Visit https://platform.openai.com/account/rate-limits to learn more.",
-			a.model, openAIAxis[rf.axis], rf.limit, rf.used, rf.requested, goDuration(rf.wait))
+			a.model, org, openAIAxis[rf.axis], rf.limit, rf.used, rf.requested, goDuration(rf.wait))
 		w.Header().Set("Retry-After", itoa(max(1, ceilSeconds(rf.wait))))
 		w.Header().Set("Retry-After-Ms", itoa(max(1, rf.wait.Milliseconds())))
 	}

@@ -18,8 +18,15 @@ type Key struct {
 	// secrets are made up, so showing them is harmless). Unique.
 	ID string
 	// Limits are the key's request and token windows; a zero field is no
-	// limit on that axis.
+	// limit on that axis. A key with an Account leaves them zero.
 	Limits Limits
+	// Account, when set, names the account (a vendor's organisation or
+	// project) whose windows the key shares with every key naming the same
+	// account: Config.Accounts gives their limits, the sim enforces them as
+	// it does a key's, and every answer of the key states the account's
+	// windows. The key's other settings (Subscription, WeeklySpent, Script,
+	// faults, Latency) stay the key's own.
+	Account string
 	// Revoked makes every answer an authentication error (401; Gemini's 400
 	// API_KEY_INVALID).
 	Revoked bool
@@ -63,14 +70,21 @@ type Key struct {
 	Latency time.Duration
 }
 
-// Limits are a key's windows, enforced as exact sliding windows on the sim's
-// clock. A zero field is no limit on that axis. Token windows count a
-// request's actual total tokens (prompt plus completion).
+// Limits are a key's or an account's windows, enforced as exact sliding
+// windows on the sim's clock. A zero field is no limit on that axis. Token
+// windows count a request's actual total tokens (prompt plus completion).
+// Windows count every model alike: a request counts in its key's (or its
+// account's) windows whatever model it names.
 type Limits struct {
 	RPM int64 // requests per minute
 	RPD int64 // requests per day (24 hours)
 	TPM int64 // tokens per minute
 	TPD int64 // tokens per day (24 hours)
+}
+
+// negative reports whether any limit is negative.
+func (l Limits) negative() bool {
+	return l.RPM < 0 || l.RPD < 0 || l.TPM < 0 || l.TPD < 0
 }
 
 // Subscription is a subscription-style key's request budget per window, like
@@ -102,25 +116,27 @@ const (
 
 // keyState is one key's configuration and vendor-side state.
 type keyState struct {
-	cfg   Key
-	id    string
-	index int
+	cfg     Key
+	id      string
+	index   int
+	account *accountState // the account whose windows the key shares; nil for none
 
-	// mu guards every field below.
-	mu            sync.Mutex
-	last          time.Time // latest time used, so window times never go back
-	script        int       // next script step
-	faultsLeft    int
-	rng           *rand.Rand
-	rpm, rpd      *slidingWindow
-	tpm, tpd      *slidingWindow
-	inMin, outMin *slidingWindow // input and output tokens per minute, for headers
-	five, seven   *slidingWindow
-	counts        Counts
-	history       []entry // accepted requests: time and total tokens
+	// mu guards every field below. A decision takes the account's lock
+	// after it, never before.
+	mu          sync.Mutex
+	last        time.Time // latest time used, so window times never go back
+	script      int       // next script step
+	faultsLeft  int
+	rng         *rand.Rand
+	own         windows // the key's own windows; unused when it has an account
+	five, seven *slidingWindow
+	counts      Counts
+	history     []entry // accepted requests: time and total tokens
 }
 
-func newKeyState(k Key, index int, seed uint64) *keyState {
+// newKeyState returns the state of key k, the index-th of the
+// configuration; account is the account k names, or nil.
+func newKeyState(k Key, index int, seed uint64, account *accountState) *keyState {
 	// Keep copies of what the caller could change later.
 	k.Script = slices.Clone(k.Script)
 	for i := range k.Script {
@@ -134,14 +150,10 @@ func newKeyState(k Key, index int, seed uint64) *keyState {
 		cfg:        k,
 		id:         k.ID,
 		index:      index,
+		account:    account,
 		faultsLeft: k.FaultBurst,
 		rng:        rand.New(rand.NewPCG(seed, uint64(index))),
-		rpm:        newWindow(minute, k.Limits.RPM),
-		rpd:        newWindow(day, k.Limits.RPD),
-		tpm:        newWindow(minute, k.Limits.TPM),
-		tpd:        newWindow(day, k.Limits.TPD),
-		inMin:      newWindow(minute, k.Limits.TPM),
-		outMin:     newWindow(minute, k.Limits.TPM),
+		own:        newWindows(k.Limits),
 	}
 	if ks.id == "" {
 		ks.id = k.Secret
@@ -153,13 +165,22 @@ func newKeyState(k Key, index int, seed uint64) *keyState {
 	return ks
 }
 
+// windows returns the windows the key is held to: its account's, or its
+// own. The caller holds the key's lock, and the account's when there is one.
+func (ks *keyState) windows() *windows {
+	if ks.account != nil {
+		return &ks.account.win
+	}
+	return &ks.own
+}
+
 // subscription reports whether the key answers subscription-style.
 func (ks *keyState) subscription() bool {
 	return ks.cfg.Subscription != nil || ks.cfg.WeeklySpent > 0
 }
 
-// validateKeys checks the keys of a configuration.
-func validateKeys(keys []Key) error {
+// validateKeys checks the keys of a configuration against its accounts.
+func validateKeys(keys []Key, accounts map[string]Limits) error {
 	if len(keys) == 0 {
 		return errors.New("vendorsim: no keys")
 	}
@@ -170,6 +191,7 @@ func validateKeys(keys []Key) error {
 		if id == "" {
 			id = k.Secret
 		}
+		_, listed := accounts[k.Account]
 		switch {
 		case k.Secret == "":
 			return fmt.Errorf("vendorsim: key %d has no secret", i)
@@ -177,8 +199,12 @@ func validateKeys(keys []Key) error {
 			return fmt.Errorf("vendorsim: key %d (%s) repeats a secret", i, id)
 		case ids[id]:
 			return fmt.Errorf("vendorsim: key %d repeats the ID %q", i, id)
-		case k.Limits.RPM < 0 || k.Limits.RPD < 0 || k.Limits.TPM < 0 || k.Limits.TPD < 0:
+		case k.Limits.negative():
 			return fmt.Errorf("vendorsim: key %s has a negative limit", id)
+		case k.Account != "" && !listed:
+			return fmt.Errorf("vendorsim: key %s names account %q, which Config.Accounts does not list", id, k.Account)
+		case k.Account != "" && k.Limits != (Limits{}):
+			return fmt.Errorf("vendorsim: key %s sets Limits and names account %q: a key of an account is held to the account's limits", id, k.Account)
 		case k.Subscription != nil && (k.Subscription.FiveHour < 0 || k.Subscription.SevenDay < 0):
 			return fmt.Errorf("vendorsim: key %s has a negative subscription budget", id)
 		case k.WeeklySpent < 0:

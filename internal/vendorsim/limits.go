@@ -144,3 +144,117 @@ func maxInSpan(es []entry, span time.Duration) int64 {
 	}
 	return best
 }
+
+// windows are the RPM, RPD, TPM and TPD windows one key is held to, or the
+// keys of one account together, with the per-minute input and output token
+// windows that Anthropic's headers report (both limited by TPM). Like
+// slidingWindow it is pure arithmetic: its owner locks it.
+type windows struct {
+	rpm, rpd      *slidingWindow
+	tpm, tpd      *slidingWindow
+	inMin, outMin *slidingWindow
+}
+
+func newWindows(l Limits) windows {
+	return windows{
+		rpm:    newWindow(minute, l.RPM),
+		rpd:    newWindow(day, l.RPD),
+		tpm:    newWindow(minute, l.TPM),
+		tpd:    newWindow(day, l.TPD),
+		inMin:  newWindow(minute, l.TPM),
+		outMin: newWindow(minute, l.TPM),
+	}
+}
+
+// setLimits changes the windows' limits. A window that keeps a limit keeps
+// what it counts: under a lower limit it may count more than the limit, and
+// refuses until enough of it leaves. A window whose axis had no limit
+// counted nothing, so it starts counting now. A zero limit drops its window.
+func (ws *windows) setLimits(l Limits) {
+	set := func(w **slidingWindow, span time.Duration, limit int64) {
+		switch {
+		case limit <= 0:
+			*w = nil
+		case *w == nil:
+			*w = newWindow(span, limit)
+		default:
+			(*w).limit = limit
+		}
+	}
+	set(&ws.rpm, minute, l.RPM)
+	set(&ws.rpd, day, l.RPD)
+	set(&ws.tpm, minute, l.TPM)
+	set(&ws.tpd, day, l.TPD)
+	set(&ws.inMin, minute, l.TPM)
+	set(&ws.outMin, minute, l.TPM)
+}
+
+// refuse checks the RPM, RPD, TPM and TPD windows for one more request of
+// total tokens, and returns the refusal that lifts last (one that never
+// lifts, the request alone being over a token limit, first).
+func (ws *windows) refuse(now time.Time, total int64) (refusal, bool) {
+	var rf refusal
+	refused := false
+	check := func(axis string, w *slidingWindow, n int64) {
+		if w.fits(now, n) {
+			return
+		}
+		wait, ok := w.wait(now, n)
+		c := refusal{axis: axis, limit: w.limit, used: w.used(now), requested: n, wait: wait, tooLarge: !ok}
+		switch {
+		case !refused, c.tooLarge && !rf.tooLarge, !rf.tooLarge && !c.tooLarge && c.wait > rf.wait:
+			rf, refused = c, true
+		}
+	}
+	check("RPM", ws.rpm, 1)
+	check("RPD", ws.rpd, 1)
+	check("TPM", ws.tpm, total)
+	check("TPD", ws.tpd, total)
+	return rf, refused
+}
+
+// record enters one accepted request of prompt plus completion tokens.
+func (ws *windows) record(now time.Time, prompt, completion int64) {
+	total := prompt + completion
+	ws.rpm.add(now, 1)
+	ws.rpd.add(now, 1)
+	ws.tpm.add(now, total)
+	ws.tpd.add(now, total)
+	ws.inMin.add(now, prompt)
+	ws.outMin.add(now, completion)
+}
+
+// report fills st's request and token axes as an answer at now states them.
+func (ws *windows) report(st *state) {
+	st.requests = binding(st.now, ws.rpm, ws.rpd)
+	st.tokens = binding(st.now, ws.tpm, ws.tpd)
+	st.input = report(st.now, ws.inMin)
+	st.output = report(st.now, ws.outMin)
+}
+
+// report returns one window as a header reports it, or nil for no window.
+func report(now time.Time, w *slidingWindow) *axis {
+	if w == nil {
+		return nil
+	}
+	return &axis{limit: w.limit, remaining: max(0, w.remaining(now)), reset: w.untilEmpty(now)}
+}
+
+// binding returns the window of a minute/day pair with less room left (the
+// minute one on a tie), or nil when neither is limited.
+func binding(now time.Time, minute, day *slidingWindow) *axis {
+	m, d := report(now, minute), report(now, day)
+	if m == nil || (d != nil && d.remaining < m.remaining) {
+		return d
+	}
+	return m
+}
+
+// appendHistory appends e to a history of accepted requests, keeping the
+// latest limit entries (all of them when limit is 0).
+func appendHistory(h []entry, e entry, limit int) []entry {
+	if limit > 0 && len(h) >= limit {
+		h = h[len(h)-limit+1:]
+	}
+	return append(h, e)
+}

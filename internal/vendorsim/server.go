@@ -7,14 +7,18 @@
 // has its own strict windows (requests and tokens per minute and per day,
 // exact sliding windows on the server's clock), and can be revoked, out of
 // credit, spent for the week, subscription-style, faulty, slow, or scripted
-// answer by answer. The server counts what it answered, per key and in
-// total, and remembers when each key accepted each request, so that a test
-// can check that nothing ever sent a key more than its limit.
+// answer by answer. Keys naming the same account (Key.Account) share the
+// account's windows instead, as vendors scope limits to an organisation or
+// project. The server counts what it answered, per key, per account and in
+// total, and remembers when each key and each account accepted each
+// request, so that a test can check that nothing ever sent a key or an
+// account more than its limit. SetLimits changes limits while it runs.
 //
 // The sim is strict where a vendor is strict and simple where a test wants
 // it simple: a request's prompt is its body's length / 4 tokens, its
 // completion Config.OutputTokens (default 100) or max_tokens, whichever is
-// less, and a key's windows are the key's, whatever model a request names.
+// less, and windows are per key (or per account), not per key × model: a
+// request counts in them whatever model it names.
 package vendorsim
 
 import (
@@ -34,6 +38,9 @@ type Config struct {
 	Dialect Dialect
 	// Keys are the keys the sim knows; at least one.
 	Keys []Key
+	// Accounts are the accounts keys may name (Key.Account), by name, with
+	// their limits; nil for none. A name is not empty and is no key's ID.
+	Accounts map[string]Limits
 	// Clock is the sim's clock, on which its windows slide; default
 	// time.Now. Tests set it to drive windows deterministically. Latency
 	// waits in real time whatever the clock.
@@ -43,9 +50,9 @@ type Config struct {
 	// OutputTokens is the length of the sim's answers, in tokens, when
 	// max_tokens does not cut them shorter; default 100.
 	OutputTokens int64
-	// History is how many accepted requests each key remembers for
-	// Accepted, MaxInWindow and MaxTokensInWindow (the latest); default
-	// 100000.
+	// History is how many accepted requests each key, and each account,
+	// remembers for Accepted, MaxInWindow and MaxTokensInWindow (the
+	// latest); default 100000.
 	History int
 }
 
@@ -63,7 +70,8 @@ type Server struct {
 	keys     []*keyState
 	bySecret map[string]*keyState
 	byID     map[string]*keyState
-	seq      atomic.Uint64 // request IDs
+	accounts map[string]*accountState // by name
+	seq      atomic.Uint64            // request IDs
 
 	// totalsMu guards totals.
 	totalsMu sync.Mutex
@@ -81,7 +89,10 @@ func New(cfg Config) (*Server, error) {
 	if !ok {
 		return nil, fmt.Errorf("vendorsim: unknown dialect %q", cfg.Dialect)
 	}
-	if err := validateKeys(cfg.Keys); err != nil {
+	if err := validateKeys(cfg.Keys, cfg.Accounts); err != nil {
+		return nil, err
+	}
+	if err := validateAccounts(cfg.Accounts, cfg.Keys); err != nil {
 		return nil, err
 	}
 	if cfg.OutputTokens < 0 {
@@ -97,6 +108,7 @@ func New(cfg Config) (*Server, error) {
 		history:  cfg.History,
 		bySecret: make(map[string]*keyState, len(cfg.Keys)),
 		byID:     make(map[string]*keyState, len(cfg.Keys)),
+		accounts: make(map[string]*accountState, len(cfg.Accounts)),
 		done:     make(chan struct{}),
 	}
 	if s.clock == nil {
@@ -109,8 +121,15 @@ func New(cfg Config) (*Server, error) {
 		s.history = defaultHistory
 	}
 	s.start = s.clock()
+	for name, l := range cfg.Accounts {
+		s.accounts[name] = &accountState{name: name, win: newWindows(l)}
+	}
 	for i, k := range cfg.Keys {
-		ks := newKeyState(k, i, cfg.Seed)
+		a := s.accounts[k.Account] // nil for a key without an account
+		ks := newKeyState(k, i, cfg.Seed, a)
+		if a != nil {
+			a.keys = append(a.keys, ks)
+		}
 		s.keys = append(s.keys, ks)
 		s.bySecret[k.Secret] = ks
 		s.byID[ks.id] = ks
@@ -197,7 +216,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return // the client is gone
 	}
 	a.now, a.req, a.completion, a.truncated = d.now, q.req, d.completion, d.truncated
-	a.model = q.req.model
+	a.model, a.account = q.req.model, ks.cfg.Account
 	if a.model == "" {
 		a.model = s.dialect.defaultModel()
 	}

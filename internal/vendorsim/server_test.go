@@ -35,6 +35,17 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"fault status", vendorsim.Config{Keys: []vendorsim.Key{{Secret: "a", FaultStatus: 429}}}, "FaultStatus"},
 		{"script status", vendorsim.Config{Keys: []vendorsim.Key{{Secret: "a", Script: []vendorsim.Answer{{Status: 99}}}}}, "script step 0"},
 		{"negative output", vendorsim.Config{Keys: []vendorsim.Key{ok}, OutputTokens: -1}, "OutputTokens"},
+		{"account not listed", vendorsim.Config{Keys: []vendorsim.Key{{Secret: "a", Account: "org"}}},
+			`key a names account "org", which Config.Accounts does not list`},
+		{"account and key limits", vendorsim.Config{
+			Accounts: map[string]vendorsim.Limits{"org": {RPM: 2}},
+			Keys:     []vendorsim.Key{{Secret: "a", ID: "key-a", Account: "org", Limits: vendorsim.Limits{RPM: 1}}},
+		}, `key key-a sets Limits and names account "org"`},
+		{"negative account limit", vendorsim.Config{Accounts: map[string]vendorsim.Limits{"org": {RPM: 1, TPM: -1}}, Keys: []vendorsim.Key{ok}},
+			`account "org" has a negative limit`},
+		{"empty account name", vendorsim.Config{Accounts: map[string]vendorsim.Limits{"": {}}, Keys: []vendorsim.Key{ok}}, "empty name"},
+		{"account named as a key", vendorsim.Config{Accounts: map[string]vendorsim.Limits{"k1": {}}, Keys: []vendorsim.Key{ok}},
+			`account "k1" has the name of a key's ID`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -260,26 +271,8 @@ func TestLimitsAreStrict(t *testing.T) {
 	c := newClock()
 	limits := vendorsim.Limits{RPM: 7, RPD: 60, TPM: 1500, TPD: 9000}
 	s := start(t, vendorsim.Config{Clock: c.Now, Keys: []vendorsim.Key{{Secret: "k", ID: "key", Limits: limits}}})
-	rng := rand.New(rand.NewPCG(3, 4))
-	sent := 0
-	for range 400 {
-		c.Advance(time.Duration(rng.IntN(int(40 * time.Second))))
-		for range 1 + rng.IntN(4) {
-			body := fmt.Sprintf(`{"model":"m","max_tokens":%d,"messages":[{"role":"user","content":%q}]}`,
-				1+rng.IntN(150), strings.Repeat("x", rng.IntN(400)))
-			a := chat(t, s, "k", body)
-			sent++
-			require.Contains(t, []int{200, 429}, a.status, "body %s", a.body)
-		}
-	}
-	for _, w := range []struct {
-		span            time.Duration
-		requests, token int64
-	}{{time.Minute, limits.RPM, limits.TPM}, {24 * time.Hour, limits.RPD, limits.TPD}} {
-		assert.LessOrEqual(t, int64(s.MaxInWindow("key", w.span)), w.requests, "requests per %v", w.span)
-		assert.LessOrEqual(t, s.MaxTokensInWindow("key", w.span), w.token, "tokens per %v", w.span)
-		assert.Greater(t, int64(s.MaxInWindow("key", w.span)), w.requests/2, "the window is used, per %v", w.span)
-	}
+	sent := drive(t, s, c, rand.New(rand.NewPCG(3, 4)), 400, 40*time.Second, "k")
+	assertStrict(t, s, "key", limits)
 	st, _ := s.StatsOf("key")
 	assert.Equal(t, int64(sent), st.Requests)
 	assert.Equal(t, st.Requests, st.Served+st.RateLimited)
@@ -320,6 +313,41 @@ func TestConcurrentRequests(t *testing.T) {
 		assert.Equal(t, 60-k.Limits.RPM, st.RateLimited, "key %s", k.Secret)
 	}
 	assert.Equal(t, int64(180), s.Totals().Requests)
+}
+
+// drive sends rounds of 1 to 4 requests of random sizes, naming one of
+// three models, each from one of keys, the rounds at random moments up to
+// gap apart on c; every answer is a 200 or a 429. It returns how many it
+// sent.
+func drive(t *testing.T, s *vendorsim.Server, c *clock, rng *rand.Rand, rounds int, gap time.Duration, keys ...string) int {
+	t.Helper()
+	sent := 0
+	for range rounds {
+		c.Advance(time.Duration(rng.IntN(int(gap))))
+		for range 1 + rng.IntN(4) {
+			body := fmt.Sprintf(`{"model":"m%d","max_tokens":%d,"messages":[{"role":"user","content":%q}]}`,
+				rng.IntN(3), 1+rng.IntN(150), strings.Repeat("x", rng.IntN(400)))
+			a := chat(t, s, keys[rng.IntN(len(keys))], body)
+			sent++
+			require.Contains(t, []int{200, 429}, a.status, "body %s", a.body)
+		}
+	}
+	return sent
+}
+
+// assertStrict checks that the key or account id never accepted more than
+// its limits in any span of a minute or a day, and that it used more than
+// half of each.
+func assertStrict(t *testing.T, s *vendorsim.Server, id string, limits vendorsim.Limits) {
+	t.Helper()
+	for _, w := range []struct {
+		span            time.Duration
+		requests, token int64
+	}{{time.Minute, limits.RPM, limits.TPM}, {24 * time.Hour, limits.RPD, limits.TPD}} {
+		assert.LessOrEqual(t, int64(s.MaxInWindow(id, w.span)), w.requests, "%s: requests per %v", id, w.span)
+		assert.LessOrEqual(t, s.MaxTokensInWindow(id, w.span), w.token, "%s: tokens per %v", id, w.span)
+		assert.Greater(t, int64(s.MaxInWindow(id, w.span)), w.requests/2, "%s: the window is used, per %v", id, w.span)
+	}
 }
 
 func TestWeeklySpentLiftsOnTheClock(t *testing.T) {

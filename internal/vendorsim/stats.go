@@ -2,6 +2,7 @@ package vendorsim
 
 import (
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -39,6 +40,14 @@ type Counts struct {
 // KeyStats is one key's counters.
 type KeyStats struct {
 	ID string
+	Counts
+}
+
+// AccountStats is one account's counters: the sums of its keys' counters
+// (every answer they were sent, whichever window or script decided it).
+type AccountStats struct {
+	Name string
+	Keys []string // the IDs of its keys, in the order of Config.Keys
 	Counts
 }
 
@@ -132,27 +141,72 @@ func (s *Server) StatsOf(id string) (KeyStats, bool) {
 	return KeyStats{ID: ks.id, Counts: ks.counts}, true
 }
 
-// Accepted returns when the key with the given ID accepted each request it
-// remembers (at most Config.History, the latest), oldest first, on the sim's
-// clock; nil for an unknown ID.
+// Accounts returns every account's counters, sorted by name.
+func (s *Server) Accounts() []AccountStats {
+	out := make([]AccountStats, 0, len(s.accounts))
+	for _, a := range s.accounts {
+		out = append(out, a.stats())
+	}
+	slices.SortFunc(out, func(x, y AccountStats) int { return strings.Compare(x.Name, y.Name) })
+	return out
+}
+
+// AccountStatsOf returns the counters of the account with the given name,
+// and false when there is no such account.
+func (s *Server) AccountStatsOf(name string) (AccountStats, bool) {
+	a := s.accounts[name]
+	if a == nil {
+		return AccountStats{}, false
+	}
+	return a.stats(), true
+}
+
+// stats sums the account's keys' counters, taking one key's lock at a time.
+func (a *accountState) stats() AccountStats {
+	st := AccountStats{Name: a.name, Keys: make([]string, len(a.keys))}
+	for i, ks := range a.keys {
+		st.Keys[i] = ks.id
+		ks.mu.Lock()
+		st.Counts.merge(ks.counts)
+		ks.mu.Unlock()
+	}
+	return st
+}
+
+// merge adds the counters of o to c.
+func (c *Counts) merge(o Counts) {
+	c.Requests += o.Requests
+	c.Served += o.Served
+	c.RateLimited += o.RateLimited
+	c.Unauthorized += o.Unauthorized
+	c.Billing += o.Billing
+	c.ServerErrors += o.ServerErrors
+	c.BadRequests += o.BadRequests
+	c.Scripted += o.Scripted
+	c.Tokens += o.Tokens
+}
+
+// Accepted returns when the key with the given ID, or the account with the
+// given name, accepted each request it remembers (at most Config.History,
+// the latest), oldest first, on the sim's clock; nil for an unknown ID or
+// name.
 func (s *Server) Accepted(id string) []time.Time {
-	ks := s.byID[id]
-	if ks == nil {
+	h := s.historyOf(id)
+	if h == nil {
 		return nil
 	}
-	ks.mu.Lock()
-	defer ks.mu.Unlock()
-	out := make([]time.Time, len(ks.history))
-	for i, e := range ks.history {
+	out := make([]time.Time, len(h))
+	for i, e := range h {
 		out[i] = e.at
 	}
 	return out
 }
 
-// MaxInWindow returns the most requests the key with the given ID accepted
-// in any half-open span of the given length, over the requests it remembers;
-// 0 for an unknown ID. A strict vendor never lets it exceed the key's limit
-// for that span.
+// MaxInWindow returns the most requests the key with the given ID, or the
+// account with the given name (all its keys together), accepted in any
+// half-open span of the given length, over the requests it remembers; 0 for
+// an unknown ID or name. A strict vendor never lets it exceed the key's or
+// the account's limit for that span.
 func (s *Server) MaxInWindow(id string, window time.Duration) int {
 	ones := s.historyOf(id)
 	for i := range ones {
@@ -162,32 +216,44 @@ func (s *Server) MaxInWindow(id string, window time.Duration) int {
 }
 
 // MaxTokensInWindow returns the most tokens (prompt plus completion) the key
-// with the given ID accepted in any half-open span of the given length, over
-// the requests it remembers; 0 for an unknown ID.
+// with the given ID, or the account with the given name, accepted in any
+// half-open span of the given length, over the requests it remembers; 0 for
+// an unknown ID or name.
 func (s *Server) MaxTokensInWindow(id string, window time.Duration) int64 {
 	return maxInSpan(s.historyOf(id), window)
 }
 
-// historyOf returns a copy of a key's accepted requests.
+// historyOf returns a copy of a key's or an account's accepted requests;
+// nil for an unknown ID or name, and never nil for a known one.
 func (s *Server) historyOf(id string) []entry {
+	if a := s.accounts[id]; a != nil {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return append([]entry{}, a.history...)
+	}
 	ks := s.byID[id]
 	if ks == nil {
 		return nil
 	}
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
-	return slices.Clone(ks.history)
+	return append([]entry{}, ks.history...)
 }
 
-// ResetStats zeroes every counter and forgets the accepted-request history.
-// The keys' windows, scripts and fault bursts carry on: they are the
-// vendor's state, not the counters'.
+// ResetStats zeroes every counter and forgets the accepted-request history
+// of keys and accounts. The windows, scripts and fault bursts carry on: they
+// are the vendor's state, not the counters'.
 func (s *Server) ResetStats() {
 	for _, ks := range s.keys {
 		ks.mu.Lock()
 		ks.counts = Counts{}
 		ks.history = nil
 		ks.mu.Unlock()
+	}
+	for _, a := range s.accounts {
+		a.mu.Lock()
+		a.history = nil
+		a.mu.Unlock()
 	}
 	s.totalsMu.Lock()
 	s.totals = Counts{}
