@@ -160,6 +160,7 @@ type Stated struct {
 	Used        Limits
 	MinuteReset time.Time
 	DayReset    time.Time
-	// Now is the pool's clock.
-	Now time.Time
+	// Days says how day windows count; Now is the pool's clock.
+	Days Calendar
+	Now  time.Time
 }

@@ -227,24 +227,17 @@ func (s *memoryStore) Learn(_ context.Context, st Stated) error {
 	k := s.key(st.Provider, id)
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	now := k.clock(st.Now, k.days)
+	now := k.clock(st.Now, st.Days)
 	m := k.model(st.Model, now, false)
 	m.learned = m.learned.over(st.Limits)
-	if st.Used == (Limits{-1, -1, -1, -1}) || m.learned == (Limits{}) && m.win == nil {
-		k.dirty = true
+	k.dirty = true
+	if st.Used.RPM < 0 && st.Used.RPD < 0 && st.Used.TPM < 0 && st.Used.TPD < 0 {
 		return nil
 	}
 	if m.win == nil {
 		m.win = &windows{}
 	}
-	// The windows count every axis the vendor limits, whether or not the
-	// pool was told of it: a statement says how much of each is used.
-	lim := m.learned
-	if lim == (Limits{}) {
-		lim = Limits{RPM: 1, RPD: 1, TPM: 1, TPD: 1}
-	}
-	m.win.raise(now, lim, st.Used, unixOrZero(st.MinuteReset), unixOrZero(st.DayReset), k.days)
-	k.dirty = true
+	m.win.raise(now, st.Used, unixOrZero(st.MinuteReset), unixOrZero(st.DayReset), st.Days)
 	return nil
 }
 

@@ -294,17 +294,16 @@ func (w *windows) add(at int64, lim Limits, req, tok int64, c Calendar) {
 // a negative field unknown), as of now: the difference counts as taken at a
 // moment chosen so that it leaves a sliding window no sooner than
 // minuteLeaves or dayLeaves (Unix nanoseconds; 0 is a whole window from
-// now), and a calendar day at its end. It changes only windows with a
-// limit in lim.
-func (w *windows) raise(now int64, lim, used Limits, minuteLeaves, dayLeaves int64, c Calendar) {
-	if lim.RPM != 0 || lim.TPM != 0 {
+// now), and a calendar day at its end.
+func (w *windows) raise(now int64, used Limits, minuteLeaves, dayLeaves int64, c Calendar) {
+	if used.RPM >= 0 || used.TPM >= 0 {
 		b := w.minuteBuckets()
 		w.minute.advance(b, now/minuteWidth)
 		r, t := w.minute.used(b, now, minuteWidth)
 		at := takenAt(now, minuteLeaves, minuteSpan, minuteWidth, minuteBuckets)
 		w.minute.add(b, at, minuteWidth, above(used.RPM, r), above(used.TPM, t))
 	}
-	if lim.RPD != 0 || lim.TPD != 0 {
+	if used.RPD >= 0 || used.TPD >= 0 {
 		if c.Loc != nil {
 			w.cal.roll(now, c)
 			r, t := w.cal.used(now)

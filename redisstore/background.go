@@ -92,6 +92,7 @@ func (s *Store) exec(ctx context.Context, calls []*evalCall, extra func(redis.Pi
 // recorded at server time at (Unix milliseconds) by requests and tokens.
 type adjustment struct {
 	claim    keypool.Claim
+	counted  int64 // the windows that count the take (the take script's answer)
 	at       int64
 	requests int64
 	tokens   int64
@@ -100,14 +101,13 @@ type adjustment struct {
 // adjustCall returns the adjust script's call for a.
 func (s *Store) adjustCall(a adjustment) *evalCall {
 	t := a.claim
-	n := names(s.cfg.prefix, t.Provider, t.KeyID)
+	n := s.scope(t.Provider, t.KeyID, t.Account)
 	cal := t.Days.Loc != nil
 	return call("adjust",
 		[]string{n.index(), n.minute(t.Model), n.dayOf(t.Model, cal),
 			n.minute(overflowModel), n.dayOf(overflowModel, cal), n.capMinute(), n.capDayOf(cal)},
 		t.Model, a.at, a.requests, a.tokens,
-		flag(t.Limits.RPM != 0 || t.Limits.TPM != 0), flag(t.Limits.RPD != 0 || t.Limits.TPD != 0),
-		flag(t.Cap.RPM != 0 || t.Cap.TPM != 0), flag(t.Cap.RPD != 0 || t.Cap.TPD != 0), flag(cal))
+		flag(a.counted&1 != 0), flag(a.counted&2 != 0), flag(a.counted&4 != 0), flag(a.counted&8 != 0), flag(cal))
 }
 
 func flag(b bool) int {

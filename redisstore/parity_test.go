@@ -14,7 +14,7 @@ import (
 )
 
 // TestSameAsMemoryStore offers the same random takes, settles, releases,
-// benches and level resets to a Redis store (on miniredis) and to a
+// benches, level resets and vendors' statements to a Redis store (on miniredis) and to a
 // MemoryStore, at the same times, and requires the same answers and the
 // same state after every step: the two stores share the window arithmetic.
 func TestSameAsMemoryStore(t *testing.T) {
@@ -51,7 +51,7 @@ func TestSameAsMemoryStore(t *testing.T) {
 				now := f.Now()
 				model := models[rng.IntN(len(models))]
 				at := fmt.Sprintf("step %d at %s", step, now.Format(time.RFC3339Nano))
-				op := rng.IntN(20)
+				op := rng.IntN(23)
 				if testing.Verbose() {
 					t.Logf("%s: op %d model %s", at, op, model)
 				}
@@ -76,6 +76,28 @@ func TestSameAsMemoryStore(t *testing.T) {
 						require.NoError(t, g.rg.Reservation.Settle(t.Context(), tokens))
 						require.NoError(t, g.mg.Reservation.Settle(t.Context(), tokens))
 					}
+				case op >= 20:
+					// What a vendor states: some limits, some counts, a reset
+					// within the window or none.
+					st := keypool.Stated{Provider: "p", KeyID: "k", Model: model, Days: c.days, Now: now,
+						Used: keypool.Limits{RPM: -1, RPD: -1, TPM: -1, TPD: -1}}
+					pick := func(limit int64) (int64, int64) {
+						if rng.IntN(2) == 0 {
+							return 0, -1
+						}
+						l := 1 + rng.Int64N(max(limit*2, 2))
+						return l, rng.Int64N(l + 1)
+					}
+					st.Limits.RPM, st.Used.RPM = pick(c.lim.RPM)
+					st.Limits.TPM, st.Used.TPM = pick(c.lim.TPM)
+					st.Limits.RPD, st.Used.RPD = pick(c.lim.RPD)
+					st.Limits.TPD, st.Used.TPD = pick(c.lim.TPD)
+					if rng.IntN(2) == 0 {
+						st.MinuteReset = now.Add(time.Duration(rng.Int64N(int64(time.Minute))))
+						st.DayReset = now.Add(time.Duration(rng.Int64N(int64(24 * time.Hour))))
+					}
+					require.NoError(t, rs.Learn(t.Context(), st))
+					require.NoError(t, ms.Learn(t.Context(), st))
 				case op < 19:
 					b := keypool.Bench{Provider: "p", KeyID: "k", Model: model, AllModels: op == 18 && rng.IntN(3) == 0,
 						Kind: keypool.Kind(1 + rng.IntN(4)), Level: rng.IntN(4),

@@ -70,7 +70,38 @@ local function key(idx, m)
   local v = redis.call('HMGET', idx, 't', 'x', 'm' .. m)
   local last = tonumber(v[1]) or 0
   if last > now then now = last end
-  return now, v[3] and true or false, tonumber(v[2]) or 0, tonumber(v[3]) or 0
+  return now, v[3] and true or false, tonumber(v[2]) or 0, v[3]
+end
+-- entry reads a model's field of the index, "<busy>;<rpm>,<rpd>,<tpm>,<tpd>":
+-- when its windows last count a take (Unix milliseconds), and the limits
+-- the vendor last stated for it (0: not stated).
+local function entry(v)
+  local l = {0, 0, 0, 0}
+  if not v then return 0, l end
+  local busy, rest = string.match(v, '^(%d+);?(.*)$')
+  local i = 1
+  for n in string.gmatch(rest or '', '%d+') do
+    if i <= 4 then l[i] = tonumber(n) end
+    i = i + 1
+  end
+  return tonumber(busy) or 0, l
+end
+local function entryString(busy, l)
+  return int(busy) .. ';' .. int(l[1]) .. ',' .. int(l[2]) .. ',' .. int(l[3]) .. ',' .. int(l[4])
+end
+-- tight returns the tighter of two limits, where 0 is no limit.
+local function tight(a, b)
+  if a == 0 then return b end
+  if b == 0 then return a end
+  return math.min(a, b)
+end
+-- takenAt returns when to count a take so that it leaves a sliding window
+-- of n buckets no sooner than leaves (0: a whole span from now), within the
+-- window and no later than now: keypool's takenAt, in milliseconds.
+local function takenAt(now, leaves, span, width, n)
+  if leaves == 0 then return now end
+  local earliest = (math.floor(now / width) - n + 2) * width
+  return math.min(math.max(leaves - span, earliest), now)
 end
 -- bench reads a bench, "kind:end"; no bench is 0, 0.
 local function bench(v)
@@ -89,7 +120,7 @@ local function evict(idx, benches, over, now)
   local kv = r[2]
   for j = 1, #kv, 2 do
     local name = string.sub(kv[j], 2)
-    if name ~= over and (tonumber(kv[j + 1]) or 0) <= now then
+    if name ~= over and entry(kv[j + 1]) <= now then
       local b = redis.call('HMGET', benches, 'b' .. name, 'l' .. name)
       local _, e = bench(b[1])
       if e <= now and (tonumber(b[2]) or 0) == 0 then
@@ -113,8 +144,7 @@ local function model(idx, benches, m, known, over, max, add, now, named)
     m = over
     if redis.call('HEXISTS', idx, 'm' .. m) == 1 then return m end
   end
-  if add then
-    redis.call('HSET', idx, 'm' .. m, '0')
+  if add and redis.call('HSETNX', idx, 'm' .. m, '0') == 1 then
     redis.call('PEXPIRE', idx, '$INDEXLIFE')
   end
   return m
@@ -221,25 +251,34 @@ end
 
 // takeSource is the op "take": it checks and records one request.
 //
-// KEYS: the key's index, its benches, the model's minute and day windows,
-// the overflow model's minute and day windows, the key's cap minute and day
-// windows. The day keys name calendar or sliding windows as ARGV says.
+// KEYS: the index of the key (or of its account), its benches, the model's
+// minute and day windows, the overflow model's minute and day windows, the
+// cap's minute and day windows, and the key's own benches (the same as the
+// second without an account). The day keys name calendar or sliding
+// windows as ARGV says.
 //
 // ARGV, after the op: model, overflow model, max models, tokens, RPM, TPM, RPD, TPD, cap
 // RPM, cap TPM, cap RPD, cap TPD, for calendar days the day's start and end
 // and the next day's end (0 0 0 for sliding days), and 1 for a named model
-// (0 otherwise).
+// (0 otherwise). The limits enforced are, axis by axis, the tighter of these
+// and those the model's entry learned.
 //
-// It returns {1, at, 0, level} for a take it recorded at server time at, and
-// {0, retryAt, reason, level} for one it refused: reason is the kind of the
-// bench that holds the key, or reasonMinute or reasonDay.
+// It returns {1, at, 0, level, counted} for a take it recorded at server
+// time at — counted says which windows count it: 1 the model's minute, 2
+// its day, 4 the cap's minute, 8 the cap's day — and {0, retryAt, reason,
+// level, 0} for one it refused: reason is the kind of the bench that holds
+// the key, or reasonMinute or reasonDay.
 const takeSource = `
 ops.take = function()
 local idx = KEYS[1]
-local now, known, x, busy = key(idx, ARGV[1])
+local now, known, x, raw = key(idx, ARGV[1])
 local m = model(idx, KEYS[2], ARGV[1], known, ARGV[2], tonumber(ARGV[3]), true, now, ARGV[16] == '1')
 local mk, dk = KEYS[3], KEYS[4]
-if m == ARGV[2] then mk, dk = KEYS[5], KEYS[6] end
+if m == ARGV[2] then
+  mk, dk = KEYS[5], KEYS[6]
+  raw = redis.call('HGET', idx, 'm' .. m)
+end
+local busy, lrn = entry(raw)
 local cs, ce, ce2 = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
 local mode = 's'
 if cs ~= 0 then mode = 'c' end
@@ -255,18 +294,27 @@ local level = tonumber(b[3]) or 0
 local kind, ends = bench(b[1])
 local mkind, mends = bench(b[2])
 if mends > ends then kind, ends = mkind, mends end
-if ends > now then return {0, ends, kind, level} end
+if KEYS[9] ~= KEYS[2] then
+  local kkind, kends = bench(redis.call('HGET', KEYS[9], '*'))
+  if kends > ends then kind, ends = kkind, kends end
+end
+if ends > now then return {0, ends, kind, level, 0} end
 
+local lr, lt = tight(tonumber(ARGV[5]), lrn[1]), tight(tonumber(ARGV[6]), lrn[3])
+local dr, dt = tight(tonumber(ARGV[7]), lrn[2]), tight(tonumber(ARGV[8]), lrn[4])
+local clr, clt, cdr, cdt = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
 local tok = tonumber(ARGV[4])
-local function load(minute, day, o)
-  local s = {lr = tonumber(ARGV[o]), lt = tonumber(ARGV[o + 1]), dr = tonumber(ARGV[o + 2]), dt = tonumber(ARGV[o + 3])}
+local cap = tight(tight(lt, dt), tight(clt, cdt))
+if cap > 0 then tok = math.min(tok, cap) end
+local function load(minute, day, r1, t1, r2, t2)
+  local s = {lr = r1, lt = t1, dr = r2, dt = t2}
   if s.lr ~= 0 or s.lt ~= 0 then s.minute = sliding(minute, MW, MN, now) end
   if s.dr ~= 0 or s.dt ~= 0 then
     if mode == 'c' then s.cal = calendar(day, now, cs, ce, ce2) else s.day = sliding(day, DW, DN, now) end
   end
   return s
 end
-local sets = {load(mk, dk, 5), load(KEYS[7], KEYS[8], 9)}
+local sets = {load(mk, dk, lr, lt, dr, dt), load(KEYS[7], KEYS[8], clr, clt, cdr, cdt)}
 local ok, retry, reason = true, 0, reasonMinute
 for _, s in ipairs(sets) do
   if s.minute then
@@ -278,11 +326,14 @@ for _, s in ipairs(sets) do
   if s.cal then fit, at = calendarRoom(s.cal, s.dr, s.dt, tok) end
   if not fit then ok, retry, reason = false, math.max(retry, at), reasonDay end
 end
-if not ok then return {0, retry, reason, level} end
+if not ok then return {0, retry, reason, level, 0} end
+local counted, bit = 0, 1
 for _, s in ipairs(sets) do
-  if s.minute then slidingAdd(s.minute, 1, tok) end
+  if s.minute then slidingAdd(s.minute, 1, tok); counted = counted + bit end
   if s.day then slidingAdd(s.day, 1, tok) end
   if s.cal then calendarAdd(s.cal, now, 1, tok) end
+  if s.day or s.cal then counted = counted + 2 * bit end
+  bit = 4
 end
 -- The entry holds the take for as long as its windows count it; a take
 -- needs the field written again only once that moment has moved on by
@@ -290,8 +341,59 @@ end
 local hold = now
 if sets[1].minute then hold = now + MW * MN end
 if sets[1].day or sets[1].cal then hold = now + DW * DN end
-if m ~= ARGV[2] and (not known or hold - busy > REFRESH) then redis.call('HSET', idx, 'm' .. m, int(hold)) end
-return {1, now, 0, level}
+if m ~= ARGV[2] and hold - busy > REFRESH then redis.call('HSET', idx, 'm' .. m, entryString(hold, lrn)) end
+return {1, now, 0, level, counted, tok}
+end
+`
+
+// learnSource is the op "learn": it records what a vendor stated of a
+// model's windows — the limits it enforces, replacing those learned before
+// axis by axis, and how much of each window it counts, raising a window that
+// counts less (keypool's windows.raise).
+//
+// KEYS: the index of the key (or of its account), its benches, the model's
+// minute and day windows, the overflow model's minute and day windows.
+//
+// ARGV, after the op: model, overflow model, max models, the stated RPM,
+// RPD, TPM, TPD (0: not stated), the counted RPM, RPD, TPM, TPD (-1: not
+// stated), when the minute's and the day's counts leave (Unix milliseconds,
+// 0: a whole window from now), and for calendar days the day's start and
+// end and the next day's end (0 0 0 for sliding days).
+const learnSource = `
+ops.learn = function()
+local idx = KEYS[1]
+local now, known = key(idx, ARGV[1])
+local m = model(idx, KEYS[2], ARGV[1], known, ARGV[2], tonumber(ARGV[3]), true, now, false)
+local mk, dk = KEYS[3], KEYS[4]
+if m == ARGV[2] then mk, dk = KEYS[5], KEYS[6] end
+local busy, lrn = entry(redis.call('HGET', idx, 'm' .. m))
+for i = 1, 4 do
+  local v = tonumber(ARGV[3 + i])
+  if v > 0 then lrn[i] = v end
+end
+local ur, ud, ut, utd = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
+local function above(vendor, window) return math.max(vendor - window, 0) end
+if ur >= 0 or ut >= 0 then
+  local w = sliding(mk, MW, MN, now)
+  local r, t = above(ur, w.sr), above(ut, w.st)
+  if r > 0 or t > 0 then bucketAdd(mk, MW, MN, now, takenAt(now, tonumber(ARGV[12]), MW * (MN - 1), MW, MN), r, t) end
+  busy = math.max(busy, now + MW * MN)
+end
+if ud >= 0 or utd >= 0 then
+  local cs = tonumber(ARGV[14])
+  if cs ~= 0 then
+    local c = calendar(dk, now, cs, tonumber(ARGV[15]), tonumber(ARGV[16]))
+    local r, t = above(ud, c.r), above(utd, c.t)
+    if r > 0 or t > 0 then calendarAdd(c, now, r, t) end
+  else
+    local w = sliding(dk, DW, DN, now)
+    local r, t = above(ud, w.sr), above(utd, w.st)
+    if r > 0 or t > 0 then bucketAdd(dk, DW, DN, now, takenAt(now, tonumber(ARGV[13]), DW * (DN - 1), DW, DN), r, t) end
+  end
+  busy = math.max(busy, now + DW * DN)
+end
+redis.call('HSET', idx, 'm' .. m, entryString(busy, lrn))
+return 1
 end
 `
 
@@ -400,5 +502,5 @@ var storeScript = func() *redis.Script {
 		"reasonDay", strconv.Itoa(reasonDay),
 	)
 	return redis.NewScript(r.Replace(prelude + "local ops = {}\n" +
-		takeSource + adjustSource + benchSource + resetLevelSource + dispatch))
+		takeSource + learnSource + adjustSource + benchSource + resetLevelSource + dispatch))
 }()

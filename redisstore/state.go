@@ -80,9 +80,20 @@ func (s *Store) state(ctx context.Context, provider, keyID string) (keypool.KeyS
 		}
 		level, _ := strconv.Atoi(b["l"+m])
 		st.Models[i] = keypool.ModelStats{Model: m, Bench: benchState(b["b"+m], now), Level: level,
-			Usage: usage(minutes[i].Val(), days[i].Val(), cal, now)}
+			Usage: usage(minutes[i].Val(), days[i].Val(), cal, now), Learned: learned(idx["m"+m])}
 	}
 	return st, nil
+}
+
+// learned reads the limits a model's entry in the index learned, as the
+// scripts write it: "<busy>;<rpm>,<rpd>,<tpm>,<tpd>".
+func learned(v string) keypool.Limits {
+	_, rest, _ := strings.Cut(v, ";")
+	var l [4]int64
+	for i, f := range strings.SplitN(rest, ",", 4) {
+		l[i], _ = strconv.ParseInt(f, 10, 64)
+	}
+	return keypool.Limits{RPM: l[0], RPD: l[1], TPM: l[2], TPD: l[3]}
 }
 
 // cmpErr returns a if it is an error, else b.

@@ -164,14 +164,14 @@ func (s *Store) Take(ctx context.Context, t keypool.Claim) (keypool.Grant, error
 	s.exec(ctx, append(carried, take), nil)
 	s.checkCarried(ctx, carried)
 	v, err := take.cmd.Int64Slice()
-	if err == nil && len(v) != 4 {
+	if err == nil && len(v) != 5 && len(v) != 6 {
 		err = fmt.Errorf("take script answered %v", v)
 	}
 	if err != nil {
 		return s.takeLocal(ctx, t, s.fail(ctx, err))
 	}
-	if v[0] == 1 {
-		r := &reservation{store: s, claim: t, at: v[1], tokens: exact(t.Tokens)}
+	if v[0] == 1 && len(v) == 6 {
+		r := &reservation{store: s, claim: t, at: v[1], counted: v[4], tokens: v[5]}
 		return keypool.Grant{OK: true, Level: int(v[3]), Reservation: r}, nil
 	}
 	reason := keypool.Kind(v[2])
@@ -184,19 +184,36 @@ func (s *Store) Take(ctx context.Context, t keypool.Claim) (keypool.Grant, error
 	return keypool.Grant{RetryAt: time.UnixMilli(v[1]).UTC(), Reason: reason, Level: int(v[3])}, nil
 }
 
+// scope returns the names of the keys that hold the windows of a key, or of
+// its account when it names one.
+func (s *Store) scope(provider, keyID, account string) keyNames {
+	if account != "" {
+		keyID = keypool.AccountID(account)
+	}
+	return names(s.cfg.prefix, provider, keyID)
+}
+
+// calendarDays returns, for calendar days, the start and end of the day
+// that holds now and the end of the next (Unix milliseconds); 0 0 0 for
+// sliding days.
+func calendarDays(days keypool.Calendar, now time.Time) (start, end, next int64) {
+	if days.Loc == nil {
+		return 0, 0, 0
+	}
+	day, dayEnd := windowspec.CalendarDay(now, days.Hour, days.Loc)
+	_, nextEnd := windowspec.CalendarDay(dayEnd, days.Hour, days.Loc)
+	return day.UnixMilli(), dayEnd.UnixMilli(), nextEnd.UnixMilli()
+}
+
 // takeCall returns the take script's call for t.
 func (s *Store) takeCall(t keypool.Claim) *evalCall {
-	n := names(s.cfg.prefix, t.Provider, t.KeyID)
+	n := s.scope(t.Provider, t.KeyID, t.Account)
+	own := names(s.cfg.prefix, t.Provider, t.KeyID)
 	cal := t.Days.Loc != nil
-	var start, end, next int64
-	if cal {
-		day, dayEnd := windowspec.CalendarDay(t.Now, t.Days.Hour, t.Days.Loc)
-		_, nextEnd := windowspec.CalendarDay(dayEnd, t.Days.Hour, t.Days.Loc)
-		start, end, next = day.UnixMilli(), dayEnd.UnixMilli(), nextEnd.UnixMilli()
-	}
+	start, end, next := calendarDays(t.Days, t.Now)
 	return call("take",
 		[]string{n.index(), n.benches(), n.minute(t.Model), n.dayOf(t.Model, cal),
-			n.minute(overflowModel), n.dayOf(overflowModel, cal), n.capMinute(), n.capDayOf(cal)},
+			n.minute(overflowModel), n.dayOf(overflowModel, cal), n.capMinute(), n.capDayOf(cal), own.benches()},
 		t.Model, overflowModel, maxModels, exact(t.Tokens),
 		exact(t.Limits.RPM), exact(t.Limits.TPM), exact(t.Limits.RPD), exact(t.Limits.TPD),
 		exact(t.Cap.RPM), exact(t.Cap.TPM), exact(t.Cap.RPD), exact(t.Cap.TPD),
@@ -214,6 +231,7 @@ type reservation struct {
 	store    *Store
 	claim    keypool.Claim
 	at       int64 // when Redis recorded the take, Unix milliseconds
+	counted  int64 // the windows that count it, as the take script says
 	tokens   int64 // the tokens it counts now
 	mu       sync.Mutex
 	released bool
@@ -227,7 +245,7 @@ func (r *reservation) Settle(_ context.Context, tokens int64) error {
 		return nil
 	}
 	tokens = exact(tokens)
-	r.store.queue(adjustment{claim: r.claim, at: r.at, tokens: tokens - r.tokens})
+	r.store.queue(adjustment{claim: r.claim, at: r.at, counted: r.counted, tokens: tokens - r.tokens})
 	r.tokens = tokens
 	return nil
 }
@@ -240,7 +258,7 @@ func (r *reservation) Release(context.Context) error {
 		return nil
 	}
 	r.released = true
-	r.store.queue(adjustment{claim: r.claim, at: r.at, requests: -1, tokens: -r.tokens})
+	r.store.queue(adjustment{claim: r.claim, at: r.at, counted: r.counted, requests: -1, tokens: -r.tokens})
 	return nil
 }
 
@@ -254,7 +272,7 @@ func (s *Store) Bench(ctx context.Context, b keypool.Bench) error {
 	if b.Until.Nanosecond()%int(time.Millisecond) != 0 {
 		ends++
 	}
-	n := names(s.cfg.prefix, b.Provider, b.KeyID)
+	n := s.scope(b.Provider, b.KeyID, b.Account)
 	all := 0
 	if b.AllModels {
 		all = 1
@@ -266,6 +284,39 @@ func (s *Store) Bench(ctx context.Context, b keypool.Bench) error {
 		c = call("reset", []string{n.index(), n.benches()}, b.Model, overflowModel, maxModels)
 	}
 	return s.change(ctx, c.run(s.rdb), func() error { return s.local.Bench(ctx, b) })
+}
+
+// Learn implements keypool.Store: one script records the stated limits and
+// raises the windows, on the server's clock.
+func (s *Store) Learn(ctx context.Context, st keypool.Stated) error {
+	if err := windowspec.CheckModel(st.Model); err != nil {
+		return fmt.Errorf("redisstore: %w", err)
+	}
+	n := s.scope(st.Provider, st.KeyID, st.Account)
+	cal := st.Days.Loc != nil
+	start, end, next := calendarDays(st.Days, st.Now)
+	leaves := func(t time.Time) int64 {
+		if t.IsZero() {
+			return 0
+		}
+		return t.UnixMilli()
+	}
+	l, u := st.Limits, st.Used
+	c := call("learn", []string{n.index(), n.benches(), n.minute(st.Model), n.dayOf(st.Model, cal),
+		n.minute(overflowModel), n.dayOf(overflowModel, cal)},
+		st.Model, overflowModel, maxModels, exact(l.RPM), exact(l.RPD), exact(l.TPM), exact(l.TPD),
+		known(u.RPM), known(u.RPD), known(u.TPM), known(u.TPD), leaves(st.MinuteReset), leaves(st.DayReset),
+		start, end, next)
+	return s.change(ctx, c.run(s.rdb), func() error { return s.local.Learn(ctx, st) })
+}
+
+// known returns a vendor's count within what a Lua number holds exactly, or
+// -1 when it is not stated.
+func known(n int64) int64 {
+	if n < 0 {
+		return -1
+	}
+	return exact(n)
 }
 
 // Unbench implements keypool.Store.

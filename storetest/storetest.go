@@ -61,6 +61,11 @@ func Run(t *testing.T, h Harness) {
 		{"FullKeyKeepsNamedModels", fullKeyKeepsNamedModels, false},
 		{"IdleModelsMakeRoom", idleModelsMakeRoom, true},
 		{"RefusesModelNamesItCannotKeep", refusesBadModelNames, false},
+		{"LearnedLimitsAreEnforced", learnedLimitsAreEnforced, false},
+		{"StatedUseHoldsTheWindowUntilItsReset", statedUseHoldsTheWindow, false},
+		{"StatedUseWithoutAResetHoldsAWholeWindow", statedUseWithoutReset, true},
+		{"AccountsShareWindowsAndBenches", accountsShareWindowsAndBenches, false},
+		{"RestartKeepsLearnedLimits", restartKeepsLearned, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -385,4 +390,137 @@ func refusesBadModelNames(t *testing.T, h Harness) {
 		assert.Error(t, s.Bench(ctx, keypool.Bench{Provider: "suite", KeyID: "k", Model: name, Kind: keypool.KindRate, Until: h.Now().Add(time.Minute)}))
 	}
 	assert.True(t, mustTake(t, s, take(h, "k", strings.Repeat("m", 256), keypool.Limits{}, 0)).OK, "256 bytes is a name")
+}
+
+func learn(h Harness, key, account, model string, limits, used keypool.Limits, minuteReset time.Time) keypool.Stated {
+	return keypool.Stated{Provider: "suite", KeyID: key, Account: account, Model: model,
+		Limits: limits, Used: used, MinuteReset: minuteReset, Now: h.Now()}
+}
+
+// unknown is a Stated.Used that states no count.
+var unknown = keypool.Limits{RPM: -1, RPD: -1, TPM: -1, TPD: -1}
+
+func learned(t *testing.T, s keypool.Store, h Harness, key, model string) keypool.Limits {
+	t.Helper()
+	st, err := s.State(ctx, "suite", key, h.Now())
+	require.NoError(t, err)
+	for _, m := range st.Models {
+		if m.Model == model {
+			return m.Learned
+		}
+	}
+	return keypool.Limits{}
+}
+
+func admitted(t *testing.T, s keypool.Store, c keypool.Claim, n int) int {
+	t.Helper()
+	ok := 0
+	for range n {
+		if mustTake(t, s, c).OK {
+			ok++
+		}
+	}
+	return ok
+}
+
+func learnedLimitsAreEnforced(t *testing.T, h Harness) {
+	s := h.Open(t)
+	require.NoError(t, s.Learn(ctx, learn(h, "k", "", "m", keypool.Limits{RPM: 2}, unknown, time.Time{})))
+	assert.Equal(t, keypool.Limits{RPM: 2}, learned(t, s, h, "k", "m"))
+	assert.Equal(t, 2, admitted(t, s, take(h, "k", "m", keypool.Limits{RPM: 5}, 0), 4), "the learned RPM 2 is tighter than the configured 5")
+	assert.Equal(t, 1, admitted(t, s, take(h, "k2", "m", keypool.Limits{RPM: 1}, 0), 3), "a configured limit holds")
+	require.NoError(t, s.Learn(ctx, learn(h, "k2", "", "m", keypool.Limits{RPM: 50}, unknown, time.Time{})))
+	assert.Equal(t, 0, admitted(t, s, take(h, "k2", "m", keypool.Limits{RPM: 1}, 0), 3), "a learned limit never raises a configured one")
+	assert.Equal(t, 2, admitted(t, s, take(h, "k3", "m", keypool.Limits{}, 0), 2), "nothing configured: no limit")
+	require.NoError(t, s.Learn(ctx, learn(h, "k3", "", "m", keypool.Limits{RPM: 3, TPM: 100}, keypool.Limits{RPM: 2, RPD: -1, TPM: 0, TPD: -1}, time.Time{})))
+	assert.Equal(t, 1, admitted(t, s, take(h, "k3", "m", keypool.Limits{}, 0), 3), "nothing configured: the learned limit alone, with the two the vendor counted")
+	require.NoError(t, s.Learn(ctx, learn(h, "k3", "", "m", keypool.Limits{RPM: 4}, unknown, time.Time{})))
+	assert.Equal(t, keypool.Limits{RPM: 4, TPM: 100}, learned(t, s, h, "k3", "m"), "a limit follows the vendor's, and one not stated stays")
+	assert.Equal(t, 1, admitted(t, s, take(h, "k3", "m", keypool.Limits{}, 0), 3))
+	g := mustTake(t, s, take(h, "k4", "m", keypool.Limits{}, 500))
+	require.NoError(t, s.Learn(ctx, learn(h, "k4", "", "m", keypool.Limits{TPM: 300}, unknown, time.Time{})))
+	assert.True(t, g.OK)
+	assert.True(t, mustTake(t, s, take(h, "k4", "m", keypool.Limits{}, 500)).OK, "an estimate above a learned token limit counts as the limit")
+	assert.False(t, mustTake(t, s, take(h, "k4", "m", keypool.Limits{}, 1)).OK)
+}
+
+func statedUseHoldsTheWindow(t *testing.T, h Harness) {
+	s := h.Open(t)
+	reset := h.Now().Add(6 * time.Second)
+	require.NoError(t, s.Learn(ctx, learn(h, "k", "", "m", keypool.Limits{RPM: 10}, keypool.Limits{RPM: 10, RPD: -1, TPM: -1, TPD: -1}, reset)))
+	g := mustTake(t, s, take(h, "k", "m", keypool.Limits{RPM: 20}, 0))
+	assert.False(t, g.OK, "remaining 0 holds whatever is configured")
+	assert.Equal(t, keypool.KindRate, g.Reason)
+	wait := g.RetryAt.Sub(h.Now())
+	assert.True(t, wait >= 6*time.Second && wait <= 8*time.Second, "back at the vendor's reset, not a minute on: %v", wait)
+	u := usage(t, s, h, "k", "m")
+	assert.Equal(t, int64(10), u.MinuteRequests, "the window counts what the vendor counted")
+	require.NoError(t, s.Learn(ctx, learn(h, "k", "", "m", keypool.Limits{RPM: 10}, keypool.Limits{RPM: 3, RPD: -1, TPM: -1, TPD: -1}, reset)))
+	assert.Equal(t, int64(10), usage(t, s, h, "k", "m").MinuteRequests, "a vendor's lower count lowers nothing")
+}
+
+func statedUseWithoutReset(t *testing.T, h Harness) {
+	s := h.Open(t)
+	require.NoError(t, s.Learn(ctx, learn(h, "k", "", "m", keypool.Limits{RPM: 2}, keypool.Limits{RPM: 2, RPD: -1, TPM: -1, TPD: -1}, time.Time{})))
+	g := mustTake(t, s, take(h, "k", "m", keypool.Limits{}, 0))
+	require.False(t, g.OK)
+	wait := g.RetryAt.Sub(h.Now())
+	assert.True(t, wait > 59*time.Second && wait <= 62*time.Second, "a whole window: %v", wait)
+	h.Advance(t, wait)
+	assert.True(t, mustTake(t, s, take(h, "k", "m", keypool.Limits{}, 0)).OK)
+}
+
+func accountsShareWindowsAndBenches(t *testing.T, h Harness) {
+	s := h.Open(t)
+	of := func(key string) keypool.Claim {
+		c := take(h, key, "m", keypool.Limits{RPM: 3}, 0)
+		c.Account = "org"
+		return c
+	}
+	assert.Equal(t, 2, admitted(t, s, of("k1"), 2))
+	assert.Equal(t, 1, admitted(t, s, of("k2"), 2), "the account's RPM 3, whichever key")
+	assert.Equal(t, 2, admitted(t, s, take(h, "k3", "m", keypool.Limits{RPM: 3}, 0), 2), "a key of no account is its own")
+
+	other := func(key string) keypool.Claim { c := of(key); c.Model = "x"; return c }
+	require.NoError(t, s.Bench(ctx, keypool.Bench{Provider: "suite", KeyID: "k1", Account: "org", Model: "x", Kind: keypool.KindQuota, Until: h.Now().Add(time.Hour)}))
+	g := mustTake(t, s, other("k2"))
+	assert.False(t, g.OK, "a quota bench of one key's account holds every key of it")
+	assert.Equal(t, keypool.KindQuota, g.Reason)
+
+	y := func(key string) keypool.Claim { c := of(key); c.Model = "y"; return c }
+	require.NoError(t, s.Bench(ctx, keypool.Bench{Provider: "suite", KeyID: "k1", AllModels: true, Kind: keypool.KindAuth, Until: h.Now().Add(time.Hour)}))
+	g = mustTake(t, s, y("k1"))
+	assert.False(t, g.OK, "a revoked key is held")
+	assert.Equal(t, keypool.KindAuth, g.Reason)
+	assert.True(t, mustTake(t, s, y("k2")).OK, "and its account's other keys are not")
+
+	require.NoError(t, s.Learn(ctx, learn(h, "k2", "org", "z", keypool.Limits{RPM: 1}, unknown, time.Time{})))
+	z := func(key string) keypool.Claim { c := of(key); c.Model = "z"; return c }
+	assert.True(t, mustTake(t, s, z("k2")).OK)
+	assert.False(t, mustTake(t, s, z("k2")).OK, "a limit learned from one key of the account")
+	st, err := s.State(ctx, "suite", keypool.AccountID("org"), h.Now())
+	require.NoError(t, err)
+	found := false
+	for _, m := range st.Models {
+		if m.Model == "z" {
+			found = true
+			assert.Equal(t, keypool.Limits{RPM: 1}, m.Learned)
+		}
+	}
+	assert.True(t, found, "the account's state holds what it learned")
+}
+
+func restartKeepsLearned(t *testing.T, h Harness) {
+	if h.Reopen == nil {
+		t.Skip("the store keeps nothing past its life")
+	}
+	s := h.Open(t)
+	require.NoError(t, s.Learn(ctx, learn(h, "k", "", "m", keypool.Limits{RPM: 7, TPD: 9000}, unknown, time.Time{})))
+	require.NoError(t, s.Learn(ctx, learn(h, "k", "org", "m", keypool.Limits{RPD: 70}, unknown, time.Time{})))
+	s = h.Reopen(t, s)
+	assert.Equal(t, keypool.Limits{RPM: 7, TPD: 9000}, learned(t, s, h, "k", "m"))
+	st, err := s.State(ctx, "suite", keypool.AccountID("org"), h.Now())
+	require.NoError(t, err)
+	require.Len(t, st.Models, 1)
+	assert.Equal(t, keypool.Limits{RPD: 70}, st.Models[0].Learned)
 }
