@@ -69,6 +69,10 @@ type fallbackRoute struct {
 type RouteEvent struct {
 	Route   string
 	Skipped []RouteSkip
+	// Rest, when the answer that reached the caller was the answering
+	// route's own failure, says why that route now rests and until when;
+	// it is zero otherwise.
+	Rest RouteSkip
 }
 
 // RouteSkip is a route passed over, why, and when it is back.
@@ -196,6 +200,7 @@ func (fb *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 				drain(resp.Body)
 				continue
 			}
+			ev.Rest = RouteSkip{Route: r.Name, Reason: v.kind.String(), Until: now.Add(d)}
 		}
 		resp.Request = req
 		ev.Route = r.Name
@@ -328,6 +333,25 @@ func (fb *Fallback) Status() []RouteStatus {
 		out = append(out, st)
 	}
 	return out
+}
+
+// Unbench lifts the benches of the key with the given ID in the named
+// route's pool (Pool.Unbench) and ends the route's rest, so that the next
+// request tries the route again: an operator's manual reset, for a key that
+// was fixed. It returns an error for an unknown route or key, or a failing
+// store.
+func (fb *Fallback) Unbench(route, keyID string) error {
+	for _, r := range fb.routes {
+		if r.Name != route {
+			continue
+		}
+		if err := r.Pool.Unbench(keyID); err != nil {
+			return err
+		}
+		r.restUntil.Store(0)
+		return nil
+	}
+	return fmt.Errorf("keypool: fallback: no route named %q", route)
 }
 
 // CloseIdleConnections closes the idle connections of every route's base.
