@@ -195,7 +195,7 @@ func (d *demo) close() {
 // evicted notes a bench.
 func (d *demo) evicted(e keypool.Eviction) {
 	d.benches[e.Kind].Add(1)
-	d.events.add(fmt.Sprintf("%5.1fs  benched %s: %s for %s", time.Since(d.start).Seconds(), e.KeyID, e.Kind, e.For.Round(time.Second)))
+	d.events.add(fmt.Sprintf("%5.1fs  benched %s: %s for %s", time.Since(d.start).Seconds(), e.KeyID, e.Kind, span(e.For)))
 }
 
 // run sends requests at the offered rate for the demo's duration, showing

@@ -35,16 +35,17 @@ const compactBelow = 80
 func newView(out io.Writer) *view {
 	v := &view{out: out, now: time.Now, width: func() int { return compactBelow }}
 	f, ok := out.(*os.File)
-	if !ok || !term.IsTerminal(int(f.Fd())) {
-		return v
+	if ok && redraws(term.IsTerminal(int(f.Fd())), os.Getenv("TERM")) {
+		v.live = true
+		v.width = func() int { return terminalWidth(f) }
 	}
-	switch os.Getenv("TERM") {
-	case "", "dumb":
-		return v
-	}
-	v.live = true
-	v.width = func() int { return terminalWidth(f) }
 	return v
+}
+
+// redraws reports whether the demo redraws in place: on a terminal that
+// moves its cursor, which a dumb one (TERM=dumb, or no TERM) does not.
+func redraws(terminal bool, termName string) bool {
+	return terminal && termName != "" && termName != "dumb"
 }
 
 // terminalWidth is f's width in columns: from the terminal, else $COLUMNS,
@@ -212,36 +213,72 @@ func (v *view) summary(d *demo, interrupted bool) {
 	}
 	tw.Flush()
 	totals := d.sim.Totals()
-	fmt.Fprintf(v.out, "\nBenches by kind: rate %d, quota %d, auth %d, transient %d.\n",
+	v.say("\nBenches by kind: rate %d, quota %d, auth %d, transient %d.\n",
 		d.benches[keypool.KindRate].Load(), d.benches[keypool.KindQuota].Load(),
 		d.benches[keypool.KindAuth].Load(), d.benches[keypool.KindTransient].Load())
-	fmt.Fprintf(v.out, "The vendor answered %d requests with 429, %d with 401, %d with a server error.\n",
+	v.say("The vendor answered %d requests with 429, %d with 401, %d with a server error.\n",
 		totals.RateLimited+totals.Billing, totals.Unauthorized, totals.ServerErrors)
 	v.failures(d)
 	share := 0.0
 	if served > 0 {
 		share = 100 * float64(paidServed) / float64(served)
 	}
-	fmt.Fprintf(v.out, "The paid key served %d of %d answers (%.0f%%).\n", paidServed, served, share)
+	v.say("The paid key served %d of %d answers (%.0f%%).\n", paidServed, served, share)
 }
 
 // failures explains the failures callers saw, by cause.
 func (v *view) failures(d *demo) {
 	failed := d.failed.Load()
 	if failed == 0 {
-		fmt.Fprintln(v.out, "Callers saw no failures: every vendor failure went to another key.")
+		v.say("Callers saw no failures: every vendor failure went to another key.\n")
 		return
 	}
 	paid := d.keys[len(d.keys)-1]
-	fmt.Fprintf(v.out, "Callers saw %d failures; every other vendor failure went to another key:\n", failed)
+	v.say("Callers saw %d failures; every other vendor failure went to another key:\n", failed)
 	if n := d.noKey.Load(); n > 0 {
-		fmt.Fprintf(v.out, "  %d when no key could take the request: the free keys benched or full, and the paid key at its own limit of %d a minute;\n", n, paid.rpmShow)
+		v.say("  %d when no key could take the request: the free keys benched or full, and the paid key at its own limit of %d a minute;\n", n, paid.rpmShow)
 	}
 	if n := d.refused.Load(); n > 0 {
-		fmt.Fprintf(v.out, "  %d refused by the vendor (429) on the last key left to try, which the pool passes on: it had no other key;\n", n)
+		v.say("  %d refused by the vendor (429) on the last key left to try, which the pool passes on: it had no other key;\n", n)
 	}
 	if n := d.otherFailed.Load(); n > 0 {
-		fmt.Fprintf(v.out, "  %d other failures: a network error or another answer;\n", n)
+		v.say("  %d other failures: a network error or another answer;\n", n)
 	}
-	fmt.Fprintf(v.out, "  with more free keys, or a higher -keys, fewer requests reach the paid key's limit.\n")
+	v.say("  more free keys (-keys) or fewer requests a second (-rate) leave fewer requests with no key.\n")
+}
+
+// say writes prose; on a live terminal its lines wrap at word boundaries
+// to the terminal's width, indented as they start.
+func (v *view) say(format string, args ...any) {
+	text := fmt.Sprintf(format, args...)
+	if !v.live {
+		fmt.Fprint(v.out, text)
+		return
+	}
+	width := v.width() - 1
+	for _, line := range strings.SplitAfter(text, "\n") {
+		body := strings.TrimLeft(line, " ")
+		indent := strings.Repeat(" ", len(line)-len(body))
+		if len(indent) > 0 {
+			indent += "  "
+		}
+		col := 0
+		for i, word := range strings.Fields(body) {
+			n := utf8.RuneCountInString(word)
+			switch {
+			case i == 0:
+				fmt.Fprint(v.out, line[:len(line)-len(body)]+word)
+				col = len(line) - len(body) + n
+			case col+1+n > width:
+				fmt.Fprint(v.out, "\n"+indent+word)
+				col = len(indent) + n
+			default:
+				fmt.Fprint(v.out, " "+word)
+				col += 1 + n
+			}
+		}
+		if strings.HasSuffix(line, "\n") {
+			fmt.Fprintln(v.out)
+		}
+	}
 }
