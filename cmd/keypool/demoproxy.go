@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -102,10 +104,10 @@ takes what they cannot. Try:
 
   curl -s %[1]s/chat/completions -H 'Authorization: Bearer %[2]s' \
     -d '{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello"}]}'
-  keypool status -url %[1]s -token %[2]s
-  keypool unbench -url %[1]s -token %[2]s openai/free-5
+  %[4]s status -url %[1]s -token %[2]s
+  %[4]s unbench -url %[1]s -token %[2]s openai/free-5
 
-`, d.base, d.opts.token, d.origin)
+`, d.base, d.opts.token, d.origin, selfCommand())
 	if d.opts.rate > 0 {
 		fmt.Fprintf(w, "The demo sends %g requests a second of its own through the proxy (-rate 0: none).\n", d.opts.rate)
 	}
@@ -160,4 +162,14 @@ func (d *demoProxy) traffic(ctx context.Context) {
 			})
 		}
 	}
+}
+
+// selfCommand is how to run this keypool again: "go run ./cmd/keypool"
+// when go run built it, else "keypool".
+func selfCommand() string {
+	exe, err := os.Executable()
+	if err == nil && strings.Contains(filepath.ToSlash(exe), "/go-build") {
+		return "go run ./cmd/keypool"
+	}
+	return "keypool"
 }

@@ -195,6 +195,8 @@
     if (r.benched_until) {
       head.append(h("span", { class: "badge benched", text: "benched" }), " ",
         countdown(parseTime(r.benched_until), "back"));
+    } else {
+      head.append(h("span", { class: "badge serving", text: "serving" }));
     }
     return h("section", { class: "route", "data-route": r.name, "aria-label": `route ${r.name}` },
       head, h("div", { class: "keys" }, r.keys.map((k) => keyCard(r, k, now))));
