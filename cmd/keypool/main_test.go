@@ -72,7 +72,7 @@ func TestDemoLiveView(t *testing.T) {
 		t.Run(fmt.Sprint(width, " columns"), func(t *testing.T) {
 			var out bytes.Buffer
 			v := &view{out: &out, live: true, width: func() int { return width }, now: time.Now}
-			o := demoOptions{keys: 5, duration: 3 * time.Second, rate: 40, state: t.TempDir()}
+			o := demoOptions{keys: 3, duration: 3 * time.Second, rate: 80, state: t.TempDir()}
 			d, err := newDemo(o)
 			require.NoError(t, err)
 			defer d.close()
@@ -98,7 +98,7 @@ func TestDemoLiveView(t *testing.T) {
 
 func TestDemoExplainsFailures(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	status := run(t.Context(), []string{"demo", "-duration", "3s", "-rate", "60"}, &stdout, &stderr)
+	status := run(t.Context(), []string{"demo", "-keys", "3", "-duration", "3s", "-rate", "100"}, &stdout, &stderr)
 	require.Equal(t, 0, status, "stderr: %s", stderr.String())
 	out := stdout.String()
 	assert.Regexp(t, `Callers saw \d+ failures; every other vendor failure went to another key:`, out)

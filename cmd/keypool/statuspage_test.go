@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -320,13 +319,8 @@ func TestUnbenchEndpoint(t *testing.T) {
 }
 
 func TestOwnEndpointNeverForwarded(t *testing.T) {
-	var upstream atomic.Int64
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		upstream.Add(1)
-		w.WriteHeader(http.StatusNotFound)
-	}))
-	t.Cleanup(up.Close)
-	base, _ := startProxy(t, oneUpstream(t, up.URL, "keys: [{id: a, secret: sk-a}]"))
+	up, upstream := countingUpstream(t)
+	base, _ := startProxy(t, oneUpstream(t, up, "keys: [{id: a, secret: sk-a}]"))
 	for _, path := range []string{"/v1/status", "/openai/v1/status", "/v1/keys/up/a/unbench"} {
 		req, _ := http.NewRequest(http.MethodGet, base+path, nil)
 		req.Header.Set("Authorization", "Bearer "+proxyToken)
