@@ -360,3 +360,42 @@ func TestSession(t *testing.T) {
 	}
 	assert.False(t, bytes.Contains([]byte(v), []byte("second")))
 }
+
+// A route of one key that the vendor revoked: the 401 reaches the caller,
+// the route is benched for 12 hours, and the proxy says so in its log; an
+// unbench brings the route back without a restart.
+func TestUnbenchBringsBackAOneKeyRoute(t *testing.T) {
+	sim := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Keys: []vendorsim.Key{{Secret: "sk-only", ID: "only", Revoked: true}}})
+	t.Cleanup(sim.Close)
+	var c config
+	require.NoError(t, yaml.Unmarshal([]byte(oneUpstream(t, sim.URL(), "keys: [{id: only, secret: sk-only}]")), &c))
+	s, err := c.resolve(func(string) (string, bool) { return "", false })
+	require.NoError(t, err)
+	logs := &syncBuffer{}
+	srv, err := newServer(s, slog.New(slog.NewTextHandler(logs, nil)))
+	require.NoError(t, err)
+	hs := httptest.NewServer(srv.handler())
+	t.Cleanup(func() {
+		hs.Close()
+		srv.close()
+	})
+	statusOf := func() int {
+		resp, err := chat(t, hs.URL, false)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	assert.Equal(t, http.StatusUnauthorized, statusOf())
+	assert.Contains(t, logs.String(), `msg="route benched" route=up reason=auth`)
+	assert.Equal(t, http.StatusTooManyRequests, statusOf(), "the route is benched")
+
+	req, _ := http.NewRequest(http.MethodPost, hs.URL+"/keys/up/only/unbench", nil)
+	req.Header.Set("Authorization", "Bearer "+proxyToken)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, http.StatusUnauthorized, statusOf(), "the request reaches the vendor again")
+	st, _ := sim.StatsOf("only")
+	assert.Equal(t, int64(2), st.Requests)
+}
