@@ -14,7 +14,7 @@ import (
 	"github.com/keypool-go/keypool/internal/vendorsim"
 )
 
-func TestFallbackUnbenchBringsBackARestingRoute(t *testing.T) {
+func TestFallbackUnbenchBringsBackABenchedRoute(t *testing.T) {
 	clock := newTestClock()
 	sim := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Clock: clock.Now,
 		Keys: []vendorsim.Key{{Secret: "sk-only", ID: "only", Revoked: true}}})
@@ -23,7 +23,7 @@ func TestFallbackUnbenchBringsBackARestingRoute(t *testing.T) {
 	require.NoError(t, err)
 	u, _ := url.Parse(sim.URL())
 	var events []RouteEvent
-	fb, err := NewFallback([]Route{{Name: "up", Pool: pool, URL: u}}, WithFallbackClock(clock.Now),
+	fb, err := NewFallback([]Route{{Name: "up", Pool: pool, URL: u}}, WithClock(clock.Now),
 		OnRoute(func(e RouteEvent) { events = append(events, e) }))
 	require.NoError(t, err)
 	send := func() (int, error) {
@@ -40,23 +40,23 @@ func TestFallbackUnbenchBringsBackARestingRoute(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusUnauthorized, status, "one key, one route: the vendor's answer reaches the caller")
 	require.Len(t, events, 1)
-	assert.Equal(t, "up", events[0].Rest.Route)
-	assert.Equal(t, "auth", events[0].Rest.Reason, "OnRoute hears why the route rests")
-	assert.Equal(t, clock.Now().Add(12*time.Hour), events[0].Rest.Until)
+	assert.Equal(t, "up", events[0].Benched.Route)
+	assert.Equal(t, KindAuth, events[0].Benched.Kind, "OnRoute hears why the route is benched")
+	assert.Equal(t, clock.Now().Add(12*time.Hour), events[0].Benched.Until)
 
 	_, err = send()
 	var na *NoAvailableKeyError
 	require.True(t, errors.As(err, &na), "the route rests: %v", err)
-	assert.Zero(t, events[1].Rest, "a request passed over a resting route reports no new rest")
+	assert.Zero(t, events[1].Benched, "a request passed over a benched route reports no new bench")
 
-	require.NoError(t, fb.Unbench("up", "only"))
-	assert.True(t, fb.Status()[0].RestingUntil.IsZero(), "the route no longer rests")
+	require.NoError(t, fb.Unbench(t.Context(), "up", "only"))
+	assert.True(t, fb.Status()[0].BenchedUntil.IsZero(), "the route is no longer benched")
 	status, err = send()
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusUnauthorized, status, "the request reaches the vendor again")
 	st, _ := sim.StatsOf("only")
 	assert.Equal(t, int64(2), st.Requests)
 
-	assert.ErrorContains(t, fb.Unbench("nope", "only"), `no route named "nope"`)
-	assert.ErrorContains(t, fb.Unbench("up", "nope"), `no key with ID "nope"`)
+	assert.ErrorContains(t, fb.Unbench(t.Context(), "nope", "only"), `no route named "nope"`)
+	assert.ErrorContains(t, fb.Unbench(t.Context(), "up", "nope"), `no key with ID "nope"`)
 }

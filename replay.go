@@ -22,8 +22,18 @@ type replay struct {
 	rewind func() (io.ReadCloser, error)
 }
 
-// memoryBody reads a body held in memory.
-type memoryBody struct{ bytes.Reader }
+// memoryBody reads a body held in memory. The pool reads one it is handed
+// (by a Fallback, or as a GetBody of its own) without copying it.
+type memoryBody struct {
+	bytes.Reader
+	data []byte
+}
+
+func newMemoryBody(data []byte) *memoryBody {
+	m := &memoryBody{data: data}
+	m.Reset(data)
+	return m
+}
 
 func (*memoryBody) Close() error { return nil }
 
@@ -34,6 +44,10 @@ func (*memoryBody) Close() error { return nil }
 // retryablehttp's, for one) rewind the very reader the request holds. n is
 // the body's length when known, else -1.
 func (b *replay) read(n int64) ([]byte, error) {
+	if m, ok := b.orig.(*memoryBody); ok && m.Len() == len(m.data) && len(m.data) <= maxBodyScan {
+		b.whole, b.isWhole = m.data, true
+		return m.data, nil
+	}
 	data, err := readAtMost(b.orig, n, maxBodyScan)
 	if err != nil {
 		return nil, err
@@ -90,6 +104,7 @@ func (b *replay) next() (io.ReadCloser, error) {
 		return b.orig, nil
 	case b.isWhole && !b.handed:
 		b.handed = true
+		b.first.data = b.whole
 		b.first.Reset(b.whole)
 		return &b.first, nil
 	case b.isWhole:
@@ -108,9 +123,7 @@ func (b *replay) next() (io.ReadCloser, error) {
 
 // rewindBody returns a new reader of a body read whole.
 func (b *replay) rewindBody() (io.ReadCloser, error) {
-	r := &memoryBody{}
-	r.Reset(b.whole)
-	return r, nil
+	return newMemoryBody(b.whole), nil
 }
 
 // getBodyFunc returns what an attempt's Request.GetBody should be: the

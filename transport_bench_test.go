@@ -151,11 +151,11 @@ func roundTripBody(b *testing.B, rt http.RoundTripper, body string) {
 func BenchmarkWindowSetMemory(b *testing.B) {
 	const sets = 10_000
 	for b.Loop() {
-		s := NewMemoryStore()
+		s := newMemoryStore()
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		t := Take{Provider: "p", Model: "m", Limits: Limits{RPM: 100, RPD: 1000, TPM: 1e6, TPD: 1e7}, Tokens: 10, Now: time.Now()}
+		t := Claim{Provider: "p", Model: "m", Limits: Limits{RPM: 100, RPD: 1000, TPM: 1e6, TPD: 1e7}, Tokens: 10, Now: time.Now()}
 		for i := range sets {
 			t.KeyID = fmt.Sprintf("key-%05d", i)
 			_, _ = s.Take(context.Background(), t)

@@ -15,7 +15,7 @@ import (
 // state reads a key's state in two round trips: the server's time, the
 // key's index, benches and cap windows (after the adjustments waiting),
 // then the windows of each of its models.
-func (s *Store) state(ctx context.Context, provider, keyID string) (keypool.KeyState, error) {
+func (s *Store) state(ctx context.Context, provider, keyID string) (keypool.KeyStats, error) {
 	n := names(s.cfg.prefix, provider, keyID)
 	var (
 		clock                      *redis.TimeCmd
@@ -33,7 +33,7 @@ func (s *Store) state(ctx context.Context, provider, keyID string) (keypool.KeyS
 	_ = s.checkCarried(ctx, carried) // reported there
 	for _, c := range []redis.Cmder{clock, index, benches, cm, cd, cc} {
 		if err := c.Err(); err != nil {
-			return keypool.KeyState{}, err
+			return keypool.KeyStats{}, err
 		}
 	}
 	idx, b := index.Val(), benches.Val()
@@ -46,7 +46,7 @@ func (s *Store) state(ctx context.Context, provider, keyID string) (keypool.KeyS
 	if cal {
 		capDay = cc
 	}
-	st := keypool.KeyState{Bench: benchState(b["*"], now), Cap: usage(cm.Val(), capDay.Val(), cal, now)}
+	st := keypool.KeyStats{Bench: benchState(b["*"], now), Cap: usage(cm.Val(), capDay.Val(), cal, now)}
 
 	var models []string
 	for f := range idx {
@@ -73,13 +73,13 @@ func (s *Store) state(ctx context.Context, provider, keyID string) (keypool.KeyS
 		}
 		return nil
 	})
-	st.Models = make([]keypool.ModelState, len(models))
+	st.Models = make([]keypool.ModelStats, len(models))
 	for i, m := range models {
 		if err := cmpErr(minutes[i].Err(), days[i].Err()); err != nil {
-			return keypool.KeyState{}, err
+			return keypool.KeyStats{}, err
 		}
 		level, _ := strconv.Atoi(b["l"+m])
-		st.Models[i] = keypool.ModelState{Model: m, Bench: benchState(b["b"+m], now), Level: level,
+		st.Models[i] = keypool.ModelStats{Model: m, Bench: benchState(b["b"+m], now), Level: level,
 			Usage: usage(minutes[i].Val(), days[i].Val(), cal, now)}
 	}
 	return st, nil
@@ -95,17 +95,17 @@ func cmpErr(a, b error) error {
 
 // benchState reads a bench, "kind:end", as it stands at now (Unix
 // milliseconds): the zero BenchState once it has ended.
-func benchState(v string, now int64) keypool.BenchState {
+func benchState(v string, now int64) keypool.Bench {
 	k, e, ok := strings.Cut(v, ":")
 	if !ok {
-		return keypool.BenchState{}
+		return keypool.Bench{}
 	}
 	kind, err1 := strconv.Atoi(k)
 	ends, err2 := strconv.ParseInt(e, 10, 64)
 	if err1 != nil || err2 != nil || ends <= now {
-		return keypool.BenchState{}
+		return keypool.Bench{}
 	}
-	return keypool.BenchState{Kind: keypool.Kind(kind), Until: time.UnixMilli(ends).UTC()}
+	return keypool.Bench{Kind: keypool.Kind(kind), Until: time.UnixMilli(ends).UTC()}
 }
 
 // usage returns what a minute window and a day window count at now.

@@ -84,7 +84,7 @@ func (r *eventRing) routed(e keypool.RouteEvent) (benched bool) {
 		var why []string
 		until := e.Skipped[0].Until
 		for _, sk := range e.Skipped {
-			why = append(why, sk.Route+": "+skipWords(sk.Reason))
+			why = append(why, sk.Route+" benched ("+sk.Kind.String()+")")
 			until = earlier(until, sk.Until)
 		}
 		ev := eventView{Kind: "failover", Route: e.Route, Until: until}
@@ -95,9 +95,9 @@ func (r *eventRing) routed(e keypool.RouteEvent) (benched bool) {
 		}
 		r.add(ev)
 	}
-	if rest := e.Rest; rest.Route != "" {
-		r.add(eventView{Kind: "route", Route: rest.Route, Until: rest.Until,
-			Text: fmt.Sprintf("route %s benched by its own answer (%s) until %s", rest.Route, rest.Reason, rest.Until.Local().Format("15:04:05"))})
+	if b := e.Benched; b.Route != "" {
+		r.add(eventView{Kind: "route", Route: b.Route, Until: b.Until,
+			Text: fmt.Sprintf("route %s benched by its own answer (%s: %s) for %s", b.Route, b.Kind, benchReason(b.Kind), span(b.Until.Sub(r.clock())))})
 		return true
 	}
 	return false
@@ -106,17 +106,6 @@ func (r *eventRing) routed(e keypool.RouteEvent) (benched bool) {
 // unbenched records an operator's unbench.
 func (r *eventRing) unbenched(route, key, by string) {
 	r.add(eventView{Kind: "unbench", Route: route, Key: key, Text: key + " unbenched by " + by})
-}
-
-// skipWords says why a route was passed over.
-func skipWords(reason string) string {
-	switch reason {
-	case "resting":
-		return "benched"
-	case "no key":
-		return "no key free"
-	}
-	return reason
 }
 
 func earlier(a, b time.Time) time.Time {
@@ -174,6 +163,6 @@ func (r *eventRing) latest(n int, now time.Time) []eventView {
 // own answer, which no key's bench reports.
 func (s *server) routed(e keypool.RouteEvent) {
 	if s.events.routed(e) {
-		s.log.Info("route benched", "route", e.Rest.Route, "reason", e.Rest.Reason, "until", e.Rest.Until.Format(time.RFC3339))
+		s.log.Info("route benched", "route", e.Benched.Route, "kind", e.Benched.Kind.String(), "until", e.Benched.Until.Format(time.RFC3339))
 	}
 }

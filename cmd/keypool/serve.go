@@ -105,8 +105,8 @@ func newServer(s *settings, log *slog.Logger) (*server, error) {
 	srv.fallback, err = keypool.NewFallback(routes, keypool.OnRoute(func(e keypool.RouteEvent) {
 		srv.routed(e)
 		for _, sk := range e.Skipped {
-			if sk.Reason != "resting" {
-				log.Info("route skipped", "route", sk.Route, "reason", sk.Reason, "until", sk.Until.Format(time.RFC3339))
+			if !sk.Earlier {
+				log.Info("route benched", "route", sk.Route, "kind", sk.Kind.String(), "until", sk.Until.Format(time.RFC3339))
 			}
 		}
 	}))
@@ -128,14 +128,7 @@ func newServer(s *settings, log *slog.Logger) (*server, error) {
 func openState(s *settings, log *slog.Logger) (keypool.Store, io.Closer, error) {
 	if isRedisURL(s.state) {
 		opts := []redisstore.Option{
-			redisstore.WithStatusFunc(func(up bool, err error) {
-				if up {
-					log.Info("redis available again")
-				} else {
-					log.Warn("redis unavailable", "err", err)
-				}
-			}),
-			redisstore.WithErrorFunc(func(err error) { log.Warn("redis", "err", err) }),
+			redisstore.WithLogger(log),
 		}
 		if s.replicas > 0 {
 			opts = append(opts, redisstore.WithLocalFallback(s.replicas))

@@ -141,8 +141,8 @@ func printRoutes(w io.Writer, routes []routeView, now time.Time, fromStore bool)
 	fmt.Fprintln(tw, "ROUTE\tKEY\tTIER\tSTATE\tSENT\tMODEL\tMINUTE REQ/TOK\tDAY REQ/TOK")
 	for _, r := range routes {
 		name := r.Name
-		if !r.RestingUntil.IsZero() {
-			name += " (benched, " + backIn(r.RestingUntil, now) + ")"
+		if !r.BenchedUntil.IsZero() {
+			name += " (benched, " + backIn(r.BenchedUntil, now) + ")"
 		}
 		for _, k := range r.Keys {
 			tier, sent := "free", fmt.Sprint(k.Sent)

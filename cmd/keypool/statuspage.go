@@ -273,7 +273,7 @@ func (s *server) unbench(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("keypool: no key %s in a route %s; keypool status -url lists them", path(key), path(route)), nil)
 		return
 	}
-	if err := s.fallback.Unbench(route, key); err != nil {
+	if err := s.fallback.Unbench(r.Context(), route, key); err != nil {
 		writeError(w, http.StatusInternalServerError, "api_error", err.Error(), nil)
 		return
 	}

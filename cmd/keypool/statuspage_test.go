@@ -241,7 +241,7 @@ func TestStatusJSON(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(body), &report))
 	require.Len(t, report.Routes, 1)
 	r := report.Routes[0]
-	assert.True(t, r.RestingUntil.IsZero())
+	assert.True(t, r.BenchedUntil.IsZero())
 	assert.NotContains(t, body, "benched_until", "a route not benched has no time")
 	keys := map[string]keyView{}
 	for _, k := range r.Keys {
@@ -386,7 +386,7 @@ func TestUnbenchBringsBackAOneKeyRoute(t *testing.T) {
 		return resp.StatusCode
 	}
 	assert.Equal(t, http.StatusUnauthorized, statusOf())
-	assert.Contains(t, logs.String(), `msg="route benched" route=up reason=auth`)
+	assert.Contains(t, logs.String(), `msg="route benched" route=up kind=auth`)
 	assert.Equal(t, http.StatusTooManyRequests, statusOf(), "the route is benched")
 
 	req, _ := http.NewRequest(http.MethodPost, hs.URL+"/keys/up/only/unbench", nil)

@@ -31,9 +31,9 @@ type statusReport struct {
 type routeView struct {
 	Name string `json:"name"`
 	URL  string `json:"url"`
-	// RestingUntil is when the route is back in rotation; zero when it is
+	// BenchedUntil is when the route is back in rotation; zero when it is
 	// not benched.
-	RestingUntil time.Time `json:"benched_until,omitzero"`
+	BenchedUntil time.Time `json:"benched_until,omitzero"`
 	Keys         []keyView `json:"keys"`
 }
 
@@ -106,8 +106,8 @@ func viewRoutes(routes []keypool.RouteStatus, now time.Time) []routeView {
 	out := make([]routeView, 0, len(routes))
 	for _, r := range routes {
 		rv := routeView{Name: r.Name, URL: displayURL(r.URL), Keys: make([]keyView, 0, len(r.Keys))}
-		if r.RestingUntil.After(now) {
-			rv.RestingUntil = r.RestingUntil
+		if r.BenchedUntil.After(now) {
+			rv.BenchedUntil = r.BenchedUntil
 		}
 		for _, k := range r.Keys {
 			rv.Keys = append(rv.Keys, viewKey(k, now))
@@ -180,7 +180,7 @@ func viewKey(k keypool.KeyStats, now time.Time) keyView {
 }
 
 // viewBench reads a bench at now: zero unless it holds past now.
-func viewBench(b keypool.BenchState, level int, now time.Time) benchView {
+func viewBench(b keypool.Bench, level int, now time.Time) benchView {
 	if !b.Until.After(now) {
 		return benchView{}
 	}
@@ -206,26 +206,28 @@ func benchReason(k keypool.Kind) string {
 // provider (a proxy's route names its pool's provider), keys by ID. The
 // store keeps no counters of requests sent, nor limits.
 func viewStore(ctx context.Context, store *keypool.BadgerStore, now time.Time) ([]routeView, error) {
-	keys := store.Keys()
-	slices.SortFunc(keys, func(a, b keypool.StoredKey) int {
-		return cmp.Or(strings.Compare(a.Provider, b.Provider), strings.Compare(a.KeyID, b.KeyID))
+	type stored struct{ provider, keyID string }
+	var keys []stored
+	for provider, keyID := range store.Keys() {
+		keys = append(keys, stored{provider, keyID})
+	}
+	slices.SortFunc(keys, func(a, b stored) int {
+		return cmp.Or(strings.Compare(a.provider, b.provider), strings.Compare(a.keyID, b.keyID))
 	})
 	var routes []routeView
 	for _, sk := range keys {
-		st, err := store.State(ctx, sk.Provider, sk.KeyID, now)
+		ks, err := store.State(ctx, sk.provider, sk.keyID, now)
 		if err != nil {
 			return nil, err
 		}
-		ks := keypool.KeyStats{ID: sk.KeyID, Bench: st.Bench, Cap: st.Cap}
-		for _, m := range st.Models {
-			ks.Models = append(ks.Models, keypool.ModelStats{Model: m.Model, Bench: m.Bench, Level: m.Level, Usage: m.Usage})
-		}
+		ks.ID = sk.keyID
+		slices.SortFunc(ks.Models, func(a, b keypool.ModelStats) int { return strings.Compare(a.Model, b.Model) })
 		kv := viewKey(ks, now)
-		if n := len(routes); n > 0 && routes[n-1].Name == sk.Provider {
+		if n := len(routes); n > 0 && routes[n-1].Name == sk.provider {
 			routes[n-1].Keys = append(routes[n-1].Keys, kv)
 			continue
 		}
-		routes = append(routes, routeView{Name: sk.Provider, Keys: []keyView{kv}})
+		routes = append(routes, routeView{Name: sk.provider, Keys: []keyView{kv}})
 	}
 	return routes, nil
 }

@@ -37,24 +37,24 @@ func TestBackIn(t *testing.T) {
 func TestViewKey(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	limits := keypool.Limits{RPM: 20, RPD: 100}
-	model := func(minute, day int64, bench keypool.BenchState) keypool.ModelStats {
+	model := func(minute, day int64, bench keypool.Bench) keypool.ModelStats {
 		return keypool.ModelStats{Model: "m", Limits: limits, Bench: bench, Usage: keypool.Usage{MinuteRequests: minute, DayRequests: day}}
 	}
-	bench := func(kind keypool.Kind, d time.Duration) keypool.BenchState {
-		return keypool.BenchState{Kind: kind, Until: now.Add(d)}
+	bench := func(kind keypool.Kind, d time.Duration) keypool.Bench {
+		return keypool.Bench{Kind: kind, Until: now.Add(d)}
 	}
 	tests := []struct {
 		name  string
 		stats keypool.KeyStats
 		words string
 	}{
-		{"serving", keypool.KeyStats{Models: []keypool.ModelStats{model(3, 10, keypool.BenchState{})}}, "serving"},
+		{"serving", keypool.KeyStats{Models: []keypool.ModelStats{model(3, 10, keypool.Bench{})}}, "serving"},
 		{"a bench that ended", keypool.KeyStats{Bench: bench(keypool.KindAuth, -time.Second)}, "serving"},
 		{"benched whole", keypool.KeyStats{Bench: bench(keypool.KindAuth, 2*time.Hour)}, "benched (auth), back in 2 h 0 min"},
 		{"benched for a model", keypool.KeyStats{Models: []keypool.ModelStats{model(3, 10, bench(keypool.KindRate, 42*time.Second))}}, "benched (rate) for m, back in 42 s"},
 		{"the whole key's bench first", keypool.KeyStats{Bench: bench(keypool.KindAuth, time.Hour), Models: []keypool.ModelStats{model(3, 10, bench(keypool.KindQuota, 5*time.Hour))}}, "benched (auth), back in 1 h 0 min"},
-		{"full this minute", keypool.KeyStats{Models: []keypool.ModelStats{model(20, 30, keypool.BenchState{})}}, "full this minute"},
-		{"full today", keypool.KeyStats{Models: []keypool.ModelStats{model(20, 100, keypool.BenchState{})}}, "full today"},
+		{"full this minute", keypool.KeyStats{Models: []keypool.ModelStats{model(20, 30, keypool.Bench{})}}, "full this minute"},
+		{"full today", keypool.KeyStats{Models: []keypool.ModelStats{model(20, 100, keypool.Bench{})}}, "full today"},
 		{"full at the vendor", keypool.KeyStats{LastAt: now, Last: keypool.Reading{Utilization: 1, ResetAt: now.Add(30 * time.Second)}}, "full at the vendor, back in 30 s"},
 		{"the vendor's window reset", keypool.KeyStats{LastAt: now, Last: keypool.Reading{Utilization: 1, ResetAt: now.Add(-time.Second)}}, "serving"},
 	}
@@ -82,7 +82,7 @@ func TestEventRing(t *testing.T) {
 	r.benched("up", keypool.Eviction{KeyID: "b", Kind: keypool.KindAuth, For: 12 * time.Hour, Until: now.Add(12 * time.Hour)})
 	for range 3 {
 		clock = clock.Add(time.Second)
-		r.routed(keypool.RouteEvent{Route: "backup", Skipped: []keypool.RouteSkip{{Route: "up", Reason: "no key", Until: now.Add(time.Minute)}}})
+		r.routed(keypool.RouteEvent{Route: "backup", Skipped: []keypool.RouteSkip{{Route: "up", Kind: keypool.KindRate, Until: now.Add(time.Minute)}}})
 	}
 	r.routed(keypool.RouteEvent{Route: "up"}) // the first route answered well: nothing to say
 	clock = clock.Add(time.Second)
@@ -96,7 +96,7 @@ func TestEventRing(t *testing.T) {
 	assert.Equal(t, []string{
 		"back: a for m back in rotation",
 		"unbench: b unbenched by proxy_tokens[0]",
-		"failover: failover to backup (up: no key free)",
+		"failover: failover to backup (up benched (rate))",
 		"bench: b benched (auth: revoked or not authorized) for 12 h 0 min",
 		"bench: a benched for m (rate: throttled by the vendor) for 1 min 0 s",
 	}, texts, "newest first; b's bench ended by the unbench has no return of its own")
@@ -112,12 +112,12 @@ func TestEventRing(t *testing.T) {
 func TestEventRingRouteBenched(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	r := &eventRing{now: func() time.Time { return now }}
-	benched := r.routed(keypool.RouteEvent{Route: "up", Rest: keypool.RouteSkip{Route: "up", Reason: "auth", Until: now.Add(12 * time.Hour)}})
+	benched := r.routed(keypool.RouteEvent{Route: "up", Benched: keypool.RouteSkip{Route: "up", Kind: keypool.KindAuth, Until: now.Add(12 * time.Hour)}})
 	assert.True(t, benched)
 	events := r.latest(10, now)
 	require.Len(t, events, 1)
 	assert.Equal(t, "route", events[0].Kind)
-	assert.Contains(t, events[0].Text, "route up benched by its own answer (auth)")
+	assert.Contains(t, events[0].Text, "route up benched by its own answer (auth: revoked or not authorized) for 12 h 0 min")
 	r.unbenched("up", "only", "proxy_tokens[0]")
 	for _, e := range r.latest(10, now.Add(13*time.Hour)) {
 		assert.NotEqual(t, "back", e.Kind, "the unbench ended the route's bench: %s", e.Text)
