@@ -27,11 +27,21 @@ func pageProxy(t *testing.T) (string, *server, *syncBuffer, *vendorsim.Server) {
 	sim := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Keys: []vendorsim.Key{
 		{Secret: "sk-page-good", ID: "good"}, {Secret: "sk-page-gone", ID: "gone", Revoked: true}}})
 	t.Cleanup(sim.Close)
-	var c config
-	require.NoError(t, yaml.Unmarshal([]byte(simConfig(sim, t.TempDir(), `
+	base, srv, logs := proxyLogged(t, simConfig(sim, t.TempDir(), `
       - {id: good, secret: sk-page-good}
-      - {id: gone, secret: sk-page-gone}`)), &c))
-	c.ProxyTokens = append(c.ProxyTokens, "second-token")
+      - {id: gone, secret: sk-page-gone}`), "second-token")
+	return base, srv, logs, sim
+}
+
+// proxyLogged starts the proxy for the YAML configuration, with more proxy
+// tokens, and returns its URL, the server and its log.
+func proxyLogged(t *testing.T, conf string, tokens ...string) (string, *server, *syncBuffer) {
+	t.Helper()
+	var c config
+	require.NoError(t, yaml.Unmarshal([]byte(conf), &c))
+	for _, tok := range tokens {
+		c.ProxyTokens = append(c.ProxyTokens, secretRef(tok))
+	}
 	s, err := c.resolve(func(string) (string, bool) { return "", false })
 	require.NoError(t, err)
 	logs := &syncBuffer{}
@@ -42,7 +52,7 @@ func pageProxy(t *testing.T) (string, *server, *syncBuffer, *vendorsim.Server) {
 		hs.Close()
 		srv.close()
 	})
-	return hs.URL, srv, logs, sim
+	return hs.URL, srv, logs
 }
 
 // benchGone sends requests until the revoked key has met one.
@@ -367,20 +377,9 @@ func TestSession(t *testing.T) {
 func TestUnbenchBringsBackAOneKeyRoute(t *testing.T) {
 	sim := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Keys: []vendorsim.Key{{Secret: "sk-only", ID: "only", Revoked: true}}})
 	t.Cleanup(sim.Close)
-	var c config
-	require.NoError(t, yaml.Unmarshal([]byte(oneUpstream(t, sim.URL(), "keys: [{id: only, secret: sk-only}]")), &c))
-	s, err := c.resolve(func(string) (string, bool) { return "", false })
-	require.NoError(t, err)
-	logs := &syncBuffer{}
-	srv, err := newServer(s, slog.New(slog.NewTextHandler(logs, nil)))
-	require.NoError(t, err)
-	hs := httptest.NewServer(srv.handler())
-	t.Cleanup(func() {
-		hs.Close()
-		srv.close()
-	})
+	base, _, logs := proxyLogged(t, oneUpstream(t, sim.URL(), "keys: [{id: only, secret: sk-only}]"))
 	statusOf := func() int {
-		resp, err := chat(t, hs.URL, false)
+		resp, err := chat(t, base, false)
 		require.NoError(t, err)
 		resp.Body.Close()
 		return resp.StatusCode
@@ -389,7 +388,7 @@ func TestUnbenchBringsBackAOneKeyRoute(t *testing.T) {
 	assert.Contains(t, logs.String(), `msg="route benched" route=up kind=auth`)
 	assert.Equal(t, http.StatusTooManyRequests, statusOf(), "the route is benched")
 
-	req, _ := http.NewRequest(http.MethodPost, hs.URL+"/keys/up/only/unbench", nil)
+	req, _ := http.NewRequest(http.MethodPost, base+"/keys/up/only/unbench", nil)
 	req.Header.Set("Authorization", "Bearer "+proxyToken)
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
