@@ -1,6 +1,7 @@
 package keypool
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -69,6 +70,10 @@ type fallbackRoute struct {
 type RouteEvent struct {
 	Route   string
 	Skipped []RouteSkip
+	// Benched, when the answer that reached the caller was the answering
+	// route's own failure, is the bench that failure gave the route: its
+	// kind and when it ends. It is zero otherwise.
+	Benched RouteSkip
 }
 
 // RouteSkip is a route passed over: why, and when it is back. Kind is the
@@ -174,6 +179,7 @@ func (fb *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 				drain(resp.Body)
 				continue
 			}
+			ev.Benched = RouteSkip{Route: r.Name, Kind: v.kind, Until: now.Add(d)}
 		}
 		resp.Request = req
 		ev.Route = r.Name
@@ -325,6 +331,25 @@ func (fb *Fallback) Status() []RouteStatus {
 		out = append(out, st)
 	}
 	return out
+}
+
+// Unbench lifts the benches of the key with the given ID in the named
+// route's pool (Pool.Unbench) and the route's own bench, so that the next
+// request tries the route again: an operator's manual reset, for a key that
+// was fixed. It returns an error for an unknown route or key, or a failing
+// store.
+func (fb *Fallback) Unbench(ctx context.Context, route, keyID string) error {
+	for _, r := range fb.routes {
+		if r.Name != route {
+			continue
+		}
+		if err := r.Pool.Unbench(ctx, keyID); err != nil {
+			return err
+		}
+		r.benchedUntil.Store(0)
+		return nil
+	}
+	return fmt.Errorf("keypool: fallback: no route named %q", route)
 }
 
 // CloseIdleConnections closes the idle connections of every route's base.

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"strings"
@@ -19,12 +21,18 @@ import (
 // demoModel is the model the demo's requests name.
 const demoModel = "gpt-4o-mini"
 
+// chatBody is the demo's request.
+const chatBody = `{"model":"` + demoModel + `","max_tokens":64,"messages":[{"role":"user","content":"Say hello."}]}`
+
 // demoOptions are the demo's flags.
 type demoOptions struct {
 	keys     int
 	duration time.Duration
 	rate     float64
 	state    string
+	proxy    bool   // serve the proxy in front of the fake vendors
+	listen   string // where the proxy listens
+	token    string // the proxy token
 }
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -34,16 +42,26 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.DurationVar(&o.duration, "duration", 30*time.Second, "how long to send requests")
 	fs.Float64Var(&o.rate, "rate", 4, "requests offered per second")
 	fs.StringVar(&o.state, "state", "", "keep the pool's state in this directory (Badger) across runs; default: a temporary directory")
+	fs.BoolVar(&o.proxy, "proxy", false, "serve the proxy (keypool serve) in front of the fake vendors, with its status page, until interrupted;\n-rate then defaults to 2, and -duration to none")
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:8787", "with -proxy: the address the proxy listens on")
+	fs.StringVar(&o.token, "token", "demo-token", "with -proxy: the proxy token its clients present")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if o.proxy && !set["rate"] {
+		o.rate = 2
 	}
 	switch {
 	case o.keys < 3:
 		return usageError{fmt.Errorf("-keys %d: the demo needs at least 3 free keys", o.keys)}
 	case o.duration <= 0:
 		return usageError{fmt.Errorf("-duration %v: must be positive", o.duration)}
-	case o.rate <= 0:
+	case o.rate < 0 || (o.rate == 0 && !o.proxy):
 		return usageError{fmt.Errorf("-rate %v: must be positive", o.rate)}
+	case o.token == "" && o.proxy:
+		return usageError{errors.New("-token: must not be empty")}
 	}
 	if o.state == "" {
 		dir, err := os.MkdirTemp("", "keypool-demo-")
@@ -53,12 +71,25 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		defer os.RemoveAll(dir)
 		o.state = dir
 	}
+	if o.proxy {
+		if set["duration"] {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, o.duration)
+			defer cancel()
+		}
+		d, err := newDemoProxy(o, slog.New(slog.NewTextHandler(stderr, nil)))
+		if err != nil {
+			return err
+		}
+		defer d.close()
+		return d.run(ctx, stdout)
+	}
 	d, err := newDemo(o)
 	if err != nil {
 		return err
 	}
 	defer d.close()
-	return d.run(ctx, stdout, isTerminal(stdout))
+	return d.run(ctx, newView(stdout))
 }
 
 // demoKey is one key of the demo: what the vendor enforces and what the pool
@@ -121,6 +152,8 @@ type demo struct {
 
 	sent, served, failed atomic.Int64
 	noKey                atomic.Int64 // failures because no key could take a request
+	refused              atomic.Int64 // failures that are the vendor's 429 or 402, passed on
+	otherFailed          atomic.Int64 // other failures: other answers, network errors
 }
 
 func newDemo(o demoOptions) (*demo, error) {
@@ -162,16 +195,15 @@ func (d *demo) close() {
 // evicted notes a bench.
 func (d *demo) evicted(e keypool.Eviction) {
 	d.benches[e.Kind].Add(1)
-	d.events.add(fmt.Sprintf("%5.1fs  benched %s: %s for %s", time.Since(d.start).Seconds(), e.KeyID, e.Kind, e.For.Round(time.Second)))
+	d.events.add(fmt.Sprintf("%5.1fs  benched %s: %s for %s", time.Since(d.start).Seconds(), e.KeyID, e.Kind, span(e.For)))
 }
 
 // run sends requests at the offered rate for the demo's duration, showing
 // progress, then prints the summary.
-func (d *demo) run(ctx context.Context, out io.Writer, tty bool) error {
-	ctx, cancel := context.WithTimeout(ctx, d.opts.duration)
+func (d *demo) run(parent context.Context, view *view) error {
+	ctx, cancel := context.WithTimeout(parent, d.opts.duration)
 	defer cancel()
 	d.start = time.Now()
-	view := newView(out, tty)
 	view.intro(d)
 
 	var wg sync.WaitGroup
@@ -191,14 +223,13 @@ func (d *demo) run(ctx context.Context, out io.Writer, tty bool) error {
 	}
 	wg.Wait()
 	view.progress(d)
-	view.summary(d)
+	view.summary(d, parent.Err() != nil)
 	return nil
 }
 
 // request sends one chat request and counts its outcome.
 func (d *demo) request(ctx context.Context) {
-	body := `{"model":"` + demoModel + `","max_tokens":64,"messages":[{"role":"user","content":"Say hello."}]}`
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.sim.URL()+"/v1/chat/completions", strings.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.sim.URL()+"/v1/chat/completions", strings.NewReader(chatBody))
 	if err != nil {
 		return
 	}
@@ -213,16 +244,22 @@ func (d *demo) request(ctx context.Context) {
 	case err != nil:
 		if ctx.Err() == nil {
 			d.failed.Add(1)
+			d.otherFailed.Add(1)
 		} else {
 			d.sent.Add(-1) // cut short by the end of the demo
 		}
 	default:
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode == http.StatusOK {
+		switch resp.StatusCode {
+		case http.StatusOK:
 			d.served.Add(1)
-		} else {
+		case http.StatusTooManyRequests, http.StatusPaymentRequired:
 			d.failed.Add(1)
+			d.refused.Add(1)
+		default:
+			d.failed.Add(1)
+			d.otherFailed.Add(1)
 		}
 	}
 }

@@ -1,8 +1,10 @@
 // Command keypool runs keypool without writing Go.
 //
-//	keypool demo     a live, offline demo against a fake vendor
-//	keypool serve    a local proxy that pools upstream keys behind one base URL
+//	keypool demo     a live, offline demo against a fake vendor (-proxy: the proxy in front of it)
+//	keypool serve    a local proxy that pools upstream keys behind one base URL, with a status page
 //	keypool status   each key's benches and window use
+//	keypool unbench  lift a key's benches on a running proxy
+//	keypool version  which keypool this is
 //
 // Run "keypool help" for the commands and "keypool <command> -h" for their
 // flags.
@@ -23,7 +25,9 @@ import (
 const exitUsage = 2
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// A closed terminal (SIGHUP) stops a command as Ctrl-C does: the demo
+	// and the proxy write their state and clean up.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -39,6 +43,8 @@ func commands() []command {
 		{"demo", "run a live, offline demo: a pool of keys against a fake vendor", runDemo},
 		{"serve", "serve a local proxy that pools upstream keys behind one base URL", runServe},
 		{"status", "show each key's benches and window use, from a proxy or a state directory", runStatus},
+		{"unbench", "lift a key's benches on a running proxy", runUnbench},
+		{"version", "show keypool's version and how it was built", runVersion},
 	}
 }
 
@@ -103,17 +109,33 @@ func newFlagSet(name, use, about string) *flag.FlagSet {
 }
 
 // parseFlags parses args with fs, whose output goes to stderr; a bad flag
-// is a usageError.
+// or an argument is a usageError.
 func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
+	_, err := parseArgs(fs, args, stderr, 0)
+	return err
+}
+
+// parseArgs parses args with fs, whose output goes to stderr, and returns
+// the arguments that are not flags, at most most of them; flags may come
+// before and after them. A bad flag or one argument too many is a
+// usageError.
+func parseArgs(fs *flag.FlagSet, args []string, stderr io.Writer, most int) ([]string, error) {
 	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
+	var rest []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, usageError{err}
 		}
-		return usageError{err}
+		if fs.NArg() == 0 {
+			return rest, nil
+		}
+		if len(rest) == most {
+			return nil, usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+		}
+		rest = append(rest, fs.Arg(0))
+		args = fs.Args()[1:]
 	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
-	}
-	return nil
 }

@@ -2,10 +2,21 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"runtime"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestRunUsage(t *testing.T) {
@@ -44,4 +55,134 @@ func TestDemoPrintsSummary(t *testing.T) {
 	assert.Contains(t, out, "benched free-5: auth", "the revoked key is benched")
 	assert.NotContains(t, out, "sk-demo-", "no secret in the output")
 	assert.False(t, strings.Contains(out, "\033["), "no terminal codes when stdout is not a terminal")
+}
+
+func TestRedraws(t *testing.T) {
+	assert.True(t, redraws(true, "xterm-256color"))
+	assert.False(t, redraws(true, "dumb"), "TERM=dumb gets plain lines")
+	assert.False(t, redraws(true, ""))
+	assert.False(t, redraws(false, "xterm"), "a pipe gets plain lines")
+}
+
+// escapes matches the terminal codes the live view writes.
+var escapes = regexp.MustCompile("\033\\[[0-9]*[AK]")
+
+func TestDemoLiveView(t *testing.T) {
+	for _, width := range []int{60, 100} {
+		t.Run(fmt.Sprint(width, " columns"), func(t *testing.T) {
+			var out bytes.Buffer
+			v := &view{out: &out, live: true, width: func() int { return width }, now: time.Now}
+			o := demoOptions{keys: 3, duration: 3 * time.Second, rate: 80, state: t.TempDir()}
+			d, err := newDemo(o)
+			require.NoError(t, err)
+			defer d.close()
+			require.NoError(t, d.run(t.Context(), v))
+			text := escapes.ReplaceAllString(out.String(), "")
+			live, _, _ := strings.Cut(text, "\nSummary after")
+			_, live, _ = strings.Cut(live, "paid  used only when")
+			for _, line := range strings.Split(live, "\n") {
+				assert.Less(t, utf8.RuneCountInString(line), width, "a line as wide as the terminal wraps: %q", line)
+			}
+			if width < compactBelow {
+				assert.Contains(t, live, "KEY     STATE")
+				assert.NotContains(t, live, "TIER")
+				assert.Contains(t, live, "full/min", "a key whose minute is full shows as full")
+			} else {
+				assert.Contains(t, live, "KEY     TIER  STATE")
+				assert.Contains(t, live, "full this minute")
+			}
+			assert.Contains(t, text, "auth", "the revoked key's bench")
+		})
+	}
+}
+
+func TestDemoExplainsFailures(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	status := run(t.Context(), []string{"demo", "-keys", "3", "-duration", "3s", "-rate", "100"}, &stdout, &stderr)
+	require.Equal(t, 0, status, "stderr: %s", stderr.String())
+	out := stdout.String()
+	assert.Regexp(t, `Callers saw \d+ failures; every other vendor failure went to another key:`, out)
+	assert.Regexp(t, `\d+ when no key could take the request: the free keys benched or full, and the paid key at its own limit of 40 a minute`, out)
+}
+
+func TestDemoProxy(t *testing.T) {
+	stdout := &syncBuffer{}
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(t.Context(), []string{"demo", "-proxy", "-listen", "127.0.0.1:0", "-duration", "20s", "-rate", "5"}, stdout, &stderr)
+	}()
+	var base, page string
+	require.Eventually(t, func() bool {
+		m := regexp.MustCompile(`Base URL\s+(\S+)[\s\S]*Status page\s+(\S+)`).FindStringSubmatch(stdout.String())
+		if m == nil {
+			return false
+		}
+		base, page = m[1], m[2]
+		return true
+	}, 10*time.Second, 20*time.Millisecond, "the demo prints where to point a client: %s", stdout.String())
+	assert.Contains(t, stdout.String(), "Token        demo-token")
+	assert.True(t, strings.HasSuffix(base, "/v1"), base)
+
+	req, _ := http.NewRequest(http.MethodPost, base+"/chat/completions", strings.NewReader(chatBody))
+	req.Header.Set("Authorization", "Bearer demo-token")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
+
+	resp, err = http.Get(page)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "the status page")
+
+	var out bytes.Buffer
+	require.Eventually(t, func() bool {
+		out.Reset()
+		return run(t.Context(), []string{"status", "-url", base, "-token", "demo-token"}, &out, io.Discard) == 0 &&
+			strings.Contains(out.String(), "benched (auth)")
+	}, 10*time.Second, 200*time.Millisecond, "the demo's own requests reach the revoked key: %s", out.String())
+	assert.Contains(t, out.String(), "backup")
+	assert.NotContains(t, stdout.String()+stderr.String()+out.String(), "sk-demo-", "no secret in the output")
+}
+
+// TestDemoStopsOnSIGHUP runs the command in a child process, closes its
+// "terminal" with SIGHUP, and checks that it stopped as Ctrl-C stops it:
+// a summary, exit status 0, its temporary state removed.
+func TestDemoStopsOnSIGHUP(t *testing.T) {
+	if os.Getenv("KEYPOOL_TEST_MAIN") == "1" {
+		os.Args = append([]string{"keypool"}, strings.Fields(os.Getenv("KEYPOOL_TEST_ARGS"))...)
+		main()
+		return
+	}
+	if runtime.GOOS == "windows" {
+		t.Skip("no SIGHUP on Windows")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestDemoStopsOnSIGHUP$")
+	cmd.Env = append(os.Environ(), "KEYPOOL_TEST_MAIN=1", "KEYPOOL_TEST_ARGS=demo -duration 60s -rate 10")
+	stdout := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = stdout, stdout
+	require.NoError(t, cmd.Start())
+	var state string
+	require.Eventually(t, func() bool {
+		m := regexp.MustCompile(`State \(Badger\) in (\S+)\.`).FindStringSubmatch(stdout.String())
+		if m != nil {
+			state = m[1]
+		}
+		return m != nil && strings.Contains(stdout.String(), "sent")
+	}, 20*time.Second, 50*time.Millisecond, "the demo started: %s", stdout.String())
+	require.NoError(t, cmd.Process.Signal(syscall.SIGHUP))
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	select {
+	case err := <-waited:
+		require.NoError(t, err, "exit status; output: %s", stdout.String())
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("the demo did not stop on SIGHUP: %s", stdout.String())
+	}
+	assert.Contains(t, stdout.String(), "(interrupted)")
+	_, err := os.Stat(state)
+	assert.ErrorIs(t, err, os.ErrNotExist, "the temporary state %s is removed", state)
 }

@@ -64,6 +64,7 @@ type server struct {
 	proxy    *httputil.ReverseProxy
 	metrics  http.Handler
 	meters   *sdkmetric.MeterProvider
+	events   eventRing // for the status page
 }
 
 // newServer opens the state and builds the pools, the fallback over them and
@@ -90,6 +91,7 @@ func newServer(s *settings, log *slog.Logger) (*server, error) {
 			keypool.WithMeterProvider(srv.meters),
 			keypool.OnEvict(func(e keypool.Eviction) {
 				log.Info("benched", "route", r.name, "key", e.KeyID, "model", e.Model, "kind", e.Kind.String(), "for", e.For.Round(time.Second).String())
+				srv.events.benched(r.name, e)
 			}),
 		}, r.options...)
 		pool, err := keypool.New(r.name, r.keys, opts...)
@@ -101,6 +103,7 @@ func newServer(s *settings, log *slog.Logger) (*server, error) {
 		routes = append(routes, keypool.Route{Name: r.name, Pool: pool, URL: r.url, Models: r.models})
 	}
 	srv.fallback, err = keypool.NewFallback(routes, keypool.OnRoute(func(e keypool.RouteEvent) {
+		srv.routed(e)
 		for _, sk := range e.Skipped {
 			if !sk.Earlier {
 				log.Info("route benched", "route", sk.Route, "kind", sk.Kind.String(), "until", sk.Until.Format(time.RFC3339))
@@ -190,9 +193,8 @@ func (s *server) close() {
 func (s *server) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-	mux.Handle("GET /status", s.guard(http.HandlerFunc(s.status)))
-	mux.Handle("GET /metrics", s.guard(s.metrics))
-	mux.Handle("/", s.guard(s.proxy))
+	s.handleOwn(mux) // the status page, /status, /metrics, unbench
+	mux.Handle("/", forwardable(s.guard(s.proxy)))
 	return mux
 }
 
@@ -265,16 +267,4 @@ func writeError(w http.ResponseWriter, status int, typ, msg string, extra map[st
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(map[string]any{"error": e})
-}
-
-// statusReport is the JSON of /status.
-type statusReport struct {
-	Routes []keypool.RouteStatus `json:"routes"`
-}
-
-func (s *server) status(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(statusReport{Routes: s.fallback.Status()})
 }

@@ -263,7 +263,7 @@ func TestProxyKeepsStateAcrossRestart(t *testing.T) {
 
 	var out bytes.Buffer
 	require.NoError(t, printState(t.Context(), &out, state))
-	assert.Contains(t, out.String(), "auth until")
+	assert.Contains(t, out.String(), "benched (auth), back in")
 }
 
 func TestProxyMetrics(t *testing.T) {
@@ -482,7 +482,7 @@ func TestServeShutsDownGracefully(t *testing.T) {
 	assert.Contains(t, stderr.String(), "stopped")
 	var out bytes.Buffer
 	require.NoError(t, printState(t.Context(), &out, state), "the state directory is free again")
-	assert.Contains(t, out.String(), "auth until", "the bench was written")
+	assert.Contains(t, out.String(), "benched (auth), back in", "the bench was written")
 }
 
 func TestProxyReplicasShareRedisState(t *testing.T) {

@@ -1,15 +1,16 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
-	"slices"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -18,9 +19,9 @@ import (
 )
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("status", "keypool status -url URL | -state DIR", "Shows each key's benches and window use.")
-	state := fs.String("state", "", "a state directory not in use by a running proxy")
-	addr := fs.String("url", "", "the base URL of a running proxy, such as http://127.0.0.1:8787")
+	fs := newFlagSet("status", "keypool status -url URL | -state DIR", "Shows each key's state, benches and window use.")
+	state := fs.String("state", "", "a state directory that no running proxy holds")
+	addr := fs.String("url", "", "a running proxy's base URL, as its clients use it: http://127.0.0.1:8787 or http://127.0.0.1:8787/v1")
 	token := fs.String("token", "", "the proxy token for -url (default: $KEYPOOL_PROXY_TOKEN)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
@@ -29,137 +30,196 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case (*state == "") == (*addr == ""):
 		return usageError{errors.New("give one of -url and -state")}
 	case *addr != "":
-		if *token == "" {
-			*token = os.Getenv("KEYPOOL_PROXY_TOKEN")
-		}
-		routes, err := fetchStatus(ctx, *addr, *token)
-		if err != nil {
+		var report statusReport
+		if err := callProxy(ctx, http.MethodGet, *addr, "status", givenToken(*token), &report); err != nil {
 			return err
 		}
-		printRoutes(stdout, routes, time.Now())
+		printRoutes(stdout, report.Routes, time.Now(), false)
 		return nil
 	}
 	return printState(ctx, stdout, *state)
 }
 
-// fetchStatus asks a running proxy for its status.
-func fetchStatus(ctx context.Context, base, token string) ([]keypool.RouteStatus, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+"/status", nil)
-	if err != nil {
-		return nil, usageError{fmt.Errorf("-url: %v", err)}
+// fetchStatus asks a running proxy at base for its routes.
+func fetchStatus(ctx context.Context, base, token string) ([]routeView, error) {
+	var report statusReport
+	err := callProxy(ctx, http.MethodGet, base, "status", credential{value: token, from: "-token"}, &report)
+	return report.Routes, err
+}
+
+// credential is a proxy token and where it came from, for messages.
+type credential struct{ value, from string }
+
+// givenToken is the token given with -token, else $KEYPOOL_PROXY_TOKEN.
+func givenToken(flag string) credential {
+	if flag != "" {
+		return credential{flag, "-token"}
 	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
+	return credential{os.Getenv("KEYPOOL_PROXY_TOKEN"), "$KEYPOOL_PROXY_TOKEN"}
+}
+
+// proxyCallTimeout bounds a call to a proxy's own endpoint.
+const proxyCallTimeout = 30 * time.Second
+
+// maxProxyAnswer bounds the answer of a proxy's own endpoint.
+const maxProxyAnswer = 16 << 20
+
+// apiVersion matches the last path segment of a base URL that names an API
+// version, which clients add and the proxy forwards: v1, v1beta, v2alpha1.
+var apiVersion = regexp.MustCompile(`/v[0-9]+((alpha|beta)[0-9]*)?/?$`)
+
+// endpointURL returns the URL of the proxy's own endpoint (such as
+// "status") from the base URL its clients use, with or without the API
+// version they add.
+func endpointURL(base, endpoint string) (*url.URL, error) {
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, usageError{fmt.Errorf("-url %q: want the proxy's base URL, such as http://127.0.0.1:8787", base)}
+	}
+	p := strings.TrimSuffix(apiVersion.ReplaceAllString(u.Path, ""), "/")
+	return &url.URL{Scheme: u.Scheme, Host: u.Host, Path: p + "/" + endpoint}, nil
+}
+
+// callProxy sends a request to one of a proxy's own endpoints and decodes
+// its JSON answer into v. It marks the request as the proxy's own, so that
+// the proxy never forwards it upstream, and says what to do when the proxy
+// refuses it.
+func callProxy(ctx context.Context, method, base, endpoint string, token credential, v any) error {
+	u, err := endpointURL(base, endpoint)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, proxyCallTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
+	if err != nil {
+		return usageError{fmt.Errorf("-url: %v", err)}
+	}
+	req.Header.Set(ownEndpointHeader, endpoint)
+	if token.value != "" {
+		req.Header.Set("Authorization", "Bearer "+token.value)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, err
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("no answer from %s (is keypool serve running there?): %v", u, err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s answered %s", req.URL.Redacted(), resp.Status)
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxProxyAnswer))
+	if err != nil {
+		return fmt.Errorf("reading %s: %v", u, err)
 	}
-	var report statusReport
-	if err := json.NewDecoder(resp.Body).Decode(&report); err != nil {
-		return nil, fmt.Errorf("reading %s: %v", req.URL.Redacted(), err)
+	var failure struct {
+		Error struct{ Message string } `json:"error"`
 	}
-	return report.Routes, nil
+	_ = json.Unmarshal(body, &failure)
+	switch {
+	case resp.StatusCode == http.StatusUnauthorized && token.value == "":
+		return fmt.Errorf("%s needs a proxy token: set KEYPOOL_PROXY_TOKEN or pass -token (one of proxy_tokens in the proxy's configuration)", u)
+	case resp.StatusCode == http.StatusUnauthorized:
+		return fmt.Errorf("%s refused the token from %s: it is not one of proxy_tokens in the proxy's configuration", u, token.from)
+	case resp.StatusCode == http.StatusNotFound && strings.Contains(failure.Error.Message, "own endpoints"):
+		return usageError{fmt.Errorf("-url %s: give the base URL the proxy's clients use, such as http://127.0.0.1:8787/v1 (%s)", base, failure.Error.Message)}
+	case resp.StatusCode != http.StatusOK && failure.Error.Message != "":
+		return fmt.Errorf("%s answered %s: %s", u, resp.Status, failure.Error.Message)
+	case resp.StatusCode != http.StatusOK:
+		return fmt.Errorf("%s answered %s: is it a keypool proxy?", u, resp.Status)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("%s did not answer as a keypool proxy does: %v", u, err)
+	}
+	return nil
 }
 
-// printRoutes writes a table of each route's keys.
-func printRoutes(w io.Writer, routes []keypool.RouteStatus, now time.Time) {
+// printRoutes writes a table of each route's keys at now. Keys read from a
+// state directory have no tier or count of requests sent.
+func printRoutes(w io.Writer, routes []routeView, now time.Time, fromStore bool) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ROUTE\tKEY\tTIER\tSTATE\tSENT\tMODEL\tMINUTE REQ/TOK\tDAY REQ/TOK")
 	for _, r := range routes {
 		name := r.Name
-		if r.BenchedUntil.After(now) {
-			name += " (benched " + until(r.BenchedUntil, now) + ")"
+		if !r.BenchedUntil.IsZero() {
+			name += " (benched, " + backIn(r.BenchedUntil, now) + ")"
 		}
 		for _, k := range r.Keys {
-			tier := "free"
+			tier, sent := "free", fmt.Sprint(k.Sent)
 			if k.Paid {
 				tier = "paid"
 			}
-			state := "serving"
-			if k.Bench.Until.After(now) {
-				state = k.Bench.Kind.String() + " " + until(k.Bench.Until, now)
+			if fromStore {
+				tier, sent = "-", "-"
 			}
+			state := stateWords(k, now)
 			if len(k.Models) == 0 {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t-\t-\t-\n", name, k.ID, tier, state, k.Sent)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t-\t-\t-\n", name, k.ID, tier, state, sent)
 			}
 			for i, m := range k.Models {
-				ms := state
-				if m.Bench.Until.After(now) {
-					ms = m.Bench.Kind.String() + " " + until(m.Bench.Until, now)
-				}
-				sent := fmt.Sprint(k.Sent)
 				if i > 0 {
 					sent = ""
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, k.ID, tier, ms, sent, m.Model,
-					use(m.Usage.MinuteRequests, m.Limits.RPM, m.Usage.MinuteTokens, m.Limits.TPM),
-					use(m.Usage.DayRequests, m.Limits.RPD, m.Usage.DayTokens, m.Limits.TPD))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, k.ID, tier, state, sent, m.Model, m.Minute, m.Day)
 			}
 		}
 	}
 	tw.Flush()
 }
 
-// use shows requests and tokens used against their limits.
-func use(req, reqLimit, tok, tokLimit int64) string {
+// String shows requests and tokens used against their limits: "12/20 340".
+func (w windowView) String() string {
 	part := func(n, limit int64) string {
 		if limit == 0 {
 			return fmt.Sprint(n)
 		}
 		return fmt.Sprintf("%d/%d", n, limit)
 	}
-	return part(req, reqLimit) + " " + part(tok, tokLimit)
+	return part(w.Requests, w.RequestsLimit) + " " + part(w.Tokens, w.TokensLimit)
 }
 
-func until(t, now time.Time) string {
-	return "until " + t.Local().Format("15:04:05") + " (in " + t.Sub(now).Round(time.Second).String() + ")"
-}
-
-// printState shows what a state directory holds.
+// printState shows what a state directory holds. It opens only a directory
+// that holds keypool's state, and creates nothing.
 func printState(ctx context.Context, w io.Writer, dir string) error {
+	if err := checkStateDir(dir); err != nil {
+		return err
+	}
 	store, err := keypool.OpenBadgerStore(dir)
 	if errors.Is(err, keypool.ErrStoreLocked) {
-		return usageError{fmt.Errorf("-state: %w; ask the running proxy with -url", err)}
+		return usageError{fmt.Errorf("-state %s is in use by a running keypool (a proxy or a demo): ask the proxy with keypool status -url", dir)}
 	}
 	if err != nil {
 		return err
 	}
 	defer store.Close()
 	now := time.Now()
-	byProvider := map[string][]keypool.KeyStats{}
-	type stored struct{ provider, keyID string }
-	var keys []stored
-	for provider, keyID := range store.Keys() {
-		keys = append(keys, stored{provider, keyID})
-	}
-	slices.SortFunc(keys, func(a, b stored) int {
-		return cmp.Or(strings.Compare(a.provider, b.provider), strings.Compare(a.keyID, b.keyID))
-	})
-	var order []string
-	for _, k := range keys {
-		ks, err := store.State(ctx, k.provider, k.keyID, now)
-		if err != nil {
-			return err
-		}
-		ks.ID = k.keyID
-		if _, seen := byProvider[k.provider]; !seen {
-			order = append(order, k.provider)
-		}
-		byProvider[k.provider] = append(byProvider[k.provider], ks)
-	}
-	var routes []keypool.RouteStatus
-	for _, p := range order {
-		routes = append(routes, keypool.RouteStatus{Name: p, Keys: byProvider[p]})
+	routes, err := viewStore(ctx, store, now)
+	if err != nil {
+		return err
 	}
 	if len(routes) == 0 {
-		fmt.Fprintf(w, "%s holds no state.\n", dir)
+		fmt.Fprintf(w, "%s holds no keys' state yet.\n", dir)
 		return nil
 	}
-	printRoutes(w, routes, now)
+	printRoutes(w, routes, now, true)
+	return nil
+}
+
+// checkStateDir says what is wrong with dir as a state directory to read:
+// it does not exist, is not a directory, or holds no keypool state (a
+// Badger database has a MANIFEST).
+func checkStateDir(dir string) error {
+	st, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return usageError{fmt.Errorf("-state %s: no such directory (give the proxy's state directory, its configuration's state:)", dir)}
+	case err != nil:
+		return usageError{fmt.Errorf("-state: %v", err)}
+	case !st.IsDir():
+		return usageError{fmt.Errorf("-state %s: not a directory", dir)}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "MANIFEST")); errors.Is(err, os.ErrNotExist) {
+		return usageError{fmt.Errorf("-state %s: holds no keypool state (no Badger database in it)", dir)}
+	}
 	return nil
 }

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/keypool-go/keypool/internal/vendorsim"
+)
+
+// chromium returns the path of a Chromium to drive: $KEYPOOL_CHROMIUM, or
+// the first of the usual names on PATH. Without one, the test skips on a
+// developer's machine and fails in CI (where $CI is set), which .ci/run
+// installs it for.
+func chromium(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("KEYPOOL_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "headless-shell"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("no Chromium on PATH, and CI runs the browser test: install chromium (.ci/run does) or set KEYPOOL_CHROMIUM")
+	}
+	t.Skip("no Chromium on PATH: install chromium (Debian: apt-get install chromium) or set KEYPOOL_CHROMIUM to run the status page's browser test")
+	return ""
+}
+
+// screenshotDir is where the browser test saves its screenshots:
+// $KEYPOOL_SCREENSHOTS, made if needed, else the test's temporary
+// directory.
+func screenshotDir(t *testing.T) string {
+	if dir := os.Getenv("KEYPOOL_SCREENSHOTS"); dir != "" {
+		require.NoError(t, os.MkdirAll(dir, 0o755))
+		return dir
+	}
+	return t.TempDir()
+}
+
+// browser starts a headless Chromium with a fresh profile and returns a
+// context for its first tab.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path := chromium(t)
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(path),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 800),
+	)
+	ctx, cancel := chromedp.NewContext(alloc)
+	t.Cleanup(func() {
+		cancel()
+		cancelAlloc()
+	})
+	require.NoError(t, chromedp.Do(ctx), "starting %s", path)
+	return ctx
+}
+
+// inTab runs steps in the tab with a deadline.
+func inTab(t *testing.T, ctx context.Context, what string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	tctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	require.NoError(t, chromedp.Do(tctx, steps...), what)
+}
+
+// read runs one action that reads a value, with a deadline.
+func read[T any](t *testing.T, ctx context.Context, a chromedp.Action[T]) T {
+	t.Helper()
+	tctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(tctx, a)
+	require.NoError(t, err)
+	return v
+}
+
+// shoot saves a screenshot of the whole page as name in dir.
+func shoot(t *testing.T, ctx context.Context, dir, name string) {
+	t.Helper()
+	png := read(t, ctx, chromedp.FullScreenshot(100))
+	path := filepath.Join(dir, name)
+	require.NoError(t, os.WriteFile(path, png, 0o644))
+	t.Logf("screenshot: %s", path)
+}
+
+func TestStatusPageInBrowser(t *testing.T) {
+	ctx := browser(t)
+	dir := screenshotDir(t)
+
+	sim := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Keys: []vendorsim.Key{
+		{Secret: "sk-browser-one", ID: "one", Limits: vendorsim.Limits{RPM: 30}},
+		{Secret: "sk-browser-two", ID: "two", Limits: vendorsim.Limits{RPM: 30}},
+		{Secret: "sk-browser-gone", ID: "gone", Revoked: true},
+		{Secret: "sk-browser-paid", ID: "paid"},
+	}})
+	t.Cleanup(sim.Close)
+	base, _ := startProxy(t, fmt.Sprintf(`
+proxy_tokens: [%q]
+state: %s
+upstreams:
+  - name: openai
+    url: %s
+    limits: {rpm: 8, rpd: 200}
+    keys:
+      - {id: one, secret: sk-browser-one}
+      - {id: two, secret: sk-browser-two}
+      - {id: gone, secret: sk-browser-gone}
+      - {id: paid, secret: sk-browser-paid, paid: true}
+  - name: backup
+    url: %s
+    keys:
+      - {id: spare, secret: sk-browser-one}
+`, proxyToken, t.TempDir(), sim.URL(), sim.URL()))
+	send := func(n int) {
+		for range n {
+			resp, err := chat(t, base, false)
+			require.NoError(t, err)
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}
+	send(12) // "gone" is benched at its first 401; "one" fills its minute
+
+	// The page asks for the token once.
+	inTab(t, ctx, "the login form",
+		chromedp.Navigate(base+"/"),
+		chromedp.WaitVisible(chromedp.ID("login")),
+		chromedp.SendKeys(chromedp.ID("token"), "not-the-token"),
+		chromedp.Submit(chromedp.CSS("#login form")),
+		chromedp.WaitVisible(chromedp.ID("login-failed")),
+		chromedp.SendKeys(chromedp.ID("token"), proxyToken),
+		chromedp.Submit(chromedp.CSS("#login form")),
+		chromedp.WaitVisible(chromedp.CSS(`.key[data-key="gone"]`)),
+	)
+	assert.Empty(t, read(t, ctx, chromedp.Evaluate[string]("document.cookie")), "the session cookie is HttpOnly: the page's script cannot read it")
+
+	// A benched key shows its reason and the time left, in words.
+	text := func(sel string) string {
+		return strings.ReplaceAll(read(t, ctx, chromedp.Text(chromedp.CSS(sel))), "\u00a0", " ")
+	}
+	gone := text(`.key[data-key="gone"]`)
+	assert.Contains(t, gone, "benched")
+	assert.Contains(t, gone, "revoked or not authorized (auth)")
+	assert.Regexp(t, `back in 1[12] h \d+ min, (\w{3} )?\d\d:\d\d`, gone)
+	// Use shows as bars against the enforced limits.
+	one := text(`.key[data-key="one"]`)
+	assert.Regexp(t, `requests this minute\s*\d+ / 8`, one)
+	assert.Regexp(t, `requests today\s*\d+ / 200`, one)
+	assert.Regexp(t, `Vendor said (just now|\d+ s ago): \d+% of a window used \(gpt-4o-mini\); resets \d\d:\d\d`, one, "the vendor's last reading")
+	bars := read(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll('.key[data-key="one"] .bar .fill').length`))
+	assert.Equal(t, 2, bars, "a bar for the minute's and the day's requests")
+	assert.Equal(t, 2, read(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll('section.route').length`)), "every route")
+	events := text("#events")
+	assert.Contains(t, events, "gone benched (auth: revoked or not authorized)")
+	html := read(t, ctx, chromedp.OuterHTML(chromedp.CSS("html")))
+	assert.NotContains(t, html, "sk-browser", "no secret on the page")
+	assert.NotContains(t, html, proxyToken, "no token on the page")
+	assert.NotContains(t, html, "0001-01-01")
+
+	shoot(t, ctx, dir, "status-1280x800.png")
+
+	// Live: new requests show without a reload.
+	inTab(t, ctx, "marking the page", chromedp.Evaluate[chromedp.Void]("window.notReloaded = true"))
+	before := read(t, ctx, chromedp.Text(chromedp.CSS(`.key[data-key="two"] .counts`)))
+	send(2)
+	_ = read(t, ctx, chromedp.Poll[bool](fmt.Sprintf(
+		`document.querySelector('.key[data-key="two"] .counts').textContent !== %q`, before),
+		chromedp.WithPollingTimeout(10*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
+	assert.True(t, read(t, ctx, chromedp.Evaluate[bool]("window.notReloaded === true")), "updated in place, not reloaded")
+
+	// The unbench button lifts the bench.
+	inTab(t, ctx, "unbench",
+		chromedp.Click(chromedp.CSS(`.key[data-key="gone"] button.unbench`)),
+		chromedp.WaitVisible(chromedp.CSS(`.key[data-key="gone"].state-serving`)),
+	)
+	events = text("#events")
+	assert.Contains(t, events, "gone unbenched by proxy_tokens[0] (status page)")
+
+	// A phone's width: one column, nothing wider than the screen.
+	for i := 0; i < 8; i++ { // until "gone" is benched again, for the picture
+		if st, _ := sim.StatsOf("gone"); st.Unauthorized >= 2 {
+			break
+		}
+		send(1)
+	}
+	inTab(t, ctx, "a phone's width",
+		chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile, chromedp.EmulateScale(2)),
+		chromedp.Reload(),
+		chromedp.WaitVisible(chromedp.CSS(`.key[data-key="gone"].state-benched`)),
+	)
+	overflow := read(t, ctx, chromedp.Evaluate[int]("document.documentElement.scrollWidth - document.documentElement.clientWidth"))
+	assert.LessOrEqual(t, overflow, 0, "the page fits a phone's width")
+	shoot(t, ctx, dir, "status-phone-390.png")
+
+	// Logging out ends the session.
+	inTab(t, ctx, "log out",
+		chromedp.Click(chromedp.CSS("#logout button")),
+		chromedp.WaitVisible(chromedp.ID("login")),
+	)
+	resp, err := http.Get(base + "/status")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	assert.False(t, strings.Contains(read(t, ctx, chromedp.Text(chromedp.CSS("body"))), "sk-browser"))
+}

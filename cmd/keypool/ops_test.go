@@ -1,0 +1,175 @@
+package main
+
+import (
+	"bytes"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// runKeypool runs the command line args and returns its exit status, stdout
+// and stderr.
+func runKeypool(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	status := run(t.Context(), args, &stdout, &stderr)
+	return status, stdout.String(), stderr.String()
+}
+
+func TestEndpointURL(t *testing.T) {
+	tests := []struct {
+		base, want string
+	}{
+		{"http://127.0.0.1:8787", "http://127.0.0.1:8787/status"},
+		{"http://127.0.0.1:8787/", "http://127.0.0.1:8787/status"},
+		{"http://127.0.0.1:8787/v1", "http://127.0.0.1:8787/status"},
+		{"http://127.0.0.1:8787/v1/", "http://127.0.0.1:8787/status"},
+		{"http://127.0.0.1:8787/v1beta", "http://127.0.0.1:8787/status"},
+		{"https://proxy.internal/keypool/v1", "https://proxy.internal/keypool/status"},
+		{"http://127.0.0.1:8787/v1?x=1#y", "http://127.0.0.1:8787/status"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.base, func(t *testing.T) {
+			u, err := endpointURL(tt.base, "status")
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, u.String())
+		})
+	}
+	for _, bad := range []string{"127.0.0.1:8787", "ftp://x", "http://", "::"} {
+		_, err := endpointURL(bad, "status")
+		assert.ErrorContains(t, err, "want the proxy's base URL", bad)
+	}
+}
+
+// countingUpstream is an upstream that counts what reaches it.
+func countingUpstream(t *testing.T) (string, *atomic.Int64) {
+	var n atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		w.WriteHeader(http.StatusNotFound)
+	}))
+	t.Cleanup(up.Close)
+	return up.URL, &n
+}
+
+func TestStatusURL(t *testing.T) {
+	upstream, reached := countingUpstream(t)
+	base, _ := startProxy(t, oneUpstream(t, upstream, "keys: [{id: a, secret: sk-a}, {id: b, secret: sk-b}]"))
+	t.Setenv("KEYPOOL_PROXY_TOKEN", "")
+	tests := []struct {
+		name   string
+		args   []string
+		status int
+		out    string
+	}{
+		{"the base URL", []string{"-url", base, "-token", proxyToken}, 0, "up     a    free  serving"},
+		{"the base URL clients use, with /v1", []string{"-url", base + "/v1", "-token", proxyToken}, 0, "up     b    free  serving"},
+		{"no token", []string{"-url", base + "/v1"}, 1, "needs a proxy token: set KEYPOOL_PROXY_TOKEN or pass -token"},
+		{"a wrong token", []string{"-url", base, "-token", "nope"}, 1, "refused the token from -token: it is not one of proxy_tokens"},
+		{"a path the proxy forwards", []string{"-url", base + "/openai/x", "-token", proxyToken}, exitUsage, "give the base URL the proxy's clients use"},
+		{"not a URL", []string{"-url", "127.0.0.1:8787"}, exitUsage, "want the proxy's base URL"},
+		{"nothing there", []string{"-url", "http://127.0.0.1:1", "-token", "x"}, 1, "is keypool serve running there?"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, stdout, stderr := runKeypool(t, append([]string{"status"}, tt.args...)...)
+			assert.Equal(t, tt.status, status, "stderr: %s", stderr)
+			assert.Contains(t, stdout+stderr, tt.out)
+			assert.NotContains(t, stdout+stderr, "0001-01-01")
+		})
+	}
+	t.Setenv("KEYPOOL_PROXY_TOKEN", "from-env-and-wrong")
+	_, _, stderr := runKeypool(t, "status", "-url", base)
+	assert.Contains(t, stderr, "refused the token from $KEYPOOL_PROXY_TOKEN")
+	assert.Zero(t, reached.Load(), "keypool status never reaches an upstream")
+}
+
+func TestStatusState(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "typo")
+	file := filepath.Join(dir, "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o600))
+	empty := filepath.Join(dir, "empty")
+	require.NoError(t, os.Mkdir(empty, 0o700))
+	tests := []struct {
+		name, dir, want string
+	}{
+		{"a directory that does not exist", missing, "no such directory"},
+		{"a file", file, "not a directory"},
+		{"a directory without state", empty, "holds no keypool state"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, _, stderr := runKeypool(t, "status", "-state", tt.dir)
+			assert.Equal(t, exitUsage, status)
+			assert.Contains(t, stderr, tt.want)
+			assert.NotContains(t, stderr, "in use", "no talk of a lock")
+		})
+	}
+	_, err := os.Stat(missing)
+	assert.ErrorIs(t, err, os.ErrNotExist, "keypool status created nothing")
+	entries, err := os.ReadDir(empty)
+	require.NoError(t, err)
+	assert.Empty(t, entries, "keypool status wrote nothing into a directory without state")
+}
+
+func TestUnbenchCommand(t *testing.T) {
+	base, srv, logs, sim := pageProxy(t)
+	benchGone(t, base, sim)
+	t.Setenv("KEYPOOL_PROXY_TOKEN", proxyToken)
+
+	status, stdout, stderr := runKeypool(t, "unbench", "-url", base+"/v1", "openai/gone")
+	require.Equal(t, 0, status, "stderr: %s", stderr)
+	assert.Contains(t, stdout, "Unbenched gone of route openai")
+	assert.Contains(t, logs.String(), "msg=unbenched route=openai key=gone by=proxy_tokens[0]")
+	for _, r := range viewRoutes(srv.fallback.Status(), time.Now()) {
+		for _, k := range r.Keys {
+			assert.Equal(t, "serving", k.State, "key %s", k.ID)
+		}
+	}
+
+	tests := []struct {
+		name   string
+		args   []string
+		status int
+		want   string
+	}{
+		{"flags after the key", []string{"openai/gone", "-url", base}, 0, "Unbenched gone"},
+		{"an unknown key", []string{"-url", base, "openai/nope"}, 1, `no key "nope" in a route "openai"`},
+		{"no route", []string{"-url", base, "gone"}, exitUsage, "give the key as ROUTE/KEY"},
+		{"no key", []string{"-url", base}, exitUsage, "give the key as ROUTE/KEY"},
+		{"two keys", []string{"-url", base, "openai/gone", "openai/good"}, exitUsage, `unexpected argument "openai/good"`},
+		{"no URL", []string{"openai/gone"}, exitUsage, "-url URL is required"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, stdout, stderr := runKeypool(t, append([]string{"unbench"}, tt.args...)...)
+			assert.Equal(t, tt.status, status, "stderr: %s", stderr)
+			assert.Contains(t, stdout+stderr, tt.want)
+		})
+	}
+}
+
+func TestVersion(t *testing.T) {
+	status, stdout, _ := runKeypool(t, "version")
+	assert.Equal(t, 0, status)
+	assert.True(t, strings.HasPrefix(stdout, "keypool "), stdout)
+	assert.Contains(t, stdout, runtime.Version())
+
+	info := &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: "github.com/keypool-go/keypool/cmd/keypool", Version: "v1.2.3"},
+		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "0123456789abcdef0123"}, {Key: "vcs.time", Value: "2026-11-30T10:00:00Z"}, {Key: "vcs.modified", Value: "true"}}}
+	assert.Equal(t, "keypool v1.2.3 commit 0123456789ab 2026-11-30T10:00:00Z (modified) go1.26.8 "+runtime.GOOS+"/"+runtime.GOARCH, versionText(info, true))
+	info = &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"}}
+	assert.Equal(t, "keypool (devel) go1.26.8 "+runtime.GOOS+"/"+runtime.GOARCH, versionText(info, true))
+	assert.Contains(t, versionText(nil, false), "no build information")
+}

@@ -1,0 +1,400 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/keypool-go/keypool/internal/vendorsim"
+)
+
+// pageProxy starts a proxy of two keys, one revoked, at a fake vendor, and
+// returns its URL, the server and its log.
+func pageProxy(t *testing.T) (string, *server, *syncBuffer, *vendorsim.Server) {
+	t.Helper()
+	sim := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Keys: []vendorsim.Key{
+		{Secret: "sk-page-good", ID: "good"}, {Secret: "sk-page-gone", ID: "gone", Revoked: true}}})
+	t.Cleanup(sim.Close)
+	base, srv, logs := proxyLogged(t, simConfig(sim, t.TempDir(), `
+      - {id: good, secret: sk-page-good}
+      - {id: gone, secret: sk-page-gone}`), "second-token")
+	return base, srv, logs, sim
+}
+
+// proxyLogged starts the proxy for the YAML configuration, with more proxy
+// tokens, and returns its URL, the server and its log.
+func proxyLogged(t *testing.T, conf string, tokens ...string) (string, *server, *syncBuffer) {
+	t.Helper()
+	var c config
+	require.NoError(t, yaml.Unmarshal([]byte(conf), &c))
+	for _, tok := range tokens {
+		c.ProxyTokens = append(c.ProxyTokens, secretRef(tok))
+	}
+	s, err := c.resolve(func(string) (string, bool) { return "", false })
+	require.NoError(t, err)
+	logs := &syncBuffer{}
+	srv, err := newServer(s, slog.New(slog.NewTextHandler(logs, nil)))
+	require.NoError(t, err)
+	hs := httptest.NewServer(srv.handler())
+	t.Cleanup(func() {
+		hs.Close()
+		srv.close()
+	})
+	return hs.URL, srv, logs
+}
+
+// benchGone sends requests until the revoked key has met one.
+func benchGone(t *testing.T, base string, sim *vendorsim.Server) {
+	t.Helper()
+	for range 4 {
+		if st, _ := sim.StatsOf("gone"); st.Unauthorized > 0 {
+			return
+		}
+		resp, err := chat(t, base, false)
+		require.NoError(t, err)
+		resp.Body.Close()
+	}
+	t.Fatal("the revoked key was never tried")
+}
+
+// noRedirects is a client that shows redirects instead of following them.
+var noRedirects = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+// login posts the login form and returns the answer.
+func login(t *testing.T, base, token string, header http.Header) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, base+"/login", strings.NewReader(url.Values{"token": {token}}.Encode()))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := noRedirects.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	return resp
+}
+
+func sessionOf(resp *http.Response) *http.Cookie {
+	for _, c := range resp.Cookies() {
+		if c.Name == sessionCookie {
+			return c
+		}
+	}
+	return nil
+}
+
+// get sends a GET with the cookie, if any, and returns the status and body.
+func get(t *testing.T, u string, cookie *http.Cookie, header http.Header) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, u, nil)
+	require.NoError(t, err)
+	if cookie != nil {
+		req.AddCookie(cookie)
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestStatusPageLogin(t *testing.T) {
+	base, _, logs, _ := pageProxy(t)
+
+	resp := login(t, base, "wrong", nil)
+	assert.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	assert.Equal(t, "/#login-failed", resp.Header.Get("Location"))
+	assert.Nil(t, sessionOf(resp), "no session for a wrong token")
+
+	resp = login(t, base, proxyToken, nil)
+	assert.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	assert.Equal(t, "/", resp.Header.Get("Location"))
+	c := sessionOf(resp)
+	require.NotNil(t, c)
+	assert.True(t, c.HttpOnly, "the script cannot read the session")
+	assert.Equal(t, http.SameSiteStrictMode, c.SameSite)
+	assert.NotContains(t, c.Value, proxyToken, "the cookie is not the token")
+	assert.Positive(t, c.MaxAge)
+
+	status, body := get(t, base+"/status", c, nil)
+	assert.Equal(t, http.StatusOK, status, body)
+	status, _ = get(t, base+"/metrics", c, nil)
+	assert.Equal(t, http.StatusOK, status, "the JSON and metrics endpoints take the cookie")
+
+	tampered := *c
+	tampered.Value = c.Value[:len(c.Value)-2] + "AA"
+	status, _ = get(t, base+"/status", &tampered, nil)
+	assert.Equal(t, http.StatusUnauthorized, status, "a forged session")
+	later := *c
+	exp, _, _ := strings.Cut(c.Value, ".")
+	later.Value = strings.Replace(c.Value, exp, fmt.Sprint(time.Now().Add(30*24*time.Hour).Unix()), 1)
+	status, _ = get(t, base+"/status", &later, nil)
+	assert.Equal(t, http.StatusUnauthorized, status, "a session whose expiry was moved")
+
+	// The cookie never lets a request through to an upstream.
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(`{"model":"gpt-4o-mini"}`))
+	req.AddCookie(c)
+	fwd, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	fwd.Body.Close()
+	assert.Equal(t, http.StatusUnauthorized, fwd.StatusCode)
+
+	// A second token logs in too, and is named as such.
+	resp = login(t, base, "second-token", nil)
+	require.NotNil(t, sessionOf(resp))
+	assert.NotEqual(t, c.Value, sessionOf(resp).Value)
+	assert.Contains(t, logs.String(), "status page login refused")
+	assert.Contains(t, logs.String(), "by=proxy_tokens[1]")
+
+	// Logging out clears the cookie.
+	req, _ = http.NewRequest(http.MethodPost, base+"/logout", nil)
+	out, err := noRedirects.Do(req)
+	require.NoError(t, err)
+	out.Body.Close()
+	require.NotNil(t, sessionOf(out))
+	assert.Negative(t, sessionOf(out).MaxAge)
+}
+
+func TestStatusPageLoginBounds(t *testing.T) {
+	base, _, _, _ := pageProxy(t)
+	big := strings.NewReader("token=" + strings.Repeat("x", maxLoginBody))
+	resp, err := noRedirects.Post(base+"/login", "application/x-www-form-urlencoded", big)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode)
+
+	resp, err = noRedirects.Post(base+"/login?token="+proxyToken, "application/x-www-form-urlencoded", strings.NewReader(""))
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Nil(t, sessionOf(resp), "a token in the URL, where logs keep it, does not log in")
+}
+
+func TestStatusPageRefusesCrossOrigin(t *testing.T) {
+	base, _, _, sim := pageProxy(t)
+	benchGone(t, base, sim)
+	c := sessionOf(login(t, base, proxyToken, nil))
+	require.NotNil(t, c)
+
+	tests := []struct {
+		name   string
+		header http.Header
+		status int
+	}{
+		{"another site's form", http.Header{"Origin": {"https://evil.example"}}, http.StatusForbidden},
+		{"cross-site fetch", http.Header{"Sec-Fetch-Site": {"cross-site"}}, http.StatusForbidden},
+		{"same-site but another origin", http.Header{"Sec-Fetch-Site": {"same-site"}}, http.StatusForbidden},
+		{"the page itself", http.Header{"Sec-Fetch-Site": {"same-origin"}, "Origin": {base}}, http.StatusOK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodPost, base+"/keys/openai/gone/unbench", nil)
+			req.AddCookie(c)
+			for k, v := range tt.header {
+				req.Header[k] = v
+			}
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+			assert.Equal(t, tt.status, resp.StatusCode)
+		})
+	}
+	resp := login(t, base, proxyToken, http.Header{"Origin": {"https://evil.example"}})
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode, "no login from another site's form")
+	assert.Nil(t, sessionOf(resp))
+}
+
+func TestStatusPageServesNoSecret(t *testing.T) {
+	base, _, _, _ := pageProxy(t)
+	for _, path := range []string{"/", "/ui/app.js", "/ui/style.css"} {
+		resp, err := http.Get(base + path)
+		require.NoError(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusOK, resp.StatusCode, path)
+		assert.Contains(t, resp.Header.Get("Content-Security-Policy"), "default-src 'none'", path)
+		assert.Contains(t, resp.Header.Get("Content-Security-Policy"), "frame-ancestors 'none'", path)
+		assert.Equal(t, "nosniff", resp.Header.Get("X-Content-Type-Options"))
+		assert.NotContains(t, string(b), "sk-page", path)
+		assert.NotContains(t, string(b), proxyToken, path)
+		assert.NotContains(t, string(b), "http://", "%s loads nothing from elsewhere", path)
+	}
+	resp, err := http.Get(base + "/")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Contains(t, resp.Header.Get("Content-Type"), "text/html")
+}
+
+func TestStatusJSON(t *testing.T) {
+	base, _, _, sim := pageProxy(t)
+	benchGone(t, base, sim)
+	status, body := get(t, base+"/status", nil, http.Header{"Authorization": {"Bearer " + proxyToken}})
+	require.Equal(t, http.StatusOK, status, body)
+	assert.NotContains(t, body, "0001-01-01", "no zero time")
+	assert.NotContains(t, body, "sk-page")
+	var report statusReport
+	require.NoError(t, json.Unmarshal([]byte(body), &report))
+	require.Len(t, report.Routes, 1)
+	r := report.Routes[0]
+	assert.True(t, r.BenchedUntil.IsZero())
+	assert.NotContains(t, body, "benched_until", "a route not benched has no time")
+	keys := map[string]keyView{}
+	for _, k := range r.Keys {
+		keys[k.ID] = k
+	}
+	assert.Equal(t, "benched", keys["gone"].State)
+	assert.Equal(t, "auth", keys["gone"].Bench.Kind.String())
+	assert.Equal(t, "revoked or not authorized", keys["gone"].Bench.Reason)
+	assert.WithinDuration(t, time.Now().Add(12*time.Hour), keys["gone"].Bench.Until, time.Minute)
+	assert.Equal(t, "serving", keys["good"].State)
+	assert.True(t, keys["good"].Bench.Until.IsZero())
+	require.NotEmpty(t, report.Events)
+	assert.Equal(t, "bench", report.Events[0].Kind)
+	assert.Equal(t, "gone", report.Events[0].Key)
+}
+
+func TestOwnEndpointsSayWhyTheyRefuse(t *testing.T) {
+	base, _, _, _ := pageProxy(t)
+	tests := []struct {
+		name   string
+		header http.Header
+		want   string
+	}{
+		{"no token", nil, "none was sent"},
+		{"a wrong token", http.Header{"Authorization": {"Bearer nope"}}, "the one sent is not one of proxy_tokens"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, body := get(t, base+"/status", nil, tt.header)
+			assert.Equal(t, http.StatusUnauthorized, status)
+			assert.Contains(t, body, tt.want)
+		})
+	}
+}
+
+func TestUnbenchEndpoint(t *testing.T) {
+	base, srv, logs, sim := pageProxy(t)
+	benchGone(t, base, sim)
+	post := func(path string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, base+path, nil)
+		req.Header.Set("Authorization", "Bearer "+proxyToken)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	status, body := post("/keys/openai/nope/unbench")
+	assert.Equal(t, http.StatusNotFound, status)
+	assert.Contains(t, body, `no key \"nope\" in a route \"openai\"`)
+	status, _ = post("/keys/nope/gone/unbench")
+	assert.Equal(t, http.StatusNotFound, status)
+
+	status, body = post("/keys/openai/gone/unbench")
+	require.Equal(t, http.StatusOK, status, body)
+	assert.JSONEq(t, `{"route":"openai","key":"gone","unbenched":true}`, body)
+	assert.Contains(t, logs.String(), "msg=unbenched route=openai key=gone by=proxy_tokens[0]")
+	for _, r := range viewRoutes(srv.fallback.Status(), time.Now()) {
+		for _, k := range r.Keys {
+			assert.Equal(t, "serving", k.State, "key %s", k.ID)
+		}
+	}
+	events := srv.events.latest(10, time.Now())
+	require.NotEmpty(t, events)
+	assert.Equal(t, "unbench", events[0].Kind)
+
+	before, _ := sim.StatsOf("gone")
+	for range 2 {
+		resp, err := chat(t, base, false)
+		require.NoError(t, err)
+		resp.Body.Close()
+	}
+	after, _ := sim.StatsOf("gone")
+	assert.Equal(t, before.Requests+1, after.Requests, "the key is tried again, once, and benched again")
+}
+
+func TestOwnEndpointNeverForwarded(t *testing.T) {
+	up, upstream := countingUpstream(t)
+	base, _ := startProxy(t, oneUpstream(t, up, "keys: [{id: a, secret: sk-a}]"))
+	for _, path := range []string{"/v1/status", "/openai/v1/status", "/v1/keys/up/a/unbench"} {
+		req, _ := http.NewRequest(http.MethodGet, base+path, nil)
+		req.Header.Set("Authorization", "Bearer "+proxyToken)
+		req.Header.Set(ownEndpointHeader, "status")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusNotFound, resp.StatusCode, path)
+		assert.Contains(t, string(b), "own endpoints are at its root", path)
+	}
+	assert.Zero(t, upstream.Load(), "nothing reached the upstream")
+}
+
+func TestSession(t *testing.T) {
+	srv := &server{settings: &settings{tokens: [][]byte{[]byte("first"), []byte("second")}}}
+	now := time.Unix(1_800_000_000, 0)
+	v := session([]byte("second"), now.Add(time.Hour))
+	tests := []struct {
+		name  string
+		value string
+		at    time.Time
+		want  int
+	}{
+		{"valid", v, now, 1},
+		{"expired", v, now.Add(2 * time.Hour), -1},
+		{"another token's", session([]byte("third"), now.Add(time.Hour)), now, -1},
+		{"no expiry", strings.SplitN(v, ".", 2)[1], now, -1},
+		{"garbage", "x.y", now, -1},
+		{"too long", v + strings.Repeat("A", 200), now, -1},
+		{"beyond a session's life", session([]byte("first"), now.Add(sessionLife+time.Hour)), now, -1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, srv.sessionToken(tt.value, tt.at))
+		})
+	}
+	assert.False(t, bytes.Contains([]byte(v), []byte("second")))
+}
+
+// A route of one key that the vendor revoked: the 401 reaches the caller,
+// the route is benched for 12 hours, and the proxy says so in its log; an
+// unbench brings the route back without a restart.
+func TestUnbenchBringsBackAOneKeyRoute(t *testing.T) {
+	sim := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Keys: []vendorsim.Key{{Secret: "sk-only", ID: "only", Revoked: true}}})
+	t.Cleanup(sim.Close)
+	base, _, logs := proxyLogged(t, oneUpstream(t, sim.URL(), "keys: [{id: only, secret: sk-only}]"))
+	statusOf := func() int {
+		resp, err := chat(t, base, false)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	assert.Equal(t, http.StatusUnauthorized, statusOf())
+	assert.Contains(t, logs.String(), `msg="route benched" route=up kind=auth`)
+	assert.Equal(t, http.StatusTooManyRequests, statusOf(), "the route is benched")
+
+	req, _ := http.NewRequest(http.MethodPost, base+"/keys/up/only/unbench", nil)
+	req.Header.Set("Authorization", "Bearer "+proxyToken)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, http.StatusUnauthorized, statusOf(), "the request reaches the vendor again")
+	st, _ := sim.StatsOf("only")
+	assert.Equal(t, int64(2), st.Requests)
+}

@@ -1,0 +1,286 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/keypool-go/keypool"
+)
+
+// This file is the one place that reads keypool's status types
+// (RouteStatus, KeyStats, ModelStats, the store's state): everything the
+// command shows — /status, the status page, keypool status, the demo — goes
+// through the views below, so that a rename in the library touches only
+// this file.
+
+// statusReport is the JSON of /status, which the status page and keypool
+// status -url read. A time that is not known is left out, never shown as
+// the zero time.
+type statusReport struct {
+	Now    time.Time   `json:"now"`
+	Routes []routeView `json:"routes"`
+	Events []eventView `json:"events"`
+}
+
+// routeView is one upstream route.
+type routeView struct {
+	Name string `json:"name"`
+	URL  string `json:"url"`
+	// BenchedUntil is when the route is back in rotation; zero when it is
+	// not benched.
+	BenchedUntil time.Time `json:"benched_until,omitzero"`
+	Keys         []keyView `json:"keys"`
+}
+
+// keyView is one key of a route.
+type keyView struct {
+	ID   string `json:"id"`
+	Paid bool   `json:"paid"`
+	// State is "serving", "benched" or "full" (a window at its limit).
+	State string `json:"state"`
+	// Bench is the bench that holds the key: for every model, or — when
+	// BenchModel is set — for that model; zero when none does.
+	Bench      benchView `json:"bench,omitzero"`
+	BenchModel string    `json:"bench_model,omitempty"`
+	// Full names the window that is at its limit when State is "full":
+	// "minute" or "day" (the pool's count), or "vendor" (the vendor said
+	// its window is used up until FullUntil).
+	Full      string           `json:"full,omitempty"`
+	FullUntil time.Time        `json:"full_until,omitzero"`
+	Sent      int64            `json:"sent"`
+	Answers   map[string]int64 `json:"answers,omitempty"`
+	Models    []modelView      `json:"models"`
+	// Last is what the vendor last said of the key's windows; nil when it
+	// has said nothing.
+	Last *readingView `json:"last,omitempty"`
+}
+
+// benchView is one bench: its kind, the reason in words, and when it ends.
+type benchView struct {
+	Kind   keypool.Kind `json:"kind"`
+	Reason string       `json:"reason"`
+	Until  time.Time    `json:"until"`
+	// Level is the quota ladder's level (quota answers without a date
+	// since the last success); zero when none.
+	Level int `json:"level,omitempty"`
+}
+
+// modelView is a key's use of one model against the limits the pool
+// enforces; a zero limit is no limit.
+type modelView struct {
+	Model  string     `json:"model"`
+	Bench  benchView  `json:"bench,omitzero"`
+	Minute windowView `json:"minute"`
+	Day    windowView `json:"day"`
+}
+
+// windowView is one window's use and limits.
+type windowView struct {
+	Requests      int64 `json:"requests"`
+	RequestsLimit int64 `json:"requests_limit,omitempty"`
+	Tokens        int64 `json:"tokens"`
+	TokensLimit   int64 `json:"tokens_limit,omitempty"`
+}
+
+// full reports whether the window is at one of its limits.
+func (w windowView) full() bool {
+	return (w.RequestsLimit > 0 && w.Requests >= w.RequestsLimit) || (w.TokensLimit > 0 && w.Tokens >= w.TokensLimit)
+}
+
+// readingView is the vendor's last reading of a key's window.
+type readingView struct {
+	At          time.Time `json:"at"`
+	Model       string    `json:"model,omitempty"`
+	Window      string    `json:"window,omitempty"`
+	Utilization float64   `json:"utilization"`
+	ResetAt     time.Time `json:"reset_at,omitzero"`
+}
+
+// viewRoutes reads the routes' status at now.
+func viewRoutes(routes []keypool.RouteStatus, now time.Time) []routeView {
+	out := make([]routeView, 0, len(routes))
+	for _, r := range routes {
+		rv := routeView{Name: r.Name, URL: displayURL(r.URL), Keys: make([]keyView, 0, len(r.Keys))}
+		if r.BenchedUntil.After(now) {
+			rv.BenchedUntil = r.BenchedUntil
+		}
+		for _, k := range r.Keys {
+			rv.Keys = append(rv.Keys, viewKey(k, now))
+		}
+		out = append(out, rv)
+	}
+	return out
+}
+
+// displayURL is an upstream URL as the status shows it: without a user,
+// password or query, which may hold a secret.
+func displayURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	u.User, u.RawQuery, u.Fragment = nil, "", ""
+	return u.String()
+}
+
+// viewKey reads one key's stats at now.
+func viewKey(k keypool.KeyStats, now time.Time) keyView {
+	kv := keyView{ID: k.ID, Paid: k.Paid, State: "serving", Sent: k.Sent, Models: []modelView{}}
+	if len(k.Answers) > 0 {
+		kv.Answers = map[string]int64{}
+		for kind, n := range k.Answers {
+			kv.Answers[kind.String()] = n
+		}
+	}
+	kv.Bench = viewBench(k.Bench, 0, now)
+	for _, m := range k.Models {
+		mv := modelView{
+			Model: m.Model,
+			Bench: viewBench(m.Bench, m.Level, now),
+			Minute: windowView{Requests: m.Usage.MinuteRequests, RequestsLimit: m.Limits.RPM,
+				Tokens: m.Usage.MinuteTokens, TokensLimit: m.Limits.TPM},
+			Day: windowView{Requests: m.Usage.DayRequests, RequestsLimit: m.Limits.RPD,
+				Tokens: m.Usage.DayTokens, TokensLimit: m.Limits.TPD},
+		}
+		wholeKey := kv.BenchModel == "" && !kv.Bench.Until.IsZero()
+		if !wholeKey && mv.Bench.Until.After(kv.Bench.Until) {
+			kv.Bench, kv.BenchModel = mv.Bench, m.Model
+		}
+		switch {
+		case mv.Day.full():
+			kv.Full = "day"
+		case mv.Minute.full() && kv.Full == "":
+			kv.Full = "minute"
+		}
+		kv.Models = append(kv.Models, mv)
+	}
+	if !k.LastAt.IsZero() {
+		kv.Last = &readingView{At: k.LastAt, Model: k.Last.Model, Window: string(k.Last.Window),
+			Utilization: k.Last.Utilization}
+		if !k.Last.ResetAt.IsZero() {
+			kv.Last.ResetAt = k.Last.ResetAt
+		}
+		// The pool sends a key nothing its vendor said it cannot take.
+		if kv.Full == "" && k.Last.Utilization >= 1 && k.Last.ResetAt.After(now) {
+			kv.Full, kv.FullUntil = "vendor", k.Last.ResetAt
+		}
+	}
+	switch {
+	case !kv.Bench.Until.IsZero():
+		kv.State = "benched"
+	case kv.Full != "":
+		kv.State = "full"
+	}
+	return kv
+}
+
+// viewBench reads a bench at now: zero unless it holds past now.
+func viewBench(b keypool.Bench, level int, now time.Time) benchView {
+	if !b.Until.After(now) {
+		return benchView{}
+	}
+	return benchView{Kind: b.Kind, Reason: benchReason(b.Kind), Until: b.Until, Level: level}
+}
+
+// benchReason says in words what benched a key.
+func benchReason(k keypool.Kind) string {
+	switch k {
+	case keypool.KindRate:
+		return "throttled by the vendor"
+	case keypool.KindQuota:
+		return "quota or balance spent"
+	case keypool.KindAuth:
+		return "revoked or not authorized"
+	case keypool.KindTransient:
+		return "vendor errors"
+	}
+	return k.String()
+}
+
+// viewStore reads what a state directory holds at now, a route per
+// provider (a proxy's route names its pool's provider), keys by ID. The
+// store keeps no counters of requests sent, nor limits.
+func viewStore(ctx context.Context, store *keypool.BadgerStore, now time.Time) ([]routeView, error) {
+	type stored struct{ provider, keyID string }
+	var keys []stored
+	for provider, keyID := range store.Keys() {
+		keys = append(keys, stored{provider, keyID})
+	}
+	slices.SortFunc(keys, func(a, b stored) int {
+		return cmp.Or(strings.Compare(a.provider, b.provider), strings.Compare(a.keyID, b.keyID))
+	})
+	var routes []routeView
+	for _, sk := range keys {
+		ks, err := store.State(ctx, sk.provider, sk.keyID, now)
+		if err != nil {
+			return nil, err
+		}
+		ks.ID = sk.keyID
+		slices.SortFunc(ks.Models, func(a, b keypool.ModelStats) int { return strings.Compare(a.Model, b.Model) })
+		kv := viewKey(ks, now)
+		if n := len(routes); n > 0 && routes[n-1].Name == sk.provider {
+			routes[n-1].Keys = append(routes[n-1].Keys, kv)
+			continue
+		}
+		routes = append(routes, routeView{Name: sk.provider, Keys: []keyView{kv}})
+	}
+	return routes, nil
+}
+
+// stateWords says a key's state in words at now: "serving", "full this
+// minute", "benched: revoked or not authorized; back in 4 h 12 min, 18:47".
+func stateWords(k keyView, now time.Time) string {
+	switch k.State {
+	case "benched":
+		s := "benched (" + k.Bench.Kind.String() + ")"
+		if k.BenchModel != "" {
+			s += " for " + k.BenchModel
+		}
+		return s + ", " + backIn(k.Bench.Until, now)
+	case "full":
+		switch k.Full {
+		case "day":
+			return "full today"
+		case "vendor":
+			return "full at the vendor, " + backIn(k.FullUntil, now)
+		}
+		return "full this minute"
+	}
+	return k.State
+}
+
+// backIn says when a bench ends, relative to now and on the clock:
+// "back in 4 h 12 min, 18:47"; a day or more away, the clock names the
+// day: "back in 2 d 3 h, Tue 09:00".
+func backIn(until, now time.Time) string {
+	d := until.Sub(now)
+	clock := until.Local().Format("15:04")
+	if until.Local().YearDay() != now.Local().YearDay() || d >= 24*time.Hour {
+		clock = until.Local().Format("Mon 15:04")
+	}
+	return "back in " + span(d) + ", " + clock
+}
+
+// span says a duration in words, to the two largest units: "42 s",
+// "3 min 20 s", "4 h 12 min", "2 d 3 h".
+func span(d time.Duration) string {
+	d = max(d, 0).Round(time.Second)
+	days, hours := int64(d/(24*time.Hour)), int64(d/time.Hour)%24
+	mins, secs := int64(d/time.Minute)%60, int64(d/time.Second)%60
+	switch {
+	case days > 0:
+		return fmt.Sprintf("%d d %d h", days, hours)
+	case hours > 0:
+		return fmt.Sprintf("%d h %d min", hours, mins)
+	case mins >= 10:
+		return fmt.Sprintf("%d min", mins)
+	case mins > 0:
+		return fmt.Sprintf("%d min %d s", mins, secs)
+	}
+	return fmt.Sprintf("%d s", secs)
+}

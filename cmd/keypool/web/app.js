@@ -1,0 +1,299 @@
+// The keypool status page: it asks the proxy's /status every two seconds
+// and shows every route, key and recent event. It builds the page with DOM
+// calls only (text is never parsed as HTML) and keeps no secret: the
+// session is an HttpOnly cookie the script cannot read.
+"use strict";
+
+(() => {
+  const pollEvery = 2000; // ms, while the page is visible
+  const pollHidden = 15000; // ms, while it is not
+  let report = null; // the last /status
+  let skew = 0; // the proxy's clock minus ours, ms
+  let timer = 0;
+  const buttons = new Map(); // unbench buttons by route and key, kept across redraws
+
+  const $ = (id) => document.getElementById(id);
+
+  // h builds an element: props set attributes ("class", "text" and "on…"
+  // are special); children are elements or strings, added as text.
+  function h(tag, props, ...children) {
+    const el = document.createElement(tag);
+    for (const [k, v] of Object.entries(props || {})) {
+      if (v === null || v === undefined || v === false) continue;
+      if (k === "class") el.className = v;
+      else if (k === "text") el.textContent = v;
+      else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+      else el.setAttribute(k, v === true ? "" : String(v));
+    }
+    for (const c of children.flat()) {
+      if (c !== null && c !== undefined && c !== false) el.append(c);
+    }
+    return el;
+  }
+
+  // parseTime reads a time of /status; Go writes up to nine fractional
+  // digits, Date.parse wants three.
+  function parseTime(s) {
+    return s ? Date.parse(s.replace(/(\.\d{3})\d+/, "$1")) : NaN;
+  }
+  const serverNow = () => Date.now() + skew;
+
+  // span says a duration in words, to its two largest units, as keypool
+  // status does: "42 s", "3 min 20 s", "4 h 12 min", "2 d 3 h".
+  function span(ms) {
+    let s = Math.max(0, Math.round(ms / 1000));
+    const d = Math.floor(s / 86400);
+    const hr = Math.floor(s / 3600) % 24;
+    const m = Math.floor(s / 60) % 60;
+    s %= 60;
+    const nb = "\u00a0"; // "4 h" never breaks between the number and its unit
+    if (d > 0) return `${d}${nb}d ${hr}${nb}h`;
+    if (hr > 0) return `${hr}${nb}h ${m}${nb}min`;
+    if (m >= 10) return `${m}${nb}min`;
+    if (m > 0) return `${m}${nb}min ${s}${nb}s`;
+    return `${s}${nb}s`;
+  }
+  const pad = (n) => String(n).padStart(2, "0");
+  // clock says a time on this browser's clock: "18:47", or "Tue 09:00"
+  // when it is not today.
+  function clock(t, now, seconds) {
+    const d = new Date(t);
+    let hm = `${pad(d.getHours())}:${pad(d.getMinutes())}`;
+    if (seconds) hm += `:${pad(d.getSeconds())}`;
+    if (d.toDateString() === new Date(now).toDateString()) return hm;
+    return `${d.toLocaleDateString("en", { weekday: "short" })} ${hm}`;
+  }
+  const backIn = (t, now) => `back in ${span(t - now)}, ${clock(t, now)}`;
+  const ago = (t, now) => (now - t < 1500 ? "just now" : `${span(now - t)} ago`);
+
+  // countdown is a text that says how long until (or since) a time, kept
+  // current every second.
+  function countdown(time, say) {
+    const el = h("span", { class: "countdown" });
+    el.dataset.time = String(time);
+    el.dataset.say = say;
+    el.textContent = sayTime(el, serverNow());
+    return el;
+  }
+  function sayTime(el, now) {
+    const t = Number(el.dataset.time);
+    return el.dataset.say === "ago" ? ago(t, now) : backIn(t, now);
+  }
+  function tick() {
+    const now = serverNow();
+    for (const el of document.querySelectorAll(".countdown")) el.textContent = sayTime(el, now);
+  }
+
+  const percent = (used, limit) => Math.min(100, Math.round((100 * used) / limit));
+
+  // bar shows one window's use against its limit; without a limit, the
+  // count alone.
+  function bar(label, used, limit) {
+    if (!limit) {
+      return h("div", { class: "use nolimit" }, h("span", { class: "use-label", text: label }),
+        h("span", { class: "use-count", text: `${used} · no limit set` }));
+    }
+    const pct = percent(used, limit);
+    const fill = h("span", { class: "fill" });
+    fill.style.width = `${pct}%`; // CSSOM, which the page's CSP allows
+    let level = "";
+    if (used >= limit) level = " at-limit";
+    else if (pct >= 80) level = " near-limit";
+    return h("div", { class: `use${level}` },
+      h("span", { class: "use-label", text: label }),
+      h("span", { class: "use-count", text: `${used} / ${limit}` }),
+      h("span", {
+        class: "bar", role: "meter", "aria-label": label,
+        "aria-valuemin": 0, "aria-valuemax": limit, "aria-valuenow": Math.min(used, limit),
+      }, fill));
+  }
+
+  function modelUse(m) {
+    const rows = [bar("requests this minute", m.minute.requests, m.minute.requests_limit)];
+    if (m.minute.tokens_limit) rows.push(bar("tokens this minute", m.minute.tokens, m.minute.tokens_limit));
+    if (m.day.requests_limit || !m.minute.requests_limit) rows.push(bar("requests today", m.day.requests, m.day.requests_limit));
+    if (m.day.tokens_limit) rows.push(bar("tokens today", m.day.tokens, m.day.tokens_limit));
+    const head = h("div", { class: "model-head" }, h("span", { class: "model", text: m.model }));
+    if (m.bench) {
+      head.append(h("span", { class: "badge benched", text: `benched (${m.bench.kind})` }));
+    }
+    return h("div", { class: "model-use" }, head, rows);
+  }
+
+  function stateLine(k, route) {
+    if (k.state === "benched") {
+      let why = `${k.bench.reason} (${k.bench.kind})`;
+      if (k.bench_model) why += ` for ${k.bench_model}`;
+      if (k.bench.level) why += `, quota level ${k.bench.level}`;
+      return h("p", { class: "state-line" }, `${why} · `, countdown(parseTime(k.bench.until), "back"));
+    }
+    if (k.state === "full" && k.full === "vendor") {
+      return h("p", { class: "state-line" }, "the vendor says its window is used up · ", countdown(parseTime(k.full_until), "back"));
+    }
+    if (k.state === "full") {
+      return h("p", { class: "state-line", text: k.full === "day" ? "its day's limit is used up" : "its minute's limit is used up: it takes requests again as the minute slides" });
+    }
+    if (route.benched_until) {
+      return h("p", { class: "state-line", text: "serving, but its route is benched" });
+    }
+    if (!k.sent && k.models.length === 0) return h("p", { class: "state-line", text: "no requests yet" });
+    return null;
+  }
+
+  function reading(k, now) {
+    const r = k.last;
+    if (!r) return null;
+    let what = `${Math.round(r.utilization * 100)}% of ${r.window ? `its ${r.window} window` : "a window"} used`;
+    if (r.model) what += ` (${r.model})`;
+    const p = h("p", { class: "reading" }, `Vendor said ${ago(parseTime(r.at), now)}: ${what}`);
+    if (r.reset_at) p.append(`; resets ${clock(parseTime(r.reset_at), now)}`);
+    return p;
+  }
+
+  function counts(k) {
+    const parts = [`sent ${k.sent}`];
+    const a = k.answers || {};
+    if (a.none) parts.push(`ok ${a.none}`);
+    for (const kind of ["rate", "quota", "auth", "transient"]) {
+      if (a[kind]) parts.push(`${kind} ${a[kind]}`);
+    }
+    return h("p", { class: "counts", text: parts.join(" · ") });
+  }
+
+  function unbenchButton(route, key) {
+    const id = `${route}\u0000${key}`;
+    let b = buttons.get(id);
+    if (!b) {
+      b = h("button", { type: "button", class: "unbench", "data-route": route, "data-key": key, text: "Unbench" });
+      b.addEventListener("click", () => unbench(route, key, b));
+      buttons.set(id, b);
+    }
+    return b;
+  }
+
+  function keyCard(route, k, now) {
+    const badge = { serving: "serving", benched: "benched", full: "full" }[k.state] || k.state;
+    const card = h("article", { class: `key state-${k.state}`, "data-key": k.id, "data-route": route.name },
+      h("div", { class: "key-head" },
+        h("span", { class: "key-id", text: k.id }),
+        h("span", { class: `tier ${k.paid ? "paid" : "free"}`, text: k.paid ? "paid" : "free" }),
+        h("span", { class: `badge ${k.state}`, text: badge })),
+      stateLine(k, route),
+      k.models.map(modelUse),
+      reading(k, now),
+      counts(k));
+    if (k.state === "benched" || route.benched_until) {
+      card.append(unbenchButton(route.name, k.id));
+    }
+    return card;
+  }
+
+  function routeSection(r, now) {
+    const head = h("div", { class: "route-head" },
+      h("h2", { text: r.name }),
+      r.url ? h("span", { class: "url", text: r.url }) : null);
+    if (r.benched_until) {
+      head.append(h("span", { class: "badge benched", text: "benched" }), " ",
+        countdown(parseTime(r.benched_until), "back"));
+    } else {
+      head.append(h("span", { class: "badge serving", text: "serving" }));
+    }
+    return h("section", { class: "route", "data-route": r.name, "aria-label": `route ${r.name}` },
+      head, h("div", { class: "keys" }, r.keys.map((k) => keyCard(r, k, now))));
+  }
+
+  function eventItem(e, now) {
+    const t = parseTime(e.at);
+    return h("li", { class: `event ${e.kind}` },
+      h("time", { datetime: e.at, text: clock(t, now, true) }),
+      h("span", { class: `badge ${e.kind}`, text: e.kind }),
+      h("span", { class: "event-text", text: e.text }),
+      e.count > 1 ? h("span", { class: "count", text: `×${e.count}` }) : null);
+  }
+
+  function render() {
+    const now = serverNow();
+    let keys = 0;
+    const states = { serving: 0, benched: 0, full: 0 };
+    for (const r of report.routes) {
+      for (const k of r.keys) {
+        keys++;
+        states[k.state] = (states[k.state] || 0) + 1;
+      }
+    }
+    const routes = report.routes.length;
+    $("summary").replaceChildren(
+      `${routes} ${routes === 1 ? "route" : "routes"} · ${keys} keys: ${states.serving} serving, ${states.benched} benched, ${states.full} full · updated `,
+      countdown(Date.now() + skew, "ago"));
+    $("routes").replaceChildren(...report.routes.map((r) => routeSection(r, now)));
+    const events = report.events || [];
+    $("events-section").hidden = events.length === 0;
+    $("events").replaceChildren(...events.map((e) => eventItem(e, now)));
+  }
+
+  function problem(text) {
+    $("problem").textContent = text || "";
+    $("problem").hidden = !text;
+  }
+
+  function showLogin() {
+    $("login").hidden = false;
+    $("logout").hidden = true;
+    $("routes").replaceChildren();
+    $("events-section").hidden = true;
+    $("summary").textContent = "Log in to see the proxy's routes and keys.";
+    if (location.hash === "#login-failed") {
+      $("login-failed").hidden = false;
+      history.replaceState(null, "", location.pathname);
+    }
+    $("token").focus();
+  }
+
+  async function poll() {
+    clearTimeout(timer);
+    try {
+      const res = await fetch("status", { credentials: "same-origin", cache: "no-store", headers: { Accept: "application/json" } });
+      if (res.status === 401) {
+        showLogin();
+        return; // until the login reloads the page
+      }
+      if (!res.ok) throw new Error(`/status answered ${res.status}`);
+      const data = await res.json();
+      skew = parseTime(data.now) - Date.now();
+      report = data;
+      $("login").hidden = true;
+      $("logout").hidden = false;
+      problem("");
+      render();
+    } catch (err) {
+      problem(`Lost touch with the proxy (${err.message}); trying again.`);
+    }
+    timer = setTimeout(poll, document.hidden ? pollHidden : pollEvery);
+  }
+
+  async function unbench(route, key, button) {
+    button.disabled = true;
+    button.textContent = "Unbenching…";
+    try {
+      const res = await fetch(`keys/${encodeURIComponent(route)}/${encodeURIComponent(key)}/unbench`,
+        { method: "POST", credentials: "same-origin" });
+      if (!res.ok) {
+        const body = await res.json().catch(() => ({}));
+        throw new Error((body.error && body.error.message) || `the proxy answered ${res.status}`);
+      }
+      buttons.delete(`${route}\u0000${key}`);
+    } catch (err) {
+      problem(`Could not unbench ${key}: ${err.message}`);
+    } finally {
+      button.disabled = false;
+      button.textContent = "Unbench";
+    }
+    await poll();
+  }
+
+  document.addEventListener("visibilitychange", () => {
+    if (!document.hidden) poll();
+  });
+  setInterval(tick, 1000);
+  poll();
+})();
