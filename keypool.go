@@ -53,6 +53,13 @@ type Key struct {
 	// Limits, when set, override the pool's limits for this key field by
 	// field (WithLimits, WithModelLimits).
 	Limits Limits
+	// Account, when set, names the account (a vendor's organisation or
+	// project) the key belongs to: keys naming one account share its
+	// windows, set by WithAccountLimits or learned from the vendor, and a
+	// throttle or a spent quota of one benches them all for the model. A key
+	// of an account has no Limits of its own; its own failures (a revoked
+	// key) bench it alone.
+	Account string
 }
 
 // Limits are a key's request and token limits per minute and per day. A zero
@@ -125,6 +132,18 @@ func checkSecret(secret string) error {
 	return nil
 }
 
+// checkName returns an error for a key's ID or account that holds a control
+// character: stores keep an account's state under a name that starts with
+// one (AccountID).
+func checkName(what, name string) error {
+	for i, r := range name {
+		if r < ' ' || r == 0x7f {
+			return fmt.Errorf("the %s has a control character at byte %d", what, i)
+		}
+	}
+	return nil
+}
+
 // String returns the key's ID and tier, never its secret.
 func (k Key) String() string {
 	tier := "free"
@@ -153,8 +172,9 @@ type Pool struct {
 	keys     []*poolKey // in the order given
 	free     []*poolKey
 	paid     []*poolKey
-	freeNext atomic.Uint64 // round-robin cursor over free
-	paidNext atomic.Uint64 // round-robin cursor over paid
+	accounts map[string][]*poolKey // the keys of each account
+	freeNext atomic.Uint64         // round-robin cursor over free
+	paidNext atomic.Uint64         // round-robin cursor over paid
 	// needTokens reports that some token limit applies, so requests are
 	// estimated and answers settled.
 	needTokens bool
@@ -250,8 +270,23 @@ func (p *Pool) addKeys(keys []Key) error {
 		if err := k.Limits.validate(); err != nil {
 			return fmt.Errorf("key %s: %w", k.ID, err)
 		}
+		if err := checkName("ID", k.ID); err != nil {
+			return fmt.Errorf("key %d: %w", i, err)
+		}
+		if err := checkName("account", k.Account); err != nil {
+			return fmt.Errorf("key %s: %w", k.ID, err)
+		}
+		if k.Account != "" && k.Limits != (Limits{}) {
+			return fmt.Errorf("key %s: an account's keys have no limits of their own: set the account's with WithAccountLimits", k.ID)
+		}
 		pk := &poolKey{Key: k, index: i, auth: p.cfg.auth.value(k.Secret)}
 		p.keys = append(p.keys, pk)
+		if k.Account != "" {
+			if p.accounts == nil {
+				p.accounts = map[string][]*poolKey{}
+			}
+			p.accounts[k.Account] = append(p.accounts[k.Account], pk)
+		}
 		if k.Paid {
 			p.paid = append(p.paid, pk)
 		} else {
@@ -262,12 +297,18 @@ func (p *Pool) addKeys(keys []Key) error {
 }
 
 // limits returns the limits of key k for model.
+// limits returns the configured limits of key k for model: the pool's, the
+// model's over them, then the key's — or, for a key of an account, the
+// account's — over those, field by field.
 func (p *Pool) limits(k *poolKey, model string) Limits {
 	l := p.cfg.limits
 	if len(p.cfg.modelLimits) != 0 {
 		if ml, ok := p.cfg.modelLimits[model]; ok {
 			l = l.over(ml)
 		}
+	}
+	if k.Account != "" {
+		return l.over(p.cfg.accountLimits[k.Account])
 	}
 	return l.over(k.Limits)
 }
@@ -341,7 +382,8 @@ func (p *Pool) scan(ctx context.Context, c *call, keys []*poolKey, cursor *atomi
 			c.sooner(now.Add(probeRetry))
 			continue
 		}
-		cl := Claim{Provider: p.provider, KeyID: k.ID, Model: model, Limits: p.limits(k, model), Cap: p.cfg.keyCap, Days: p.cfg.days, Now: now}
+		cl := Claim{Provider: p.provider, KeyID: k.ID, Account: k.Account, Model: model, Limits: p.limits(k, model),
+			Cap: p.cfg.keyCap, Days: p.cfg.days, Now: now}
 		_, cl.Named = p.cfg.modelLimits[model]
 		cl.Tokens = tokens
 		if limit := windowspec.Tighter(cl.Limits.tokenCap(), cl.Cap.tokenCap()); limit > 0 {

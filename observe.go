@@ -92,17 +92,33 @@ func (p *Pool) bench(ctx context.Context, l *lease, v verdict, now time.Time) ti
 	}
 	b := Bench{Provider: p.provider, KeyID: l.key.ID, Model: l.claim.Model, AllModels: v.wholeKey(),
 		Kind: v.kind, Until: now.Add(d), Level: level}
+	if v.kind == KindRate || v.kind == KindQuota {
+		// A throttle or a spent quota is the account's: its keys share the
+		// windows that are spent.
+		b.Account = l.key.Account
+	}
 	p.storeResult(opBench, p.store.Bench(ctx, b))
-	if d >= carefulBench {
-		l.key.returns.mark(model(b), b.Until)
+	for _, k := range p.benchedBy(l.key, b) {
+		if d >= carefulBench {
+			k.returns.mark(model(b), b.Until)
+		}
+		extendTo(&k.benchedUntil, b.Until.UnixNano())
 	}
 	p.tel.benched(ctx, l.key, v.kind)
-	extendTo(&l.key.benchedUntil, b.Until.UnixNano())
 	if f := p.cfg.onEvict; f != nil {
 		f(Eviction{Provider: p.provider, KeyID: l.key.ID, Model: model(b), Paid: l.key.Paid,
 			Kind: v.kind, For: d, Until: b.Until})
 	}
 	return b.Until
+}
+
+// benchedBy returns the keys a bench holds: the key, or every key of the
+// account it benches.
+func (p *Pool) benchedBy(k *poolKey, b Bench) []*poolKey {
+	if b.Account == "" {
+		return []*poolKey{k}
+	}
+	return p.accounts[b.Account]
 }
 
 // model returns the model a bench holds the key for: "" for every model.

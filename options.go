@@ -59,23 +59,24 @@ func poolOption(name string, set func(*config) error) Option {
 // config is a pool's or a fallback's configuration: every default lives in
 // newConfig.
 type config struct {
-	scope        scope // what is being configured
-	clock        func() time.Time
-	store        Store
-	limits       Limits
-	modelLimits  map[string]Limits
-	keyCap       Limits
-	days         Calendar
-	onEvict      func(Eviction)
-	onRateLimit  func(Reading)
-	onStoreError func(error)
-	onRoute      func(RouteEvent)
-	auth         auth
-	modelFunc    func(*http.Request) string
-	estimator    func(RequestInfo) int64
-	bench        benchPolicy
-	wait         time.Duration   // the longest a request waits for a key; 0 is not at all
-	hosts        map[string]bool // hostKey of each host keys may go to; none is the first host of each request
+	scope         scope // what is being configured
+	clock         func() time.Time
+	store         Store
+	limits        Limits
+	modelLimits   map[string]Limits
+	keyCap        Limits
+	days          Calendar
+	onEvict       func(Eviction)
+	onRateLimit   func(Reading)
+	onStoreError  func(error)
+	onRoute       func(RouteEvent)
+	auth          auth
+	modelFunc     func(*http.Request) string
+	estimator     func(RequestInfo) int64
+	bench         benchPolicy
+	wait          time.Duration   // the longest a request waits for a key; 0 is not at all
+	hosts         map[string]bool // hostKey of each host keys may go to; none is the first host of each request
+	accountLimits map[string]Limits
 
 	tracerProvider trace.TracerProvider
 	meterProvider  metric.MeterProvider
@@ -160,6 +161,27 @@ func WithModelLimits(m map[string]Limits) Option {
 			c.modelLimits[model] = l
 		}
 		return nil
+	})
+}
+
+// WithAccountLimits sets the limits of an account (Key.Account): every key
+// naming it shares one set of windows per model, with these limits over the
+// pool's and the model's (WithLimits, WithModelLimits), field by field.
+// Vendors scope limits to an organisation or a project; when an account's
+// limits are not set, the pool learns them from the vendor's answers.
+func WithAccountLimits(account string, l Limits) Option {
+	return poolOption("WithAccountLimits", func(c *config) error {
+		if account == "" {
+			return errors.New("needs an account's name")
+		}
+		if err := checkName("account", account); err != nil {
+			return err
+		}
+		if c.accountLimits == nil {
+			c.accountLimits = map[string]Limits{}
+		}
+		c.accountLimits[account] = l
+		return l.validate()
 	})
 }
 

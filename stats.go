@@ -14,6 +14,10 @@ import (
 type KeyStats struct {
 	ID   string
 	Paid bool
+	// Account is the key's account, whose windows and benches it shares;
+	// Pool.Stats gives each key of an account the account's models, cap
+	// and benches, with its own bench of every model (a revoked key).
+	Account string
 	// Bench is the bench that holds the key for every model; zero when
 	// none does.
 	Bench Bench
@@ -64,17 +68,8 @@ func (p *Pool) Stats() []KeyStats {
 	now := p.cfg.clock()
 	out := make([]KeyStats, 0, len(p.keys))
 	for _, k := range p.keys {
-		ks := KeyStats{Sent: k.sent.Load(), Answers: map[Kind]int64{}}
-		ctx, cancel := context.WithTimeout(context.Background(), statsTimeout)
-		if st, err := p.store.State(ctx, p.provider, k.ID, now); err == nil {
-			ks.Bench, ks.Cap, ks.Models = st.Bench, st.Cap, st.Models
-			for i := range ks.Models {
-				ks.Models[i].Limits = p.limits(k, ks.Models[i].Model)
-			}
-			slices.SortFunc(ks.Models, func(a, b ModelStats) int { return cmp.Compare(a.Model, b.Model) })
-		}
-		cancel()
-		ks.ID, ks.Paid = k.ID, k.Paid
+		ks := p.stored(k, now)
+		ks.ID, ks.Paid, ks.Account, ks.Sent, ks.Answers = k.ID, k.Paid, k.Account, k.sent.Load(), map[Kind]int64{}
 		k.lastMu.Lock()
 		ks.Last, ks.LastAt = k.last, k.lastAt
 		k.lastMu.Unlock()
@@ -86,6 +81,39 @@ func (p *Pool) Stats() []KeyStats {
 		out = append(out, ks)
 	}
 	return out
+}
+
+// stored returns what the store holds for key k at now — for a key of an
+// account, the account's windows and benches, and the later of its own
+// bench and the account's — with each model's configured, learned and
+// enforced limits. A store that fails leaves it empty.
+func (p *Pool) stored(k *poolKey, now time.Time) KeyStats {
+	state := func(id string) (KeyStats, bool) {
+		ctx, cancel := context.WithTimeout(context.Background(), statsTimeout)
+		defer cancel()
+		st, err := p.store.State(ctx, p.provider, id, now)
+		return st, err == nil
+	}
+	ks, ok := state(k.ID)
+	if !ok {
+		return KeyStats{}
+	}
+	if k.Account != "" {
+		own := ks.Bench
+		if ks, ok = state(AccountID(k.Account)); !ok {
+			return KeyStats{}
+		}
+		if own.Until.After(ks.Bench.Until) {
+			ks.Bench = own
+		}
+	}
+	for i := range ks.Models {
+		m := &ks.Models[i]
+		m.Configured = p.limits(k, m.Model)
+		m.Limits = m.Configured.tighter(m.Learned)
+	}
+	slices.SortFunc(ks.Models, func(a, b ModelStats) int { return cmp.Compare(a.Model, b.Model) })
+	return ks
 }
 
 // available returns how many keys no bench of this pool holds at now, for
