@@ -447,11 +447,11 @@ func (p *Pool) usable() error {
 // errNotNew is the error of a Pool that New did not make.
 var errNotNew = errors.New("keypool: a Pool must be made by New")
 
-// Close flushes the pool's state to its store and stops the pool: later
-// requests fail. It does not close a store given with WithStore. The flush
-// is bounded by closeTimeout, so a store that does not answer cannot hold
-// Close; what it did not write is named in the error. A zero Pool's Close
-// does nothing.
+// Close flushes the pool's state to its store and stops the pool: requests
+// waiting for a key fail at once, and later requests fail. It does not close
+// a store given with WithStore. The flush is bounded by 15 seconds, so a
+// store that does not answer cannot hold Close; what it did not write is
+// named in the error. A zero Pool's Close does nothing.
 func (p *Pool) Close() error {
 	if p == nil || p.store == nil || p.closed.Swap(true) {
 		return nil
