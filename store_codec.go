@@ -1,6 +1,7 @@
 package keypool
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -19,6 +20,52 @@ const (
 )
 
 var errShortRecord = errors.New("record ends early")
+
+// The record keys: a prefix naming the layout and the record, then the
+// provider's length as a uvarint, the provider, and the key ID. The length
+// keeps every (provider, key ID) pair apart, whatever bytes the two hold.
+var (
+	windowsPrefix = []byte("kp2/w/")
+	benchesPrefix = []byte("kp2/b/")
+)
+
+func recordKey(prefix []byte, ref keyRef) []byte {
+	b := make([]byte, 0, len(prefix)+binary.MaxVarintLen64+len(ref.provider)+len(ref.keyID))
+	b = append(b, prefix...)
+	b = appendString(b, ref.provider)
+	return append(b, ref.keyID...)
+}
+
+// parseRecordKey reads a key recordKey wrote under prefix.
+func parseRecordKey(prefix, k []byte) (keyRef, bool) {
+	r := reader{b: k[len(prefix):]}
+	provider := r.string()
+	if r.err != nil {
+		return keyRef{}, false
+	}
+	return keyRef{provider, string(r.b)}, true
+}
+
+// The layout before kp2 joined the provider and the key ID with a NUL: a
+// NUL in either made two pairs one key ("acme\x00eu"/"k1" and
+// "acme"/"eu\x00k1").
+var (
+	legacyWindowsPrefix = []byte("kp1/w/")
+	legacyBenchesPrefix = []byte("kp1/b/")
+)
+
+// parseLegacyRecordKey reads a key of the kp1 layout. It refuses a key
+// with more than one NUL after the prefix: more than one pair could have
+// written it. With exactly one, neither name held a NUL, and the pair is
+// the one that wrote it.
+func parseLegacyRecordKey(prefix, k []byte) (keyRef, bool) {
+	rest := k[len(prefix):]
+	if bytes.Count(rest, []byte{0}) != 1 {
+		return keyRef{}, false
+	}
+	provider, keyID, _ := bytes.Cut(rest, []byte{0})
+	return keyRef{string(provider), string(keyID)}, true
+}
 
 // encodeWindows appends k's windows to b. k.mu must be held.
 func (k *memKey) encodeWindows(b []byte) []byte {
