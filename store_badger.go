@@ -377,23 +377,24 @@ func (s *BadgerStore) reopen(d *stateDir, cause error) error {
 	if err != nil || !fi.IsDir() {
 		return storeError(cause)
 	}
+	fail := func(err error) error { return storeError(&dirError{err}) }
 	if !sameDevice(fi, d.dir) {
-		return storeError(fmt.Errorf("state directory %s is now on another filesystem (an unmounted volume?)", d.path))
+		return fail(fmt.Errorf("state directory %s is now on another filesystem (an unmounted volume?)", d.path))
 	}
 	if err := (&stateDir{path: d.path, dir: fi, reserve: d.reserve}).usable(); err != nil {
-		return storeError(err)
+		return fail(err)
 	}
 	db, err := openBadgerDir(badgerOptions(d.path, s.cfg, s.log), s.log)
 	if err != nil {
 		if isBadgerLocked(err) {
 			err = ErrStoreLocked
 		}
-		return storeError(fmt.Errorf("opening state directory %s again: %w", d.path, err))
+		return fail(fmt.Errorf("opening state directory %s again: %w", d.path, err))
 	}
 	nd, err := newStateDir(db.Opts())
 	if err != nil {
 		_ = db.Close()
-		return storeError(err)
+		return fail(err)
 	}
 	s.db.Store(db)
 	s.dir.Store(nd)
@@ -633,24 +634,32 @@ func (s *BadgerStore) finish(ctx context.Context) error {
 	s.done.Wait()
 	retry := time.NewTicker(min(s.cfg.flushEvery, shutdownRetry))
 	defer retry.Stop()
-	var err error
-	for err = s.flush(); s.Health() != nil; err = s.flush() {
+	for {
+		err := s.flush()
+		if s.Health() == nil {
+			s.log.flush()
+			if s.owned {
+				err = errors.Join(err, s.db.Load().Close())
+			}
+			return err
+		}
 		select {
 		case <-ctx.Done():
+		case <-retry.C:
+		}
+		if ctx.Err() != nil {
+			// No flush starts once ctx has ended, so what the last one
+			// found decides: a directory gone, read-only or full leaves
+			// the database open; failing writes alone close it.
 			unsaved := s.unsaved(ctx.Err())
 			s.log.flush()
-			if _, dirErr := s.dir.Load().check(); dirErr == nil && s.owned {
+			var dirErr *dirError
+			if !errors.As(s.Health(), &dirErr) && s.owned {
 				_ = s.db.Load().Close()
 			}
 			return unsaved
-		case <-retry.C:
 		}
 	}
-	s.log.flush()
-	if s.owned {
-		err = errors.Join(err, s.db.Load().Close())
-	}
-	return err
 }
 
 // unsaved returns the error of a Shutdown that ended before the store wrote

@@ -52,9 +52,15 @@ func newStateDir(o badger.Options) (*stateDir, error) {
 // write-ahead log, and a compaction of the two.
 func reserveFor(o badger.Options) uint64 { return 3 * uint64(max(o.MemTableSize, 0)) }
 
-// check returns what keeps the store from writing to d, if anything; lost
-// reports that the database's files are gone: the directory was removed,
-// emptied or replaced.
+// dirError is a failing check of the state directory.
+type dirError struct{ err error }
+
+func (e *dirError) Error() string { return e.err.Error() }
+func (e *dirError) Unwrap() error { return e.err }
+
+// check returns what keeps the store from writing to d, if anything, as a
+// *dirError; lost reports that the database's files are gone: the
+// directory was removed, emptied or replaced.
 func (d *stateDir) check() (lost bool, err error) {
 	if d == nil {
 		return false, nil
@@ -62,16 +68,19 @@ func (d *stateDir) check() (lost bool, err error) {
 	fi, err := os.Stat(d.path)
 	switch {
 	case err != nil:
-		return true, fmt.Errorf("state directory is gone: %w", err)
+		return true, &dirError{fmt.Errorf("state directory is gone: %w", err)}
 	case !os.SameFile(fi, d.dir):
-		return true, fmt.Errorf("state directory %s was removed and made again: the database's files are gone", d.path)
+		return true, &dirError{fmt.Errorf("state directory %s was removed and made again: the database's files are gone", d.path)}
 	}
 	if d.lock != nil {
 		if fi, err := os.Stat(filepath.Join(d.path, badgerLockFile)); err != nil || !os.SameFile(fi, d.lock) {
-			return true, fmt.Errorf("state directory %s was emptied: the database's files are gone", d.path)
+			return true, &dirError{fmt.Errorf("state directory %s was emptied: the database's files are gone", d.path)}
 		}
 	}
-	return false, d.usable()
+	if err := d.usable(); err != nil {
+		return false, &dirError{err}
+	}
+	return false, nil
 }
 
 // usable returns an error when the directory cannot be written to or has
