@@ -117,15 +117,58 @@ func (r *failRun) benchDuring() {
 }
 
 // closeTimed stops the run and closes the pool and the store, returning
-// the store's error and how long its Close took.
-func (r *failRun) closeTimed() (error, time.Duration) {
+// how long the store's Close took, and its error.
+func (r *failRun) closeTimed() (time.Duration, error) {
 	r.stopLoad()
 	poolStart := time.Now()
 	_ = r.pool.Close()
 	require.Less(r.t, time.Since(poolStart), 100*time.Millisecond, "Pool.Close does not wait on a failing store")
 	start := time.Now()
 	err := r.store.Close()
-	return err, time.Since(start)
+	return time.Since(start), err
+}
+
+// closeFindsAll closes a store that writes again: Close writes everything
+// at once, and a reopen finds everything the store held, which it returns.
+func (r *failRun) closeFindsAll() map[string]KeyState {
+	r.t.Helper()
+	r.stopLoad()
+	now := time.Now()
+	want := keyStates(r.t, r.store, now)
+	closing, err := r.closeTimed()
+	require.NoError(r.t, err)
+	assert.Less(r.t, closing, 500*time.Millisecond)
+	r.checkSpell(true)
+	assert.Equal(r.t, want, keyStates(r.t, reopen(r.t, r.dir), now), "a reopen finds everything the store held")
+	r.t.Logf("Close took %v", closing)
+	return want
+}
+
+// quiesce stops the load and writes what the store holds, which it returns
+// at the moment it returns.
+func (r *failRun) quiesce() (time.Time, map[string]KeyState) {
+	r.t.Helper()
+	r.stopLoad()
+	require.NoError(r.t, r.store.Flush(r.t.Context()))
+	now := time.Now()
+	return now, keyStates(r.t, r.store, now)
+}
+
+// closeGivesUp closes a store that is failing: Close returns within its
+// bound with an error that wraps context.DeadlineExceeded and holds each
+// of wants.
+func (r *failRun) closeGivesUp(wants ...string) error {
+	r.t.Helper()
+	closing, err := r.closeTimed()
+	require.ErrorIs(r.t, err, context.DeadlineExceeded)
+	for _, w := range wants {
+		assert.Contains(r.t, err.Error(), w)
+	}
+	assert.GreaterOrEqual(r.t, closing, failBound)
+	assert.Less(r.t, closing, failBound+500*time.Millisecond, "Close returns within its bound")
+	r.checkSpell(false)
+	r.t.Logf("Close returned after %v with: %v", closing, err)
+	return err
 }
 
 // checkSpell checks the lines logged: one when the spell started, one when
@@ -185,16 +228,9 @@ func TestBadgerStoreDirectoryRemovedUnderLoad(t *testing.T) {
 	took := r.waitHealth(true)
 	assert.ErrorContains(t, r.store.Health(), "keypool: badger store: state directory is gone: stat "+dir+": no such file or directory")
 	assert.Positive(t, r.serveFor(300*time.Millisecond), "the pool serves from memory")
-	keys := len(r.store.Keys())
-
-	err, closing := r.closeTimed()
-	require.ErrorIs(t, err, context.DeadlineExceeded)
-	assert.Contains(t, err.Error(), "keypool: badger store: closing: the windows of 3 keys and the benches of 1 keys are not saved (state directory is gone")
-	assert.Equal(t, 3, keys)
-	assert.GreaterOrEqual(t, closing, failBound)
-	assert.Less(t, closing, failBound+500*time.Millisecond, "Close returns within its bound")
-	r.checkSpell(false)
-	t.Logf("failure seen after %v; Close returned after %v with: %v", took, closing, err)
+	assert.Len(t, r.store.Keys(), 3)
+	r.closeGivesUp("keypool: badger store: closing: the windows of 3 keys and the benches of 1 keys are not saved (state directory is gone")
+	t.Logf("failure seen after %v", took)
 
 	s := reopen(t, dir)
 	assert.Empty(t, s.Keys(), "the state went with the directory")
@@ -213,17 +249,8 @@ func TestBadgerStoreDirectoryMadeAgain(t *testing.T) {
 	require.NoError(t, os.Mkdir(dir, 0o700))
 	took := r.waitHealth(false)
 	require.Positive(t, r.serveFor(200*time.Millisecond))
-
-	r.stopLoad()
-	now := time.Now()
-	want := keyStates(t, r.store, now)
-	err, closing := r.closeTimed()
-	require.NoError(t, err)
-	assert.Less(t, closing, 500*time.Millisecond)
-	r.checkSpell(true)
-	t.Logf("writing again %v after the directory was made again; Close took %v", took, closing)
-
-	assert.Equal(t, want, keyStates(t, reopen(t, dir), now), "a reopen finds everything the store held")
+	t.Logf("writing again %v after the directory was made again", took)
+	want := r.closeFindsAll()
 	assert.Equal(t, KindQuota, want["c"].Models[0].Bench.Kind, "with the bench set while the directory was gone")
 }
 
@@ -263,36 +290,19 @@ func TestBadgerStoreWritesFail(t *testing.T) {
 			require.Positive(t, r.serveFor(200*time.Millisecond))
 			fail.Store(nil)
 			r.waitHealth(false)
-
-			r.stopLoad()
-			now := time.Now()
-			want := keyStates(t, r.store, now)
-			err, closing := r.closeTimed()
-			require.NoError(t, err)
-			assert.Less(t, closing, 500*time.Millisecond)
-			r.checkSpell(true)
-			assert.Equal(t, want, keyStates(t, reopen(t, r.dir), now), "a reopen finds everything the store held")
+			r.closeFindsAll()
 		})
 		t.Run(errno.Error()+"/closed while failing", func(t *testing.T) {
 			var fail atomic.Pointer[error]
 			r := startFailRun(t, filepath.Join(t.TempDir(), "state"), func(s *BadgerStore) { failWrites(s, &fail) })
 			require.Positive(t, r.serveFor(200*time.Millisecond))
-			r.stopLoad()
-			require.NoError(t, r.store.Flush(t.Context()))
-			now := time.Now()
-			before := keyStates(t, r.store, now)
+			now, before := r.quiesce()
 			injected := error(&os.PathError{Op: "write", Path: r.dir + "/000001.vlog", Err: errno})
 			fail.Store(&injected)
 			r.waitHealth(true)
 			r.benchDuring()
 
-			err, closing := r.closeTimed()
-			require.ErrorIs(t, err, context.DeadlineExceeded)
-			assert.Contains(t, err.Error(), "the windows of 0 keys and the benches of 1 keys are not saved")
-			assert.Contains(t, err.Error(), errno.Error())
-			assert.GreaterOrEqual(t, closing, failBound)
-			assert.Less(t, closing, failBound+500*time.Millisecond, "Close returns within its bound")
-			r.checkSpell(false)
+			r.closeGivesUp("the windows of 0 keys and the benches of 1 keys are not saved", errno.Error())
 			assert.Equal(t, before, keyStates(t, reopen(t, r.dir), now), "a reopen finds what was written before the failure")
 		})
 	}

@@ -1,7 +1,6 @@
 package keypool
 
 import (
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -99,37 +98,20 @@ func TestBadgerStoreReadOnlyDirectory(t *testing.T) {
 		require.Positive(t, r.serveFor(300*time.Millisecond), "the pool serves from memory")
 		undo()
 		back := r.waitHealth(false)
-
-		r.stopLoad()
-		now := time.Now()
-		want := keyStates(t, r.store, now)
-		err, closing := r.closeTimed()
-		require.NoError(t, err)
-		assert.Less(t, closing, 500*time.Millisecond)
-		r.checkSpell(true)
-		assert.Equal(t, want, keyStates(t, reopen(t, r.dir), now), "a reopen finds everything the store held")
-		t.Logf("failure seen after %v, writing again %v after the directory was writable; Close took %v", took, back, closing)
+		t.Logf("failure seen after %v, writing again %v after the directory was writable", took, back)
+		r.closeFindsAll()
 	})
 	t.Run("closed while read-only", func(t *testing.T) {
 		r := startFailRun(t, filepath.Join(t.TempDir(), "state"), nil)
 		require.Positive(t, r.serveFor(200*time.Millisecond))
-		r.stopLoad()
-		require.NoError(t, r.store.Flush(t.Context()))
-		now := time.Now()
-		before := keyStates(t, r.store, now)
+		now, before := r.quiesce()
 		undo := mountReadOnly(t, r.dir)
 		r.waitHealth(true)
 		r.benchDuring()
-
-		err, closing := r.closeTimed()
-		require.ErrorIs(t, err, context.DeadlineExceeded)
-		assert.Contains(t, err.Error(), "the windows of 0 keys and the benches of 1 keys are not saved (state directory "+r.dir+" is not writable: read-only file system)")
-		assert.GreaterOrEqual(t, closing, failBound)
-		assert.Less(t, closing, failBound+500*time.Millisecond, "Close returns within its bound")
-		r.checkSpell(false)
+		r.closeGivesUp("the windows of 0 keys and the benches of 1 keys are not saved (state directory " + r.dir + " is not writable: read-only file system)")
 
 		undo()
-		_, err = OpenBadgerStore(r.dir)
+		_, err := OpenBadgerStore(r.dir)
 		require.ErrorIs(t, err, ErrStoreLocked, "the database was left open, holding its directory, until the process exits")
 		require.NoError(t, r.store.db.Load().Close(), "what the process's exit does")
 		assert.Equal(t, before, keyStates(t, reopen(t, r.dir), now), "a reopen finds what was written before the failure")
@@ -148,12 +130,11 @@ func TestBadgerStoreFullFilesystem(t *testing.T) {
 			fs := mountTmpfs(t, "64m")
 			r := startFailRun(t, filepath.Join(fs, "state"), nil)
 			require.Positive(t, r.serveFor(200*time.Millisecond))
+			var now time.Time
+			var before map[string]KeyState
 			if closeWhileFull {
-				r.stopLoad()
-				require.NoError(t, r.store.Flush(t.Context()))
+				now, before = r.quiesce()
 			}
-			now := time.Now()
-			before := keyStates(t, r.store, now)
 			filler := fill(t, fs, 4<<20)
 			took := r.waitHealth(true)
 			require.ErrorIs(t, r.store.Health(), syscall.ENOSPC)
@@ -166,23 +147,10 @@ func TestBadgerStoreFullFilesystem(t *testing.T) {
 				require.Positive(t, r.serveFor(300*time.Millisecond), "the pool serves from memory, on a filesystem with no byte left")
 				require.NoError(t, os.Remove(filler))
 				r.waitHealth(false)
-				r.stopLoad()
-				now = time.Now()
-				want := keyStates(t, r.store, now)
-				err, closing := r.closeTimed()
-				require.NoError(t, err)
-				assert.Less(t, closing, 500*time.Millisecond)
-				r.checkSpell(true)
-				assert.Equal(t, want, keyStates(t, reopen(t, r.dir), now), "a reopen finds everything the store held")
+				r.closeFindsAll()
 				return
 			}
-			err, closing := r.closeTimed()
-			require.ErrorIs(t, err, context.DeadlineExceeded)
-			assert.Contains(t, err.Error(), "the windows of 0 keys and the benches of 1 keys are not saved")
-			assert.Contains(t, err.Error(), "no space left on device")
-			assert.GreaterOrEqual(t, closing, failBound)
-			assert.Less(t, closing, failBound+500*time.Millisecond, "Close returns within its bound")
-			r.checkSpell(false)
+			r.closeGivesUp("the windows of 0 keys and the benches of 1 keys are not saved", "no space left on device")
 			require.NoError(t, os.Remove(filler))
 			require.NoError(t, r.store.db.Load().Close(), "what the process's exit does")
 			assert.Equal(t, before, keyStates(t, reopen(t, r.dir), now), "a reopen finds what was written before the failure")
