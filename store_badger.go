@@ -443,7 +443,12 @@ func (s *BadgerStore) writeWindows() (refused []error, err error) {
 		}
 		written = append(written, k)
 		refs = append(refs, ref)
-		err = wb.SetEntry(badger.NewEntry(key, val).WithTTL(windowsLife))
+		if err = wb.SetEntry(badger.NewEntry(key, val).WithTTL(windowsLife)); err != nil && wb.Error() == nil {
+			// Badger refused the entry and the batch goes on: a record
+			// the store's check did not foresee.
+			refused = append(refused, s.refuse(recordRef{ref, false}, fmt.Errorf("%w: %s", errRecordTooLarge, firstLine(err))))
+			written, refs, err = written[:len(written)-1], refs[:len(refs)-1], nil
+		}
 	})
 	if err == nil {
 		err = s.flushBatch(wb)
@@ -507,6 +512,16 @@ func (s *BadgerStore) refuse(r recordRef, cause error) error {
 		s.cfg.logger.Warn("keypool: badger store: a key's state is not saved", "err", err)
 	}
 	return err
+}
+
+// firstLine returns the first line of err's text, cut to 200 bytes: some
+// of Badger's errors dump the key they refuse.
+func firstLine(err error) string {
+	line, _, _ := strings.Cut(err.Error(), "\n")
+	if len(line) > 200 {
+		line = line[:200] + "…"
+	}
+	return line
 }
 
 // keyName names a key in an error or a log line: its ID and its provider,

@@ -174,7 +174,9 @@ var errRecordTooLarge = errors.New("over Badger's limit")
 
 // check returns an error when Badger would refuse the entry key → val, as
 // Txn.modify does (the key's and the value's limits) or as a transaction
-// does (an entry larger than a whole transaction).
+// does (an entry larger than a whole transaction). A database kept in
+// memory refuses more (values over its value threshold, which its Opts no
+// longer show); the store learns of those from Badger.
 func (l badgerLimits) check(key, val []byte) error {
 	switch {
 	case len(key) > badgerMaxKeySize:
@@ -182,13 +184,17 @@ func (l badgerLimits) check(key, val []byte) error {
 	case int64(len(val)) > l.value:
 		return fmt.Errorf("its record of %d bytes is %w of %d (the value-log file size)", len(val), errRecordTooLarge, l.value)
 	}
-	size := int64(len(key)) + 2 // Badger's estimate: the meta bytes, and the value unless it goes to the value log
+	// Badger's estimate (Txn.checkSize), from an empty transaction (its own
+	// entry, "!badger!txn" and 10 bytes): the key, its version (10 bytes),
+	// the meta bytes (2), and the value unless it goes to the value log (a
+	// pointer of 12 bytes instead).
+	size := int64(len("!badger!txn")+10) + int64(len(key)) + 10 + 2
 	if int64(len(val)) < l.threshold {
 		size += int64(len(val))
 	} else {
 		size += 12
 	}
-	if size > l.batch {
+	if size >= l.batch {
 		return fmt.Errorf("its record of %d bytes is %w of %d for a transaction", size, errRecordTooLarge, l.batch)
 	}
 	return nil

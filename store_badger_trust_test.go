@@ -376,3 +376,59 @@ func TestBadgerLoggerThrottlesRepeats(t *testing.T) {
 	b.Errorf("error flushing memtable to disk: %v, retrying", "again")
 	assert.Equal(t, "ERROR badger: error flushing memtable to disk: again, retrying", logs.all()[6])
 }
+
+// The store's check of a record refuses exactly what Badger refuses, on
+// either side of each limit: the key's, the value's, and a transaction's.
+func TestBadgerLimitsMatchBadger(t *testing.T) {
+	o := badger.DefaultOptions(t.TempDir()).WithLogger(nil).
+		WithMemTableSize(1 << 20).WithValueThreshold(100_000).WithValueLogFileSize(1 << 20)
+	db, err := badger.Open(o)
+	require.NoError(t, err)
+	defer db.Close()
+	limits := limitsOf(db.Opts())
+	require.Equal(t, int64(157286), limits.batch)
+	tests := []struct{ key, val int }{
+		{65000, 10}, {65001, 10},
+		{10, 1 << 20}, {10, 1<<20 + 1},
+		{57253, 99_999}, {57254, 99_999}, // a value kept in the tree, near a transaction's size
+		{65000, 100_000}, // a value in the value log: its pointer counts
+	}
+	for _, tt := range tests {
+		key, val := bytes.Repeat([]byte{'k'}, tt.key), make([]byte, tt.val)
+		txn := db.NewTransaction(true)
+		badgerErr := txn.SetEntry(badger.NewEntry(key, val))
+		txn.Discard()
+		ours := limits.check(key, val)
+		assert.Equal(t, badgerErr == nil, ours == nil, "key of %d bytes, value of %d: Badger says %v, the store %v", tt.key, tt.val, badgerErr != nil, ours)
+		if ours != nil {
+			assert.ErrorIs(t, ours, errRecordTooLarge)
+		}
+	}
+}
+
+// A record Badger refuses that the store's check does not foresee — a
+// value over the threshold of a database kept in memory — is left out of
+// the batch as well.
+func TestBadgerStoreRecordRefusedByBadger(t *testing.T) {
+	db, err := badger.Open(badger.DefaultOptions("").WithInMemory(true).WithLogger(nil).WithValueThreshold(1 << 10))
+	require.NoError(t, err)
+	defer db.Close()
+	var logs logLines
+	s, err := NewBadgerStore(db, WithFlushInterval(time.Hour), WithBadgerLogger(logs.logger()))
+	require.NoError(t, err)
+	defer s.Close()
+	now := time.Now()
+	takeN(t, s, keyRef{"p", "small"}, "m", 2, now)
+	for i := range 20 {
+		takeN(t, s, keyRef{"p", "big"}, fmt.Sprintf("%02d-%s", i, strings.Repeat("m", 100)), 1, now)
+	}
+	err = s.Flush(t.Context())
+	require.ErrorIs(t, err, errRecordTooLarge)
+	assert.Contains(t, err.Error(), `windows of key "big" of provider "p" not saved`)
+	assert.NotContains(t, err.Error(), "\n", "Badger's dump of the key is cut")
+	require.NoError(t, s.Health())
+	require.NoError(t, db.View(func(txn *badger.Txn) error {
+		_, err := txn.Get(recordKey(windowsPrefix, keyRef{"p", "small"}))
+		return err
+	}), "the other key's windows are written")
+}
