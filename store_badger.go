@@ -76,7 +76,8 @@ type BadgerStore struct {
 	errMu     sync.Mutex
 	unwritten map[keyRef]uint64  // keys whose benches are not written, and the version to write
 	refused   map[recordRef]bool // records Badger would refuse, each logged once
-	closeMu   sync.Mutex         // serializes Shutdown
+
+	closeMu sync.Mutex // serializes Shutdown
 
 	// update and flushBatch write to the database: its Update and
 	// WriteBatch.Flush, which tests replace to make writes fail.
