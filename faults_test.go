@@ -552,19 +552,9 @@ func (d *failingDisk) install(s *BadgerStore) {
 func TestFaultStoreFailsWrites(t *testing.T) {
 	dir := t.TempDir()
 	clock := newTestClock()
-	var mu sync.Mutex
-	var reported []error
-	onError := WithStoreErrors(func(err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		reported = append(reported, err)
-	})
-	failures := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(reported)
-	}
-	s, err := OpenBadgerStore(dir, WithFlushInterval(time.Hour), onError)
+	var logs logLines
+	failures := func() int { return logs.count(spellStarts) }
+	s, err := OpenBadgerStore(dir, WithFlushInterval(time.Hour), WithBadgerLogger(logs.logger()))
 	require.NoError(t, err)
 	var disk failingDisk
 	disk.install(s)

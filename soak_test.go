@@ -92,9 +92,8 @@ func soak(t *testing.T) string {
 	sim := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Keys: simKeys, Clock: clock.Now, Seed: 11})
 	defer sim.Close()
 	dir := t.TempDir()
-	var storeErrs atomic.Int64
-	store, err := OpenBadgerStore(dir, WithFlushInterval(20*time.Millisecond),
-		WithStoreErrors(func(error) { storeErrs.Add(1) }))
+	var storeLogs logLines
+	store, err := OpenBadgerStore(dir, WithFlushInterval(20*time.Millisecond), WithBadgerLogger(storeLogs.logger()))
 	require.NoError(t, err)
 	defer store.Close()
 	var ev evictions
@@ -215,10 +214,10 @@ func soak(t *testing.T) string {
 
 	return fmt.Sprintf("%d requests in %d rounds of %d goroutines in %v (%v of the pool's clock): answers by status %v, "+
 		"%d with no key available; the vendor gave %d answers (%d served, %d throttled, %d revoked, %d faults); "+
-		"benches by kind %v; %d failed writes of the store reported; heap in use %.1f MiB after the first half, %.1f MiB at the end",
+		"benches by kind %v; %d failing spells of the store reported; heap in use %.1f MiB after the first half, %.1f MiB at the end",
 		len(results), rounds, soakWorkers, elapsed.Round(time.Millisecond), time.Duration(rounds)*soakStep, byStatus,
 		noKey, totals.Requests, totals.Served, totals.RateLimited, totals.Unauthorized, totals.ServerErrors,
-		benches, storeErrs.Load(), float64(heapWarm)/(1<<20), float64(heapEnd)/(1<<20))
+		benches, storeLogs.count(spellStarts), float64(heapWarm)/(1<<20), float64(heapEnd)/(1<<20))
 }
 
 // soakRequest sends the n-th request of the soak and reads its answer.

@@ -1,18 +1,17 @@
 package keypool
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"iter"
-	"log/slog"
+	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
-	"github.com/dgraph-io/badger/v4/options"
 )
 
 // ErrStoreLocked reports that a state directory is held by another process
@@ -20,42 +19,68 @@ import (
 // at a time. Test for it with errors.Is.
 var ErrStoreLocked = errors.New("state directory is held by another process")
 
+// errStoreClosed is what a BadgerStore's writes return once Shutdown began.
+var errStoreClosed = errors.New("keypool: badger store: closed")
+
 // BadgerStore keeps a pool's state in memory, as NewMemoryStore's store does, and in a
 // Badger database, so that a restart — or a kill -9 — resumes with the
 // windows and benches. Benches and escalation levels are written through:
-// a bench is on disk when Bench returns. Windows are written behind, in one
-// batch about once a second (WithFlushInterval) and at Flush and Close, so
-// the hot path never waits on disk. Opening the store loads what it holds;
-// state that has expired is dropped.
+// a bench is in the database when Bench returns, which a crash of the
+// process does not lose; a crash of the operating system or the machine
+// can lose what it wrote in the last seconds, unless WithSyncWrites is set.
+// Windows are written behind, in one batch about once a second
+// (WithFlushInterval) and at Flush and Shutdown, so the hot path never waits
+// on disk. Opening the store loads what it holds; state that has expired is
+// dropped.
+//
+// When its directory fails — removed, read-only, or full (less free than
+// three of Badger's memtables: 24 MiB with the store's defaults) — the
+// store keeps serving from memory and writes nothing to it. Health reports
+// the failure, and the store's logger gets one line when it starts and one
+// when it ends. When the directory comes back — writable again, space
+// freed, or made again, where the store opens a new database — the store
+// writes everything the directory lacks. A record Badger would refuse (over
+// its size limits) is left out and logged once, naming its key: it never
+// keeps another key's records from being written.
 //
 // Badger itself starts root spans named "Badger.Compaction" and "Badger.GC"
 // through the global OpenTelemetry tracer provider; filter them by name in a
-// sampler if they are unwanted. Its logs go to slog at warning level and
-// above.
+// sampler if they are unwanted.
 //
 // A BadgerStore is safe for concurrent use. One process can open a
 // directory once: share the store between pools rather than opening it
 // twice.
 type BadgerStore struct {
 	mem   *memoryStore
-	db    *badger.DB
-	owned bool // Close closes db
 	cfg   badgerConfig
+	log   *badgerLogger
+	owned bool // the store opened the database: it closes it, and opens one again in a directory made again
+
+	db  atomic.Pointer[badger.DB]
+	dir atomic.Pointer[stateDir] // nil for a database that keeps no files
+	gen atomic.Uint64            // counts the databases opened again
+
+	health atomic.Pointer[error] // nil while writes succeed
+	closed atomic.Bool           // Shutdown began
 
 	stop chan struct{}
 	done sync.WaitGroup
 
-	// flushMu serializes flushes: the flusher's and those of Flush and
-	// Close.
+	// flushMu serializes flushes — the flusher's, Flush's and Shutdown's —
+	// and the opening of a database again.
 	flushMu sync.Mutex
-	// errMu guards failing and unwritten.
+	// spellMu serializes the changes of health with their log lines, so
+	// that the lines of a failing spell come in order.
+	spellMu      sync.Mutex
+	failingSince time.Time // guarded by spellMu; zero while writes succeed
+	// errMu guards unwritten and refused.
 	errMu     sync.Mutex
-	failing   bool              // the last write failed and was reported
-	unwritten map[keyRef]uint64 // keys whose benches failed to be written, and the version that failed
-	closeMu   sync.Mutex
-	closed    bool
+	unwritten map[keyRef]uint64  // keys whose benches are not written, and the version to write
+	refused   map[recordRef]bool // records Badger would refuse, each logged once
 
-	// update and flushBatch write to the database: db.Update and
+	closeMu sync.Mutex // serializes Shutdown
+
+	// update and flushBatch write to the database: its Update and
 	// WriteBatch.Flush, which tests replace to make writes fail.
 	update     func(func(*badger.Txn) error) error
 	flushBatch func(*badger.WriteBatch) error
@@ -63,124 +88,43 @@ type BadgerStore struct {
 
 var _ Store = (*BadgerStore)(nil)
 
-// badgerConfig is a BadgerStore's configuration.
-type badgerConfig struct {
-	flushEvery time.Duration
-	gcEvery    time.Duration
-	logger     *slog.Logger
-	onError    func(error)
-	tune       func(badger.Options) badger.Options
+// recordRef names one record of a key: its windows or its benches.
+type recordRef struct {
+	keyRef
+	benches bool
 }
 
-// A BadgerOption configures a BadgerStore.
-type BadgerOption func(*badgerConfig)
-
-// WithFlushInterval sets how often windows are written behind, one second by
-// default.
-func WithFlushInterval(d time.Duration) BadgerOption {
-	return func(c *badgerConfig) {
-		if d > 0 {
-			c.flushEvery = d
-		}
+func (r recordRef) String() string {
+	if r.benches {
+		return "benches"
 	}
-}
-
-// WithGCInterval sets how often Badger's value log is garbage-collected, ten
-// minutes by default.
-func WithGCInterval(d time.Duration) BadgerOption {
-	return func(c *badgerConfig) {
-		if d > 0 {
-			c.gcEvery = d
-		}
-	}
-}
-
-// WithBadgerLogger sets where Badger's warnings and errors go; the default
-// is slog.Default(). Badger's informational logs are dropped.
-func WithBadgerLogger(l *slog.Logger) BadgerOption {
-	return func(c *badgerConfig) {
-		if l != nil {
-			c.logger = l
-		}
-	}
-}
-
-// WithStoreErrors sets a function told when a write fails — windows written
-// behind or benches written through — once until a write succeeds again; the
-// store keeps serving from memory and writes everything at the next flush
-// that succeeds. By default the failure is logged with the store's logger.
-func WithStoreErrors(f func(error)) BadgerOption {
-	return func(c *badgerConfig) {
-		if f != nil {
-			c.onError = f
-		}
-	}
-}
-
-// WithBadgerOptions lets the caller change the Badger options that
-// OpenBadgerStore uses, after the store's own small-memory profile is set.
-func WithBadgerOptions(f func(badger.Options) badger.Options) BadgerOption {
-	return func(c *badgerConfig) {
-		if f != nil {
-			c.tune = f
-		}
-	}
-}
-
-func newBadgerConfig(opts []BadgerOption) badgerConfig {
-	c := badgerConfig{flushEvery: time.Second, gcEvery: 10 * time.Minute, logger: slog.Default()}
-	for _, o := range opts {
-		if o != nil {
-			o(&c)
-		}
-	}
-	if c.onError == nil {
-		l := c.logger
-		c.onError = func(err error) { l.Warn("keypool: writing state", "err", err) }
-	}
-	return c
-}
-
-// badgerOptions returns the Badger options of a small state store: our state
-// is a few hundred bytes a key, so small memtables, no block cache (which
-// needs compression off) and small value-log files keep the resident memory
-// near 10 MiB instead of Badger's default of hundreds.
-func badgerOptions(dir string, c badgerConfig) badger.Options {
-	o := badger.DefaultOptions(dir).
-		WithLogger(badgerLogger{c.logger}).
-		WithMemTableSize(8 << 20).
-		WithNumMemtables(2).
-		WithNumLevelZeroTables(2).
-		WithNumLevelZeroTablesStall(8).
-		WithBlockCacheSize(0).
-		WithCompression(options.None).
-		WithValueLogFileSize(16 << 20).
-		WithNumCompactors(2).
-		WithMetricsEnabled(false)
-	if c.tune != nil {
-		o = c.tune(o)
-	}
-	return o
+	return "windows"
 }
 
 // OpenBadgerStore opens (creating if needed) a Badger database in dir and
 // returns a store over it that loads what it holds. A directory held by
 // another process gives an error that errors.Is reports as ErrStoreLocked;
-// one that cannot be written or is not a Badger database gives an error
-// naming it. Close closes the database.
-func OpenBadgerStore(dir string, opts ...BadgerOption) (s *BadgerStore, err error) {
+// one that cannot be written, is not a Badger database or has less free
+// than the store keeps in reserve gives an error naming it; so does a bad
+// option. Empty memtable files a killed process left are removed first,
+// each with a warning. Shutdown and Close close the database.
+func OpenBadgerStore(dir string, opts ...BadgerOption) (*BadgerStore, error) {
 	if dir == "" {
 		return nil, errors.New("keypool: badger store: no directory")
 	}
 	cfg := newBadgerConfig(opts)
-	db, err := openBadger(badgerOptions(dir, cfg))
+	if err := errors.Join(cfg.errs...); err != nil {
+		return nil, fmt.Errorf("keypool: badger store %s: %w", dir, err)
+	}
+	log := newBadgerLogger(cfg.logger)
+	db, err := openBadgerDir(badgerOptions(dir, cfg, log), log)
 	if err != nil {
 		if isBadgerLocked(err) {
 			return nil, fmt.Errorf("keypool: badger store %s: %w", dir, ErrStoreLocked)
 		}
 		return nil, fmt.Errorf("keypool: badger store %s: %w", dir, err)
 	}
-	s, err = newBadgerStore(db, true, cfg)
+	s, err := newBadgerStore(db, true, cfg, log)
 	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("keypool: badger store %s: %w", dir, err)
@@ -189,96 +133,44 @@ func OpenBadgerStore(dir string, opts ...BadgerOption) (s *BadgerStore, err erro
 }
 
 // NewBadgerStore returns a store over a Badger database the caller opened
-// and owns: Close stops the store but leaves db open. The store's records
-// are under keys that start with "kp1/".
+// and owns: Shutdown and Close stop the store but leave db open, and a
+// directory made again is not opened again. The store's records are under
+// keys that start with "kp2/" (and "kp1/", the layout it reads and
+// replaces). A bad option gives an error naming it.
 func NewBadgerStore(db *badger.DB, opts ...BadgerOption) (*BadgerStore, error) {
 	if db == nil {
 		return nil, errors.New("keypool: badger store: nil database")
 	}
-	s, err := newBadgerStore(db, false, newBadgerConfig(opts))
+	cfg := newBadgerConfig(opts)
+	if err := errors.Join(cfg.errs...); err != nil {
+		return nil, fmt.Errorf("keypool: badger store: %w", err)
+	}
+	s, err := newBadgerStore(db, false, cfg, newBadgerLogger(cfg.logger))
 	if err != nil {
 		return nil, fmt.Errorf("keypool: badger store: %w", err)
 	}
 	return s, nil
 }
 
-// openBadger opens a database, turning a panic inside Badger (it panics on
-// some bad options and damaged files) into an error.
-func openBadger(o badger.Options) (db *badger.DB, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			db, err = nil, fmt.Errorf("badger: %v", r)
-		}
-	}()
-	return badger.Open(o)
-}
-
-// isBadgerLocked reports whether err is Badger's refusal to open a directory
-// another owner holds. Badger formats the cause into its message rather than
-// wrapping it, so its text is the only sign.
-func isBadgerLocked(err error) bool {
-	return strings.Contains(err.Error(), "Another process is using this Badger database")
-}
-
-func newBadgerStore(db *badger.DB, owned bool, cfg badgerConfig) (*BadgerStore, error) {
-	s := &BadgerStore{mem: newMemoryStore(), db: db, owned: owned, cfg: cfg, stop: make(chan struct{}),
-		unwritten: map[keyRef]uint64{}, update: db.Update, flushBatch: (*badger.WriteBatch).Flush}
-	if err := s.load(); err != nil {
+func newBadgerStore(db *badger.DB, owned bool, cfg badgerConfig, log *badgerLogger) (*BadgerStore, error) {
+	s := &BadgerStore{mem: newMemoryStore(), cfg: cfg, log: log, owned: owned, stop: make(chan struct{}),
+		unwritten: map[keyRef]uint64{}, refused: map[recordRef]bool{}, flushBatch: (*badger.WriteBatch).Flush}
+	s.update = func(fn func(*badger.Txn) error) error { return s.db.Load().Update(fn) }
+	s.db.Store(db)
+	d, err := newStateDir(db.Opts())
+	if err != nil {
 		return nil, err
 	}
+	s.dir.Store(d)
+	legacy, err := s.load(db)
+	if err != nil {
+		return nil, err
+	}
+	s.replaceLegacy(legacy)
 	s.done.Add(2)
-	go s.every(s.cfg.flushEvery, s.flush)
+	go s.every(s.cfg.flushEvery, func() { _ = s.flush() })
 	go s.every(s.cfg.gcEvery, s.collect)
 	return s, nil
-}
-
-// The record keys: a prefix, then the provider and the key ID.
-var (
-	windowsPrefix = []byte("kp1/w/")
-	benchesPrefix = []byte("kp1/b/")
-)
-
-func recordKey(prefix []byte, ref keyRef) []byte {
-	b := make([]byte, 0, len(prefix)+len(ref.provider)+1+len(ref.keyID))
-	b = append(b, prefix...)
-	b = append(b, ref.provider...)
-	b = append(b, 0)
-	return append(b, ref.keyID...)
-}
-
-func parseRecordKey(k []byte) (keyRef, bool) {
-	provider, keyID, ok := bytes.Cut(k[len(windowsPrefix):], []byte{0})
-	return keyRef{string(provider), string(keyID)}, ok
-}
-
-// load reads every record into memory.
-func (s *BadgerStore) load() error {
-	return s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.DefaultIteratorOptions)
-		defer it.Close()
-		for _, prefix := range [][]byte{windowsPrefix, benchesPrefix} {
-			for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
-				item := it.Item()
-				ref, ok := parseRecordKey(item.Key())
-				if !ok {
-					continue
-				}
-				err := item.Value(func(v []byte) error {
-					k := s.mem.key(ref.provider, ref.keyID)
-					k.mu.Lock()
-					defer k.mu.Unlock()
-					if bytes.Equal(prefix, windowsPrefix) {
-						return k.decodeWindows(v)
-					}
-					return k.decodeBenches(v)
-				})
-				if err != nil {
-					return fmt.Errorf("record %q: %w", item.Key(), err)
-				}
-			}
-		}
-		return nil
-	})
 }
 
 // Take implements Store.
@@ -307,14 +199,56 @@ func (s *BadgerStore) Unbench(ctx context.Context, provider, keyID string) error
 	return s.writeBenches(keyRef{provider, keyID})
 }
 
+// Health returns nil while the store's writes succeed, and otherwise the
+// error of the failing write or of the check of its directory. It is one
+// atomic load.
+func (s *BadgerStore) Health() error {
+	if err := s.health.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
+
 // benchesLife is how long a benches record outlives its last bench, by the
 // wall clock Badger expires records by: escalation levels outlast benches.
 const benchesLife = 24 * time.Hour
 
-// writeBenches writes a key's benches and levels. Writes of one key may race;
-// each carries the key's bench version, and an older version never replaces
-// a newer one. A failed write is reported, and made again at the next flush.
+// writeBenches writes a key's benches and levels through, unless the store
+// is failing: then they wait for the flush that finds it back.
 func (s *BadgerStore) writeBenches(ref keyRef) error {
+	if s.closed.Load() {
+		return errStoreClosed
+	}
+	err := s.Health()
+	if err == nil {
+		if _, err = s.dir.Load().check(); err != nil {
+			err = storeError(err)
+			s.setHealth(err)
+		}
+	}
+	if err != nil {
+		k := s.mem.key(ref.provider, ref.keyID)
+		k.mu.Lock()
+		ver := k.benchVer
+		k.mu.Unlock()
+		s.errMu.Lock()
+		s.unwritten[ref] = max(s.unwritten[ref], ver)
+		s.errMu.Unlock()
+		return fmt.Errorf("keypool: badger store: benches of key %s not saved yet: %w", keyName(ref), err)
+	}
+	err = s.putBenches(ref)
+	if err != nil && !errors.Is(err, errRecordTooLarge) && !errors.Is(err, badger.ErrConflict) {
+		// Losing every try to other writers of the key is no failure of
+		// the store: the next flush writes the benches.
+		s.setHealth(err)
+	}
+	return err
+}
+
+// putBenches writes a key's benches and levels. Writes of one key may race;
+// each carries the key's bench version, and an older version never replaces
+// a newer one. A failed write is made again at the next flush.
+func (s *BadgerStore) putBenches(ref keyRef) error {
 	k := s.mem.key(ref.provider, ref.keyID)
 	k.mu.Lock()
 	val := k.encodeBenches(nil)
@@ -324,8 +258,11 @@ func (s *BadgerStore) writeBenches(ref keyRef) error {
 		until = max(until, m.bench.until)
 	}
 	k.mu.Unlock()
-	life := max(time.Until(time.Unix(0, until)), 0) + benchesLife
 	key := recordKey(benchesPrefix, ref)
+	if err := limitsOf(s.db.Load().Opts()).check(key, val); err != nil {
+		return s.refuse(recordRef{ref, true}, err)
+	}
+	life := max(time.Until(time.Unix(0, until)), 0) + benchesLife
 	write := func(txn *badger.Txn) error {
 		item, err := txn.Get(key)
 		switch {
@@ -343,6 +280,7 @@ func (s *BadgerStore) writeBenches(ref keyRef) error {
 		}
 		return txn.SetEntry(badger.NewEntry(key, val).WithTTL(life))
 	}
+	gen := s.gen.Load()
 	var err error
 	for range 3 {
 		if err = s.update(write); !errors.Is(err, badger.ErrConflict) {
@@ -350,21 +288,23 @@ func (s *BadgerStore) writeBenches(ref keyRef) error {
 		}
 	}
 	s.errMu.Lock()
-	if err != nil {
-		err = fmt.Errorf("keypool: writing bench of %s: %w", ref.keyID, err)
+	switch {
+	case err != nil || s.gen.Load() != gen:
+		// A write to a database since replaced is no write.
 		s.unwritten[ref] = max(s.unwritten[ref], ver)
-	} else if s.unwritten[ref] <= ver {
+	case s.unwritten[ref] <= ver:
 		// An older version written does not make up for a newer one that
 		// failed.
 		delete(s.unwritten, ref)
 	}
-	s.errMu.Unlock()
-	if !errors.Is(err, badger.ErrConflict) {
-		// Losing every try to other writers of the key is no failure of
-		// the store: the next flush writes the benches.
-		s.report(err)
+	if err == nil {
+		delete(s.refused, recordRef{ref, true})
 	}
-	return err
+	s.errMu.Unlock()
+	if err != nil {
+		return fmt.Errorf("keypool: badger store: writing benches of key %s: %w", keyName(ref), err)
+	}
+	return nil
 }
 
 // windowsLife is how long a windows record lives after it was written: the
@@ -372,14 +312,110 @@ func (s *BadgerStore) writeBenches(ref keyRef) error {
 const windowsLife = 48 * time.Hour
 
 // Flush implements Store: it writes the windows that changed since the last
-// flush, and the benches whose writes failed.
-func (s *BadgerStore) Flush(context.Context) error {
+// flush, and the benches whose writes failed. It returns an error when the
+// store is failing (as Health does), or naming each key whose record Badger
+// would refuse, the others written.
+func (s *BadgerStore) Flush(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return errStoreClosed
+	}
+	return s.flush()
+}
+
+// flush checks the directory — opening the database again in a directory
+// made again — and writes what changed.
+func (s *BadgerStore) flush() error {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
-	wb := s.db.NewWriteBatch()
+	var refused []error
+	err := s.ready()
+	if err == nil {
+		refused, err = s.writeWindows()
+	}
+	if err == nil {
+		var more []error
+		more, err = s.writeUnwritten()
+		refused = append(refused, more...)
+	}
+	s.setHealth(err)
+	if err != nil {
+		return err
+	}
+	return errors.Join(refused...)
+}
+
+// ready returns nil when the store can write to its directory. When the
+// directory was made again, it opens a new database in it, if the store
+// opened the first one.
+func (s *BadgerStore) ready() error {
+	d := s.dir.Load()
+	lost, err := d.check()
+	if lost && s.owned {
+		return s.reopen(d, err)
+	}
+	return storeError(err)
+}
+
+// reopen opens a database in the directory that was made again, and marks
+// everything the store holds to be written to it. The old database is left
+// open and never written to again: closing it would retry writing its
+// memtable once a second, without end, to files that are gone — or into the
+// new directory, among the new database's files.
+func (s *BadgerStore) reopen(d *stateDir, cause error) error {
+	fi, err := os.Stat(d.path)
+	if err != nil || !fi.IsDir() {
+		return storeError(cause)
+	}
+	fail := func(err error) error { return storeError(&dirError{err}) }
+	if !sameDevice(fi, d.dir) {
+		return fail(fmt.Errorf("state directory %s is now on another filesystem (an unmounted volume?)", d.path))
+	}
+	if err := (&stateDir{path: d.path, dir: fi, reserve: d.reserve}).usable(); err != nil {
+		return fail(err)
+	}
+	db, err := openBadgerDir(badgerOptions(d.path, s.cfg, s.log), s.log)
+	if err != nil {
+		if isBadgerLocked(err) {
+			err = ErrStoreLocked
+		}
+		return fail(fmt.Errorf("opening state directory %s again: %w", d.path, err))
+	}
+	nd, err := newStateDir(db.Opts())
+	if err != nil {
+		_ = db.Close()
+		return fail(err)
+	}
+	s.db.Store(db)
+	s.dir.Store(nd)
+	s.gen.Add(1)
+	s.mem.each(func(ref keyRef, k *memKey) {
+		k.mu.Lock()
+		k.dirty = true
+		ver := k.benchVer
+		k.mu.Unlock()
+		if ver > 0 {
+			s.errMu.Lock()
+			s.unwritten[ref] = max(s.unwritten[ref], ver)
+			s.errMu.Unlock()
+		}
+	})
+	return nil
+}
+
+// writeWindows writes the windows that changed since the last flush, in one
+// batch. A record Badger would refuse is left out of the batch and
+// returned in refused: it never fails the others.
+func (s *BadgerStore) writeWindows() (refused []error, err error) {
+	db := s.db.Load()
+	limits := limitsOf(db.Opts())
+	gen := s.gen.Load()
+	wb := db.NewWriteBatch()
 	defer wb.Cancel()
 	var written []*memKey
-	var err error
+	var refs []keyRef
 	s.mem.each(func(ref keyRef, k *memKey) {
 		if err != nil {
 			return
@@ -392,11 +428,25 @@ func (s *BadgerStore) Flush(context.Context) error {
 		val := k.encodeWindows(nil)
 		k.dirty = false
 		k.mu.Unlock()
+		key := recordKey(windowsPrefix, ref)
+		if e := limits.check(key, val); e != nil {
+			refused = append(refused, s.refuse(recordRef{ref, false}, e))
+			return
+		}
 		written = append(written, k)
-		err = wb.SetEntry(badger.NewEntry(recordKey(windowsPrefix, ref), val).WithTTL(windowsLife))
+		refs = append(refs, ref)
+		if err = wb.SetEntry(badger.NewEntry(key, val).WithTTL(windowsLife)); err != nil && wb.Error() == nil {
+			// Badger refused the entry and the batch goes on: a record
+			// the store's check did not foresee.
+			refused = append(refused, s.refuse(recordRef{ref, false}, fmt.Errorf("%w: %s", errRecordTooLarge, firstLine(err))))
+			written, refs, err = written[:len(written)-1], refs[:len(refs)-1], nil
+		}
 	})
 	if err == nil {
 		err = s.flushBatch(wb)
+	}
+	if err == nil && s.gen.Load() != gen {
+		err = errors.New("the database was opened again during the write")
 	}
 	if err != nil {
 		// Nothing is lost: the keys are written again at the next flush.
@@ -405,10 +455,20 @@ func (s *BadgerStore) Flush(context.Context) error {
 			k.dirty = true
 			k.mu.Unlock()
 		}
-		err = fmt.Errorf("keypool: writing windows: %w", err)
-		s.report(err)
-		return err
+		return nil, storeError(fmt.Errorf("writing windows: %w", err))
 	}
+	s.errMu.Lock()
+	if len(s.refused) > 0 {
+		for _, ref := range refs {
+			delete(s.refused, recordRef{ref, false})
+		}
+	}
+	s.errMu.Unlock()
+	return refused, nil
+}
+
+// writeUnwritten writes the benches whose writes failed or waited.
+func (s *BadgerStore) writeUnwritten() (refused []error, err error) {
 	s.errMu.Lock()
 	refs := make([]keyRef, 0, len(s.unwritten))
 	for ref := range s.unwritten {
@@ -416,27 +476,94 @@ func (s *BadgerStore) Flush(context.Context) error {
 	}
 	s.errMu.Unlock()
 	for _, ref := range refs {
-		if err = s.writeBenches(ref); err != nil {
-			return err
+		switch err := s.putBenches(ref); {
+		case err == nil, errors.Is(err, badger.ErrConflict):
+			// Lost to other writers of the key: they wrote it, or the
+			// next flush does.
+		case errors.Is(err, errRecordTooLarge):
+			refused = append(refused, err)
+			s.errMu.Lock()
+			delete(s.unwritten, ref)
+			s.errMu.Unlock()
+		default:
+			return refused, err
 		}
 	}
-	s.report(nil)
-	return nil
+	return refused, nil
 }
 
-// report tells the error handler of a failed write, once until a write
-// succeeds.
-func (s *BadgerStore) report(err error) {
+// refuse returns the error of a record Badger would refuse, logging it the
+// first time.
+func (s *BadgerStore) refuse(r recordRef, cause error) error {
+	err := fmt.Errorf("keypool: badger store: %s of key %s not saved: %w", r, keyName(r.keyRef), cause)
 	s.errMu.Lock()
-	tell := err != nil && !s.failing
-	s.failing = err != nil
+	told := s.refused[r]
+	s.refused[r] = true
 	s.errMu.Unlock()
-	if tell {
-		s.cfg.onError(err)
+	if !told {
+		s.cfg.logger.Warn("keypool: badger store: a key's state is not saved", "err", err)
+	}
+	return err
+}
+
+// firstLine returns the first line of err's text, cut to 200 bytes: some
+// of Badger's errors dump the key they refuse.
+func firstLine(err error) string {
+	line, _, _ := strings.Cut(err.Error(), "\n")
+	if len(line) > 200 {
+		line = line[:200] + "…"
+	}
+	return line
+}
+
+// keyName names a key in an error or a log line: its ID and its provider,
+// each quoted and cut to 64 bytes. Secrets never reach a store.
+func keyName(ref keyRef) string {
+	return fmt.Sprintf("%s of provider %s", quoteCut(ref.keyID), quoteCut(ref.provider))
+}
+
+func quoteCut(s string) string {
+	const n = 64
+	if len(s) <= n {
+		return fmt.Sprintf("%q", s)
+	}
+	return fmt.Sprintf("%q… (%d bytes)", s[:n], len(s))
+}
+
+// storeError prefixes err, if any, with the store's name.
+func storeError(err error) error {
+	if err == nil || strings.HasPrefix(err.Error(), "keypool: ") {
+		return err
+	}
+	return fmt.Errorf("keypool: badger store: %w", err)
+}
+
+// setHealth records the outcome of a write or a check: a failure starts a
+// failing spell, logged once; a success ends it, logged once.
+func (s *BadgerStore) setHealth(err error) {
+	if err == nil && s.health.Load() == nil {
+		return
+	}
+	s.spellMu.Lock()
+	defer s.spellMu.Unlock()
+	now := time.Now()
+	switch {
+	case err != nil && s.failingSince.IsZero():
+		s.failingSince = now
+		s.health.Store(&err)
+		s.cfg.logger.Warn("keypool: badger store failing; serving from memory until it writes again", "err", err)
+	case err != nil:
+		s.health.Store(&err)
+	case !s.failingSince.IsZero():
+		since := s.failingSince
+		s.failingSince = time.Time{}
+		s.health.Store(nil)
+		s.log.flush()
+		s.cfg.logger.Info("keypool: badger store writing again", "failed_for", now.Sub(since).Round(time.Millisecond))
 	}
 }
 
-// every calls fn every d until Close.
+// every calls fn every d until Shutdown.
 func (s *BadgerStore) every(d time.Duration, fn func()) {
 	defer s.done.Done()
 	t := time.NewTicker(d)
@@ -451,46 +578,123 @@ func (s *BadgerStore) every(d time.Duration, fn func()) {
 	}
 }
 
-// flush writes windows behind.
-func (s *BadgerStore) flush() { _ = s.Flush(context.Background()) }
-
-// collect garbage-collects Badger's value log.
+// collect garbage-collects Badger's value log, unless the store is failing.
 func (s *BadgerStore) collect() {
-	for s.db.RunValueLogGC(0.5) == nil {
+	if s.Health() != nil {
+		return
+	}
+	db := s.db.Load()
+	for db.RunValueLogGC(0.5) == nil {
 	}
 }
 
-// Close stops the store's goroutines, writes what is left, and closes the
-// database if the store opened it. A second Close does nothing.
-func (s *BadgerStore) Close() error {
+// shutdownRetry is how often Shutdown tries again to write while the store
+// is failing.
+const shutdownRetry = 250 * time.Millisecond
+
+// Shutdown stops the store's goroutines, writes what it holds, and closes
+// the database if the store opened it. While the store is failing it tries
+// again four times a second until ctx ends; it then returns an error that
+// wraps ctx.Err() and says how many keys' windows and benches are not
+// saved. A second Shutdown returns nil.
+//
+// What Shutdown leaves running when ctx ends first: while the directory is
+// gone, read-only or full, the database stays open, with its dozen idle
+// goroutines and its files, until the process exits — closing it would
+// retry writing Badger's memtable once a second without end, or kill the
+// process on a full filesystem; what it wrote before the failure is read
+// at the next open, as after a kill. While the directory is fine but
+// writes fail, the database is closed by a goroutine that outlives
+// Shutdown. A write or a close that hangs in Badger (a disk that stops
+// answering) hangs that goroutine, not Shutdown.
+func (s *BadgerStore) Shutdown(ctx context.Context) error {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
-	if s.closed {
+	if s.closed.Swap(true) {
 		return nil
 	}
-	s.closed = true
 	close(s.stop)
-	s.done.Wait()
-	err := s.Flush(context.Background())
-	if s.owned {
-		err = errors.Join(err, s.db.Close())
+	done := make(chan error, 1)
+	go func() { done <- s.finish(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		select {
+		case err := <-done:
+			return err
+		default:
+			return s.unsaved(ctx.Err())
+		}
 	}
-	return err
 }
 
-// badgerLogger sends Badger's warnings and errors to slog and drops the rest.
-type badgerLogger struct{ l *slog.Logger }
-
-func (b badgerLogger) Errorf(f string, v ...any) {
-	b.l.Error("badger: " + strings.TrimSpace(fmt.Sprintf(f, v...)))
+// Close is Shutdown bounded by 15 seconds.
+func (s *BadgerStore) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.closeBound)
+	defer cancel()
+	return s.Shutdown(ctx)
 }
 
-func (b badgerLogger) Warningf(f string, v ...any) {
-	b.l.Warn("badger: " + strings.TrimSpace(fmt.Sprintf(f, v...)))
+// finish does Shutdown's work once the store's goroutines have stopped.
+func (s *BadgerStore) finish(ctx context.Context) error {
+	s.done.Wait()
+	retry := time.NewTicker(min(s.cfg.flushEvery, shutdownRetry))
+	defer retry.Stop()
+	for {
+		err := s.flush()
+		if s.Health() == nil {
+			s.log.flush()
+			if s.owned {
+				err = errors.Join(err, s.db.Load().Close())
+			}
+			return err
+		}
+		select {
+		case <-ctx.Done():
+		case <-retry.C:
+		}
+		if ctx.Err() != nil {
+			// No flush starts once ctx has ended, so what the last one
+			// found decides: a directory gone, read-only or full leaves
+			// the database open; failing writes alone close it.
+			unsaved := s.unsaved(ctx.Err())
+			s.log.flush()
+			var dirErr *dirError
+			if !errors.As(s.Health(), &dirErr) && s.owned {
+				_ = s.db.Load().Close()
+			}
+			return unsaved
+		}
+	}
 }
 
-func (badgerLogger) Infof(string, ...any)  {}
-func (badgerLogger) Debugf(string, ...any) {}
+// unsaved returns the error of a Shutdown that ended before the store wrote
+// what it holds.
+func (s *BadgerStore) unsaved(cause error) error {
+	lost, _ := s.dir.Load().check()
+	windows, benches := 0, 0
+	s.mem.each(func(_ keyRef, k *memKey) {
+		k.mu.Lock()
+		if lost || k.dirty {
+			windows++
+		}
+		if lost && k.benchVer > 0 {
+			benches++
+		}
+		k.mu.Unlock()
+	})
+	if !lost {
+		s.errMu.Lock()
+		benches = len(s.unwritten)
+		s.errMu.Unlock()
+	}
+	msg := fmt.Sprintf("keypool: badger store: closing: the windows of %d keys and the benches of %d keys are not saved", windows, benches)
+	if err := s.Health(); err != nil {
+		return fmt.Errorf("%s (%s): %w", msg, strings.TrimPrefix(err.Error(), "keypool: badger store: "), cause)
+	}
+	return fmt.Errorf("%s: %w", msg, cause)
+}
 
 // Keys yields the provider and ID of each key the store holds state for,
 // in no particular order.

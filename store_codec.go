@@ -1,24 +1,72 @@
 package keypool
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
 )
 
-// A key's state is kept outside memory as two records: its windows, written
-// behind, and its benches and escalation levels, written through. Both start
+// A key's state is kept outside memory as two records: its windows and the
+// limits it learned, written behind, and its benches and levels, written
+// through. Both start
 // with a format byte. Numbers are varints; a sliding window keeps only its
 // buckets that are not empty.
 
 // The record formats.
 const (
-	windowsFormat = 2
+	windowsFormat = 3 // 2 before learned limits: read as 3 without them
 	benchesFormat = 1
 )
 
 var errShortRecord = errors.New("record ends early")
+
+// The record keys: a prefix naming the layout and the record, then the
+// provider's length as a uvarint, the provider, and the key ID. The length
+// keeps every (provider, key ID) pair apart, whatever bytes the two hold.
+var (
+	windowsPrefix = []byte("kp2/w/")
+	benchesPrefix = []byte("kp2/b/")
+)
+
+func recordKey(prefix []byte, ref keyRef) []byte {
+	b := make([]byte, 0, len(prefix)+binary.MaxVarintLen64+len(ref.provider)+len(ref.keyID))
+	b = append(b, prefix...)
+	b = appendString(b, ref.provider)
+	return append(b, ref.keyID...)
+}
+
+// parseRecordKey reads a key recordKey wrote under prefix.
+func parseRecordKey(prefix, k []byte) (keyRef, bool) {
+	r := reader{b: k[len(prefix):]}
+	provider := r.string()
+	if r.err != nil {
+		return keyRef{}, false
+	}
+	return keyRef{provider, string(r.b)}, true
+}
+
+// The layout before kp2 joined the provider and the key ID with a NUL: a
+// NUL in either made two pairs one key ("acme\x00eu"/"k1" and
+// "acme"/"eu\x00k1").
+var (
+	legacyWindowsPrefix = []byte("kp1/w/")
+	legacyBenchesPrefix = []byte("kp1/b/")
+)
+
+// parseLegacyRecordKey reads a key of the kp1 layout. It refuses a key
+// with more than one NUL after the prefix: more than one pair could have
+// written it. With exactly one, neither name held a NUL, and the pair is
+// the one that wrote it.
+func parseLegacyRecordKey(prefix, k []byte) (keyRef, bool) {
+	rest := k[len(prefix):]
+	if bytes.Count(rest, []byte{0}) != 1 {
+		return keyRef{}, false
+	}
+	provider, keyID, _ := bytes.Cut(rest, []byte{0})
+	return keyRef{string(provider), string(keyID)}, true
+}
 
 // encodeWindows appends k's windows to b. k.mu must be held.
 func (k *memKey) encodeWindows(b []byte) []byte {
@@ -30,15 +78,22 @@ func (k *memKey) encodeWindows(b []byte) []byte {
 	}
 	n := 0
 	for _, m := range k.models {
-		if m.win != nil {
+		if m.win != nil || m.learned != (Limits{}) {
 			n++
 		}
 	}
 	b = binary.AppendUvarint(b, uint64(n))
 	for name, m := range k.models {
+		if m.win == nil && m.learned == (Limits{}) {
+			continue
+		}
+		b = appendString(b, name)
+		b = append(b, boolByte(m.win != nil))
 		if m.win != nil {
-			b = appendString(b, name)
 			b = m.win.encode(b)
+		}
+		for _, v := range []int64{m.learned.RPM, m.learned.RPD, m.learned.TPM, m.learned.TPD} {
+			b = binary.AppendUvarint(b, uint64(max(v, 0)))
 		}
 	}
 	return b
@@ -48,7 +103,8 @@ func (k *memKey) encodeWindows(b []byte) []byte {
 // held.
 func (k *memKey) decodeWindows(b []byte) error {
 	r := reader{b: b}
-	if f := r.byte(); f != windowsFormat {
+	f := r.byte()
+	if f != windowsFormat && f != 2 {
 		return fmt.Errorf("windows record of format %d", f)
 	}
 	k.last = r.varint()
@@ -58,8 +114,22 @@ func (k *memKey) decodeWindows(b []byte) error {
 	}
 	for n := r.uvarint(); n > 0 && r.err == nil; n-- {
 		m := k.model(r.string(), k.last, true)
-		m.win = &windows{}
-		m.win.decode(&r)
+		if f == 2 || r.byte() != 0 {
+			m.win = &windows{}
+			m.win.decode(&r)
+		}
+		if f == 2 {
+			continue
+		}
+		var l [4]int64
+		for i := range l {
+			v := r.uvarint()
+			if v > math.MaxInt64 {
+				r.fail(fmt.Errorf("learned limit %d", v))
+			}
+			l[i] = int64(v)
+		}
+		m.learned = Limits{RPM: l[0], RPD: l[1], TPM: l[2], TPD: l[3]}
 	}
 	return r.err
 }
