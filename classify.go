@@ -44,35 +44,35 @@ func classify(status int, h http.Header, body []byte, now time.Time) verdict {
 	if g == 0 && status < 400 {
 		return verdict{} // the common answer: a success without rate-limit headers
 	}
-	var r reading
-	readHeaders(h, g, now, &r)
+	var e evidence
+	readHeaders(h, g, now, &e)
 	switch {
 	case status < 400:
-		return verdict{kind: KindNone, reset: r.reset(now, asReported)}
+		return verdict{kind: KindNone, reset: e.reset(now, asReported)}
 	case status >= 500:
-		return verdict{kind: KindTransient, reset: r.reset(now, asRetryOnly)}
+		return verdict{kind: KindTransient, reset: e.reset(now, asRetryOnly)}
 	case status == http.StatusUnauthorized:
-		return verdict{kind: KindAuth, reset: r.reset(now, asRetryOnly)}
+		return verdict{kind: KindAuth, reset: e.reset(now, asRetryOnly)}
 	case status == http.StatusPaymentRequired:
-		return verdict{kind: KindQuota, billing: true, reset: r.reset(now, asLimited)}
+		return verdict{kind: KindQuota, billing: true, reset: e.reset(now, asLimited)}
 	case status != http.StatusBadRequest && status != http.StatusForbidden && status != http.StatusTooManyRequests:
-		return verdict{kind: KindNone, reset: r.reset(now, asRetryOnly)}
+		return verdict{kind: KindNone, reset: e.reset(now, asRetryOnly)}
 	}
 
 	b := readBody(body, now)
 	// named: the body names a long window or a usage limit.
 	named := b.quota || (b.hasSpent && b.spent.window != WindowNone)
-	r.fill(b.reading)
+	e.fill(b.evidence)
 	switch {
 	case b.billing:
-		return verdict{kind: KindQuota, billing: true, reset: r.reset(now, asLimited)}
+		return verdict{kind: KindQuota, billing: true, reset: e.reset(now, asLimited)}
 	case status == http.StatusBadRequest && b.auth,
-		status == http.StatusForbidden && !r.hasSpent && !r.hasRetryAfter && !b.throttled:
-		return verdict{kind: KindAuth, reset: r.reset(now, asRetryOnly)}
+		status == http.StatusForbidden && !e.hasSpent && !e.hasRetryAfter && !b.throttled:
+		return verdict{kind: KindAuth, reset: e.reset(now, asRetryOnly)}
 	case b.tooLarge, status == http.StatusBadRequest && !named:
-		return verdict{kind: KindNone, reset: r.reset(now, asRetryOnly)}
-	case named, r.spent.window != WindowNone:
-		return verdict{kind: KindQuota, reset: r.reset(now, asLimited)}
+		return verdict{kind: KindNone, reset: e.reset(now, asRetryOnly)}
+	case named, e.spent.window != WindowNone:
+		return verdict{kind: KindQuota, reset: e.reset(now, asLimited)}
 	}
-	return verdict{kind: KindRate, reset: r.reset(now, asLimited)}
+	return verdict{kind: KindRate, reset: e.reset(now, asLimited)}
 }

@@ -64,9 +64,9 @@ func ParseRateLimitReset(h http.Header, now time.Time) Reset {
 	if g == 0 {
 		return Reset{}
 	}
-	var r reading
-	readHeaders(h, g, now, &r)
-	return r.reset(now, asReported)
+	var e evidence
+	readHeaders(h, g, now, &e)
+	return e.reset(now, asReported)
 }
 
 // ParseUsageLimitBody reads what an error body says about when a limit lifts,
@@ -95,8 +95,8 @@ func RetryAfterFromHeaders(h http.Header, now time.Time) (time.Duration, bool) {
 	return parseWait(first(h, headerRetryAfter), now)
 }
 
-// limitReading is what an answer says about one limit it reports.
-type limitReading struct {
+// limitEvidence is what an answer says about one limit it reports.
+type limitEvidence struct {
 	window   Window        // the window the limit counts; "" for a short or unknown one
 	used     float64       // the fraction used; meaningful when hasUsed
 	hasUsed  bool          // the limit states how much of it is used
@@ -105,59 +105,59 @@ type limitReading struct {
 	hasReset bool          // the answer dates the lift
 }
 
-// reading gathers what one answer reports and keeps the limits that bind:
+// evidence gathers what one answer reports and keeps the limits that bind:
 // the spent one that lifts last, and the most-used of the others.
-type reading struct {
+type evidence struct {
 	retryAfter    time.Duration
 	hasRetryAfter bool
-	spent         limitReading // valid when hasSpent
+	spent         limitEvidence // valid when hasSpent
 	hasSpent      bool
-	fullest       limitReading // valid when hasFullest
+	fullest       limitEvidence // valid when hasFullest
 	hasFullest    bool
 }
 
 // add notes one limit.
-func (r *reading) add(l limitReading) {
+func (e *evidence) add(l limitEvidence) {
 	switch {
 	case l.spent:
-		if !r.hasSpent || liftsLater(l, r.spent) {
-			r.spent, r.hasSpent = l, true
+		if !e.hasSpent || liftsLater(l, e.spent) {
+			e.spent, e.hasSpent = l, true
 		}
-	case !r.hasFullest || fuller(l, r.fullest):
-		r.fullest, r.hasFullest = l, true
+	case !e.hasFullest || fuller(l, e.fullest):
+		e.fullest, e.hasFullest = l, true
 	}
 }
 
 // fill completes what r (read from headers) leaves unsaid with what b (read
 // from the body) says: headers outrank the body where both speak.
-func (r *reading) fill(b reading) {
-	if !r.hasRetryAfter {
-		r.retryAfter, r.hasRetryAfter = b.retryAfter, b.hasRetryAfter
+func (e *evidence) fill(b evidence) {
+	if !e.hasRetryAfter {
+		e.retryAfter, e.hasRetryAfter = b.retryAfter, b.hasRetryAfter
 	}
 	if !b.hasSpent {
 		return
 	}
-	if !r.hasSpent {
-		r.spent, r.hasSpent = b.spent, true
+	if !e.hasSpent {
+		e.spent, e.hasSpent = b.spent, true
 		return
 	}
-	if r.spent.window == WindowNone {
-		r.spent.window = b.spent.window
+	if e.spent.window == WindowNone {
+		e.spent.window = b.spent.window
 	}
-	if !r.spent.hasUsed {
-		r.spent.used, r.spent.hasUsed = b.spent.used, b.spent.hasUsed
+	if !e.spent.hasUsed {
+		e.spent.used, e.spent.hasUsed = b.spent.used, b.spent.hasUsed
 	}
-	if !r.spent.hasReset {
-		r.spent.wait, r.spent.hasReset = b.spent.wait, b.spent.hasReset
+	if !e.spent.hasReset {
+		e.spent.wait, e.spent.hasReset = b.spent.wait, b.spent.hasReset
 	}
 }
 
-// readingUse says which part of a reading an answer lets count.
-type readingUse int
+// evidenceUse says which part of the evidence an answer lets count.
+type evidenceUse int
 
 const (
 	// asReported counts every limit reported: a success, or a bare parse.
-	asReported readingUse = iota
+	asReported evidenceUse = iota
 	// asLimited counts only spent limits: a rate or quota answer, where a
 	// limit with room left is not what refused the request.
 	asLimited
@@ -167,24 +167,24 @@ const (
 	asRetryOnly
 )
 
-// reset composes the Reset a reading gives, as of now.
-func (r *reading) reset(now time.Time, use readingUse) Reset {
-	out := Reset{RetryAfter: r.retryAfter, HasRetryAfter: r.hasRetryAfter}
-	var b limitReading
+// reset composes the Reset the evidence gives, as of now.
+func (e *evidence) reset(now time.Time, use evidenceUse) Reset {
+	out := Reset{RetryAfter: e.retryAfter, HasRetryAfter: e.hasRetryAfter}
+	var b limitEvidence
 	switch {
 	case use == asRetryOnly:
-	case r.hasSpent:
-		b = r.spent
-	case r.hasFullest && use == asReported:
-		b = r.fullest
+	case e.hasSpent:
+		b = e.spent
+	case e.hasFullest && use == asReported:
+		b = e.fullest
 	}
 	out.Window = b.window
 	out.Utilization, out.HasUtilization = b.used, b.hasUsed
 	switch {
 	case b.hasReset && b.spent:
 		out.ResetAt = now.Add(b.wait)
-	case r.hasRetryAfter:
-		out.ResetAt = now.Add(r.retryAfter)
+	case e.hasRetryAfter:
+		out.ResetAt = now.Add(e.retryAfter)
 	case b.hasReset:
 		out.ResetAt = now.Add(b.wait)
 	}
@@ -208,7 +208,7 @@ func windowRank(w Window) int {
 
 // liftsLater reports whether a lifts after b: the later known reset; between
 // unknown or equal resets, the longer window; else the one with a known reset.
-func liftsLater(a, b limitReading) bool {
+func liftsLater(a, b limitEvidence) bool {
 	if a.hasReset && b.hasReset && a.wait != b.wait {
 		return a.wait > b.wait
 	}
@@ -221,7 +221,7 @@ func liftsLater(a, b limitReading) bool {
 // fuller reports whether a binds before b on an answer where neither is
 // spent: the more used (a stated fraction beats none); ties go to the one
 // that lifts later.
-func fuller(a, b limitReading) bool {
+func fuller(a, b limitEvidence) bool {
 	if a.hasUsed != b.hasUsed {
 		return a.hasUsed
 	}

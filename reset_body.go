@@ -18,11 +18,11 @@ const maxBodyRead = 64 << 10
 // carried as a string (clients re-nest a vendor's body in their own message).
 const maxBodyNesting = 2
 
-// bodyReading is what an error body says: the limit and the wait it states,
+// bodyEvidence is what an error body says: the limit and the wait it states,
 // and the conditions it names. Bodies are read only on failures, never on
 // the per-request path of a success.
-type bodyReading struct {
-	reading
+type bodyEvidence struct {
+	evidence
 	billing   bool // a spent balance, credit or spend limit
 	quota     bool // a spent allowance, whether or not the body names its window
 	auth      bool // the key itself is refused
@@ -32,12 +32,12 @@ type bodyReading struct {
 
 // readBody reads an error body as of now: a JSON body by its values,
 // wherever they nest; any other body as text.
-func readBody(body []byte, now time.Time) bodyReading {
+func readBody(body []byte, now time.Time) bodyEvidence {
 	if len(body) > maxBodyRead {
 		body = body[:maxBodyRead]
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
-		return bodyReading{}
+		return bodyEvidence{}
 	}
 	var f bodyFields
 	if !f.decode(body, 0) {
@@ -46,7 +46,7 @@ func readBody(body []byte, now time.Time) bodyReading {
 	text := f.text.String()
 	lower := asciiLower(text)
 
-	b := bodyReading{
+	b := bodyEvidence{
 		billing:   containsAny(lower, billingPhrases[:]),
 		auth:      containsAny(lower, authPhrases[:]),
 		throttled: containsAny(lower, throttlePhrases[:]),
@@ -55,13 +55,13 @@ func readBody(body []byte, now time.Time) bodyReading {
 	}
 	// OpenRouter forwards its rate-limit headers inside the body; they
 	// outrank what the prose says, as headers do.
-	readHeaders(f.headers, headerGroups(f.headers), now, &b.reading)
+	readHeaders(f.headers, headerGroups(f.headers), now, &b.evidence)
 
-	var own reading
+	var own evidence
 	if own.retryAfter, own.hasRetryAfter = parseWait(f.retryDelay, now); !own.hasRetryAfter {
 		own.retryAfter, own.hasRetryAfter = proseDelay(lower, now)
 	}
-	spent := limitReading{window: namedWindow(lower), spent: true}
+	spent := limitEvidence{window: namedWindow(lower), spent: true}
 	stated := spent.window != WindowNone || b.quota
 	if limit, used, ok := statedUsage(lower); ok {
 		spent.used, spent.hasUsed, stated = used/limit, true, true

@@ -77,26 +77,26 @@ func headerGroups(h http.Header) uint8 {
 
 // readHeaders reads the rate-limit headers of an answer, of the groups g
 // (see headerGroups), as of now into r.
-func readHeaders(h http.Header, g uint8, now time.Time, r *reading) {
+func readHeaders(h http.Header, g uint8, now time.Time, e *evidence) {
 	if g&groupRetryAfter != 0 {
-		r.retryAfter, r.hasRetryAfter = RetryAfterFromHeaders(h, now)
+		e.retryAfter, e.hasRetryAfter = RetryAfterFromHeaders(h, now)
 	}
 	_, groq := h[headerGroqRegion]
 	for i := range counters {
 		if c := &counters[i]; g&c.group != 0 {
 			if l, ok := c.read(h, now, groq); ok {
-				r.add(l)
+				e.add(l)
 			}
 		}
 	}
 	if g&groupRateLimit != 0 {
-		readStructured(h, now, r)
+		readStructured(h, now, e)
 	}
 	if g&groupUnified != 0 {
-		readUnified(h, now, r)
+		readUnified(h, now, e)
 	}
 	if g&groupCodex != 0 {
-		readCodex(h, now, r)
+		readCodex(h, now, e)
 	}
 }
 
@@ -164,10 +164,10 @@ var counters = [...]counter{
 // read reads the counter from h; it reports false when h has no readable
 // remaining count for it (a negative count is Azure's placeholder for
 // unknown, and so is the reset beside it).
-func (c *counter) read(h http.Header, now time.Time, groq bool) (limitReading, bool) {
+func (c *counter) read(h http.Header, now time.Time, groq bool) (limitEvidence, bool) {
 	remaining, ok := leadingNumber(first(h, c.remaining))
 	if !ok {
-		return limitReading{}, false
+		return limitEvidence{}, false
 	}
 	limitField := first(h, c.limit)
 	limit, _ := leadingNumber(limitField)
@@ -185,10 +185,10 @@ func (c *counter) read(h http.Header, now time.Time, groq bool) (limitReading, b
 	return l, true
 }
 
-// counted is the reading of a limit with remaining units left of limit
+// counted is the evidence of a limit with remaining units left of limit
 // (limit 0 or less: unknown). A limit with nothing left is spent, and full.
-func counted(window Window, remaining, limit float64) limitReading {
-	l := limitReading{window: window, spent: remaining == 0}
+func counted(window Window, remaining, limit float64) limitEvidence {
+	l := limitEvidence{window: window, spent: remaining == 0}
 	switch {
 	case limit > 0:
 		l.used, l.hasUsed = max(limit-remaining, 0)/limit, true
@@ -216,7 +216,7 @@ func policyWindow(field string, limit float64) Window {
 // RateLimit (`"default";r=0;t=30`: r units remain, the window resets in t
 // seconds) with the quota q and window length w of the same-named member of
 // RateLimit-Policy (`"default";q=100;w=60`).
-func readStructured(h http.Header, now time.Time, r *reading) {
+func readStructured(h http.Header, now time.Time, e *evidence) {
 	for _, field := range h[headerRateLimit] {
 		for item := range strings.SplitSeq(field, ",") {
 			name, params := sfItem(item)
@@ -228,7 +228,7 @@ func readStructured(h http.Header, now time.Time, r *reading) {
 			quota, _ := parseNumber(sfParam(policy, "q"))
 			l := counted(sfWindow(policy), remaining, quota)
 			l.wait, l.hasReset = parseWait(sfParam(params, "t"), now)
-			r.add(l)
+			e.add(l)
 		}
 	}
 }
@@ -296,12 +296,12 @@ var unifiedWindows = [...]struct {
 // is rejected and the representative claim names it. A claim naming a window
 // without headers of its own (seven_day_opus, seven_day_sonnet) is read with
 // the overall reset.
-func readUnified(h http.Header, now time.Time, r *reading) {
+func readUnified(h http.Header, now time.Time, e *evidence) {
 	rejected := first(h, headerUnifiedStatus) == "rejected"
 	claim := first(h, headerUnifiedClaim)
 	claimed := false
 	for _, u := range unifiedWindows {
-		l := limitReading{window: u.window}
+		l := limitEvidence{window: u.window}
 		l.used, l.hasUsed = parseNumber(first(h, u.utilization))
 		l.wait, l.hasReset = parseWait(first(h, u.reset), now)
 		status := first(h, u.status)
@@ -311,12 +311,12 @@ func readUnified(h http.Header, now time.Time, r *reading) {
 		named := rejected && claim == u.claim
 		claimed = claimed || named
 		l.spent = status == "rejected" || (l.hasUsed && l.used >= 1) || named
-		r.add(l)
+		e.add(l)
 	}
 	if rejected && !claimed {
-		l := limitReading{window: claimWindow(claim), spent: true}
+		l := limitEvidence{window: claimWindow(claim), spent: true}
 		l.wait, l.hasReset = parseWait(first(h, headerUnifiedReset), now)
-		r.add(l)
+		e.add(l)
 	}
 }
 
@@ -346,13 +346,13 @@ var codexWindows = [...]struct{ usedPercent, minutes, resetAt, resetAfter string
 
 // readCodex reads the ChatGPT backend's windows. A slot whose length is 0
 // is unused and skipped.
-func readCodex(h http.Header, now time.Time, r *reading) {
+func readCodex(h http.Header, now time.Time, e *evidence) {
 	for _, c := range codexWindows {
 		percent, ok := parseNumber(first(h, c.usedPercent))
 		if !ok {
 			continue
 		}
-		l := limitReading{used: percent / 100, hasUsed: true, spent: percent >= 100}
+		l := limitEvidence{used: percent / 100, hasUsed: true, spent: percent >= 100}
 		if minutes, ok := parseNumber(first(h, c.minutes)); ok {
 			if minutes == 0 {
 				continue
@@ -362,7 +362,7 @@ func readCodex(h http.Header, now time.Time, r *reading) {
 		if l.wait, l.hasReset = parseWait(first(h, c.resetAt), now); !l.hasReset {
 			l.wait, l.hasReset = parseWait(first(h, c.resetAfter), now)
 		}
-		r.add(l)
+		e.add(l)
 	}
 }
 
