@@ -1,7 +1,9 @@
 package keypool
 
 import (
+	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,9 +63,9 @@ func TestClassify(t *testing.T) {
 			`{"error":{"type":"usage_limit_reached","resets_in_seconds":120}}`, KindQuota, false, Reset{ResetAt: now.Add(2 * time.Minute)}},
 		{"429 insufficient_quota is billing", 429, headers("Retry-After", "1"), `{"error":{"type":"insufficient_quota","code":"insufficient_quota"}}`,
 			KindQuota, true, Reset{RetryAfter: time.Second, HasRetryAfter: true, ResetAt: now.Add(time.Second)}},
-		{"429 a request too large is no limit's doing", 429, headers("Retry-After", "1"),
+		{"429 a request too large is the rate limit's, oversized", 429, headers("Retry-After", "1"),
 			`{"error":{"message":"Request too large for gpt-4o on tokens per min (TPM): Limit 30000, Requested 30601."}}`,
-			KindNone, false, Reset{RetryAfter: time.Second, HasRetryAfter: true, ResetAt: now.Add(time.Second)}},
+			KindRate, false, Reset{RetryAfter: time.Second, HasRetryAfter: true, ResetAt: now.Add(time.Second)}},
 		{"529 drops the account's windows, keeps retry-after", 529, unifiedSpent5h("Retry-After", "30"), `{"type":"error","error":{"type":"overloaded_error"}}`,
 			KindTransient, false, Reset{RetryAfter: 30 * time.Second, HasRetryAfter: true, ResetAt: now.Add(30 * time.Second)}},
 		{"503", 503, headers("X-Ratelimit-Limit", "10", "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", "30"), "", KindTransient, false, Reset{}},
@@ -138,4 +140,58 @@ func BenchmarkClassify(b *testing.B) {
 			}
 		})
 	}
+}
+
+func TestClassifyOversized(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status int
+		body   string
+		want   bool
+	}{
+		{"openai request too large", 429, `{"error":{"message":"Request too large for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000, Requested 30601.","code":"rate_limit_exceeded"}}`, true},
+		{"an ordinary throttle", 429, `{"error":{"message":"Rate limit reached for gpt-4o on tokens per min (TPM): Limit 30000, Used 29937, Requested 385. Please try again in 644ms."}}`, false},
+		{"groq 413 stays a bad request", 413, `{"error":{"message":"Request too large for model"}}`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := classify(tc.status, nil, []byte(tc.body), now)
+			assert.Equal(t, tc.want, v.oversized, "classify(%d, %s) oversized = %v, want %v", tc.status, tc.body, v.oversized, tc.want)
+			if tc.want {
+				assert.Equal(t, KindRate, v.kind, "classify(%d, %s) kind = %v, want rate", tc.status, tc.body, v.kind)
+			}
+		})
+	}
+}
+
+// An oversized request reaches the caller as the vendor's 429: its key is
+// not benched, and no other key is tried, since none of that size serves it.
+func TestTransportReturnsOversized(t *testing.T) {
+	vendor, srv := newVendor(t)
+	tooLarge := answer{status: http.StatusTooManyRequests, body: `{"error":{"message":"Request too large for gpt-4o in organization org-x ` +
+		`on tokens per min (TPM): Limit 30000, Requested 30601. The input or output tokens must be reduced in order to run successfully.",` +
+		`"type":"tokens","param":null,"code":"rate_limit_exceeded"}}`}
+	vendor.on("key-a", tooLarge)
+	ev := &evictions{}
+	pool, err := New("test", []Key{{Secret: "key-a"}, {Secret: "key-b"}}, OnEvict(ev.add))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Transport: pool.Transport(nil)}
+
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+"/v1/chat/completions",
+		strings.NewReader(`{"model":"gpt-4o","messages":[]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("Do = %v, want the vendor's 429", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+
+	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "status = %d, want 429", resp.StatusCode)
+	assert.Contains(t, string(body), "Request too large", "body = %s, want the vendor's", body)
+	assert.Empty(t, ev.all(), "OnEvict = %v, want no bench", ev.all())
+	assert.Equal(t, []string{"key-a"}, vendor.keys(), "keys tried = %v, want only the first", vendor.keys())
 }

@@ -354,8 +354,8 @@ func (p *Pool) observe(ctx context.Context, l *lease, v verdict, now time.Time) 
 			f(r)
 		}
 	}
-	if p.single() {
-		return time.Time{}
+	if p.single() || v.oversized {
+		return time.Time{} // an oversized request is no fault of the key's
 	}
 	if v.kind == KindNone {
 		if l.grant.Level > 0 {

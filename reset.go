@@ -106,7 +106,8 @@ type limitEvidence struct {
 }
 
 // evidence gathers what one answer reports and keeps the limits that bind:
-// the spent one that lifts last, and the most-used of the others.
+// the spent one that lifts last, the one the vendor names as binding, and
+// the most-used of the others.
 type evidence struct {
 	retryAfter    time.Duration
 	hasRetryAfter bool
@@ -114,10 +115,17 @@ type evidence struct {
 	hasSpent      bool
 	fullest       limitEvidence // valid when hasFullest
 	hasFullest    bool
+	// claimed is the limit the vendor's representative claim names as the
+	// one that binds (Anthropic's subscriptions); valid when hasClaimed.
+	claimed    limitEvidence
+	hasClaimed bool
+	// creditsSpent: the headers say the account's credits are spent.
+	creditsSpent bool
 }
 
 // add notes one limit.
 func (e *evidence) add(l limitEvidence) {
+	l = l.settled()
 	switch {
 	case l.spent:
 		if !e.hasSpent || liftsLater(l, e.spent) {
@@ -128,7 +136,23 @@ func (e *evidence) add(l limitEvidence) {
 	}
 }
 
-// fill completes what r (read from headers) leaves unsaid with what b (read
+// claim notes the limit the vendor names as the binding one.
+func (e *evidence) claim(l limitEvidence) {
+	e.claimed, e.hasClaimed = l.settled(), true
+}
+
+// settled returns l as it stands now. A limit whose reset has come has
+// lifted: the window it counted has rolled over, so it names no window and
+// its counts no longer say how full anything is; it still dates the lift as
+// now.
+func (l limitEvidence) settled() limitEvidence {
+	if l.hasReset && l.wait <= 0 {
+		l.window, l.used, l.hasUsed = WindowNone, 0, false
+	}
+	return l
+}
+
+// fill completes what e (read from headers) leaves unsaid with what b (read
 // from the body) says: headers outrank the body where both speak.
 func (e *evidence) fill(b evidence) {
 	if !e.hasRetryAfter {
@@ -175,13 +199,16 @@ func (e *evidence) reset(now time.Time, use evidenceUse) Reset {
 	case use == asRetryOnly:
 	case e.hasSpent:
 		b = e.spent
-	case e.hasFullest && use == asReported:
+	case use != asReported:
+	case e.hasClaimed:
+		b = e.claimed
+	case e.hasFullest:
 		b = e.fullest
 	}
 	out.Window = b.window
 	out.Utilization, out.HasUtilization = b.used, b.hasUsed
 	switch {
-	case b.hasReset && b.spent:
+	case b.hasReset && b.spent && b.wait > 0:
 		out.ResetAt = now.Add(b.wait)
 	case e.hasRetryAfter:
 		out.ResetAt = now.Add(e.retryAfter)

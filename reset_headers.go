@@ -25,6 +25,10 @@ const (
 	headerUnifiedStatus = "Anthropic-Ratelimit-Unified-Status"
 	headerUnifiedReset  = "Anthropic-Ratelimit-Unified-Reset"
 	headerUnifiedClaim  = "Anthropic-Ratelimit-Unified-Representative-Claim"
+	// headerUnifiedOverageReason says why extra usage (overage) is closed:
+	// out_of_credits when its credits are spent
+	// (github.com/tombii/better-ccflare/issues/261).
+	headerUnifiedOverageReason = "Anthropic-Ratelimit-Unified-Overage-Disabled-Reason"
 )
 
 // The groups of rate-limit headers. headerGroups notes which occur, so that
@@ -161,13 +165,20 @@ var counters = [...]counter{
 		group: groupAnthropic},
 }
 
-// read reads the counter from h; it reports false when h has no readable
-// remaining count for it (a negative count is Azure's placeholder for
-// unknown, and so is the reset beside it).
+// read reads the counter from h; it reports false when h has neither a
+// readable remaining count nor a reset for it. A reset without a remaining
+// count dates a limit without saying how full it is. A negative count is
+// Azure's placeholder for unknown, and so is the reset beside it.
 func (c *counter) read(h http.Header, now time.Time, groq bool) (limitEvidence, bool) {
-	remaining, ok := leadingNumber(first(h, c.remaining))
+	remainingField := first(h, c.remaining)
+	remaining, ok := leadingNumber(remainingField)
 	if !ok {
-		return limitEvidence{}, false
+		if remainingField != "" || c.reset == "" {
+			return limitEvidence{}, false
+		}
+		var l limitEvidence
+		l.wait, l.hasReset = parseWait(first(h, c.reset), now)
+		return l, l.hasReset
 	}
 	limitField := first(h, c.limit)
 	limit, _ := leadingNumber(limitField)
@@ -278,8 +289,11 @@ func sfPolicy(fields []string, name string) string {
 // unifiedWindows are the windows of a Claude subscription: utilization as a
 // fraction (above 1 is real), reset in epoch seconds, status allowed,
 // allowed_warning or rejected; claim is the representative-claim value that
-// names the window. Source: live answers recorded in
-// PabloLION/agent-console-dashboard:docs/agents/hook-research/oauth-403-research.md.
+// names the window. 7d_oi is the weekly window of models served only from
+// extra usage ("overage included"), which Anthropic scopes to those models.
+// Sources: live answers recorded in
+// PabloLION/agent-console-dashboard:docs/agents/hook-research/oauth-403-research.md
+// and github.com/router-for-me/CLIProxyAPI/issues/5915.
 var unifiedWindows = [...]struct {
 	utilization, reset, status string
 	window                     Window
@@ -289,34 +303,50 @@ var unifiedWindows = [...]struct {
 		Window5h, "five_hour"},
 	{"Anthropic-Ratelimit-Unified-7d-Utilization", "Anthropic-Ratelimit-Unified-7d-Reset", "Anthropic-Ratelimit-Unified-7d-Status",
 		WindowWeekly, "seven_day"},
+	{"Anthropic-Ratelimit-Unified-7d_oi-Utilization", "Anthropic-Ratelimit-Unified-7d_oi-Reset", "Anthropic-Ratelimit-Unified-7d_oi-Status",
+		WindowWeekly, "seven_day_overage_included"},
 }
 
 // readUnified reads a Claude subscription's windows. A window is spent when
 // its status is rejected, its utilization reaches 1, or the answer as a whole
-// is rejected and the representative claim names it. A claim naming a window
-// without headers of its own (seven_day_opus, seven_day_sonnet) is read with
-// the overall reset.
+// is rejected and the representative claim names it. The window the claim
+// names is the binding one on an answer that went through. A claim naming a
+// window without headers of its own (seven_day_opus, seven_day_sonnet) is
+// read with the overall reset. Credits spent on extra usage are noted for
+// the caller (overage-disabled-reason out_of_credits).
 func readUnified(h http.Header, now time.Time, e *evidence) {
 	rejected := first(h, headerUnifiedStatus) == "rejected"
 	claim := first(h, headerUnifiedClaim)
+	e.creditsSpent = e.creditsSpent || first(h, headerUnifiedOverageReason) == "out_of_credits"
 	claimed := false
 	for _, u := range unifiedWindows {
 		l := limitEvidence{window: u.window}
 		l.used, l.hasUsed = parseNumber(first(h, u.utilization))
 		l.wait, l.hasReset = parseWait(first(h, u.reset), now)
 		status := first(h, u.status)
-		if !l.hasUsed && !l.hasReset && status == "" {
-			continue
+		named := claim != "" && claim == u.claim
+		if !l.hasUsed && status == "" && !(rejected && named) {
+			continue // a reset alone says nothing of how full the window is
 		}
-		named := rejected && claim == u.claim
-		claimed = claimed || named
-		l.spent = status == "rejected" || (l.hasUsed && l.used >= 1) || named
+		l.spent = status == "rejected" || (l.hasUsed && l.used >= 1) || (rejected && named)
 		e.add(l)
+		if named {
+			e.claim(l)
+			claimed = true
+		}
 	}
-	if rejected && !claimed {
-		l := limitEvidence{window: claimWindow(claim), spent: true}
-		l.wait, l.hasReset = parseWait(first(h, headerUnifiedReset), now)
+	if claimed {
+		return
+	}
+	// The claim names a window without headers of its own, or none: the
+	// overall reset dates it.
+	l := limitEvidence{window: claimWindow(claim), spent: rejected}
+	l.wait, l.hasReset = parseWait(first(h, headerUnifiedReset), now)
+	if rejected || l.window != WindowNone || l.hasReset {
 		e.add(l)
+		if l.window != WindowNone {
+			e.claim(l)
+		}
 	}
 }
 

@@ -115,7 +115,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		until := p.observe(ctx, &l, v, now)
 		c.sooner(until)
 		endAttempt(span, resp.StatusCode, v, max(until.Sub(now), 0), nil)
-		if v.kind == KindNone || p.single() || !body.replayable() {
+		if v.kind == KindNone || v.oversized || p.single() || !body.replayable() {
 			p.settle(&l, resp)
 			return resp, nil
 		}
