@@ -60,7 +60,7 @@ func readBody(body []byte, now time.Time) bodyEvidence {
 		oversized:   containsAny(lower, oversizedPhrases[:]),
 		quota:       containsAny(lower, quotaPhrases[:]),
 		noAllowance: f.limitZero || statesLimitZero(lower),
-		secondary:   strings.Contains(lower, "secondary rate limit"),
+		secondary:   strings.Contains(lower, secondaryLimitPhrase) || strings.Contains(lower, abuseLimitPhrase),
 	}
 	// OpenRouter forwards its rate-limit headers inside the body; they
 	// outrank what the prose says, as headers do.

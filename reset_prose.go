@@ -26,6 +26,7 @@ var billingPhrases = [...]string{
 	"out_of_credits",               // Anthropic overage-disabled-reason (tombii/better-ccflare#261)
 	"quota is not enough",          // one-api 403 insufficient_user_quota (songquanpeng/one-api#1270)
 	"budget has been exceeded",     // LiteLLM proxy 400 (BerriAI/litellm#14144)
+	"spend limit",                  // Anthropic 429 "would exceed your account's monthly spend limit" (can1357/oh-my-pi#5418)
 }
 
 // quotaPhrases name a spent allowance, or one the plan does not include,
@@ -36,6 +37,7 @@ var quotaPhrases = [...]string{
 	"not included in your plan", // ChatGPT backend 403 (RayBytes/ChatMock#54)
 	"extra usage",               // Anthropic subscription: "Extra usage is required for long context requests."
 	"are cooling down",          // a router's own cooldown: "All credentials for model X are cooling down" (CLIProxyAPI)
+	"free-usage-exhausted",      // Grok CLI 429 (Vanszs/VansRouter#56)
 }
 
 // authPhrases name a refused key where the status does not (Gemini and xAI
@@ -51,7 +53,15 @@ var authPhrases = [...]string{
 // throttlePhrases name a rate limit, which turns a 403 from a permission
 // failure into a throttle (GitHub: "API rate limit exceeded", "You have
 // exceeded a secondary rate limit").
-var throttlePhrases = [...]string{"rate limit", "rate_limit", "too many requests"}
+var throttlePhrases = [...]string{"rate limit", "rate_limit", "too many requests", abuseLimitPhrase}
+
+// GitHub's secondary rate limit, which its x-ratelimit-reset dates although
+// the primary window has room; "abuse detection" is its older name
+// (inaka/erlang-github#27).
+const (
+	secondaryLimitPhrase = "secondary rate limit"
+	abuseLimitPhrase     = "abuse detection mechanism"
+)
 
 // oversizedPhrases name a request that exceeds a per-minute limit on its
 // own, which no wait cures (OpenAI 429 and Groq 413 "Request too large for
