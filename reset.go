@@ -40,8 +40,8 @@ type Reset struct {
 	// window's reset outranks the retry-after. Zero if unknown.
 	ResetAt time.Time
 	// Window is the window the answer names or implies; empty when there is
-	// no evidence of one. When several windows are spent it is the one that
-	// lifts last.
+	// no evidence of one, or when its reset has already come. When several
+	// windows are spent it is the one that lifts last.
 	Window Window
 	// Utilization is the fraction of the binding window used (1 = full; it
 	// may exceed 1); meaningful when HasUtilization. It is set only where the
@@ -53,9 +53,13 @@ type Reset struct {
 
 // ParseRateLimitReset reads a vendor's rate-limit headers as of now, as they
 // stand, whatever the status of the answer. The binding window is the spent
-// one that lifts last; when none is spent, the most-utilized one (ties go to
-// the later reset), so that a caller can warn before a window fills.
-// An answer without rate-limit headers gives the zero Reset.
+// one that lifts last; when none is spent, the one the vendor's
+// representative claim names (Anthropic's subscriptions), else the
+// most-utilized one (ties go to the later reset), so that a caller can warn
+// before a window fills. A reset header without a count dates a limit
+// without saying how full it is. A window whose reset has already come has
+// rolled over: it names no window and states no utilization. An answer
+// without rate-limit headers gives the zero Reset.
 //
 // The header map must have canonical keys, as net/http gives them. It is
 // pure and safe to call from any goroutine.
@@ -70,11 +74,12 @@ func ParseRateLimitReset(h http.Header, now time.Time) Reset {
 }
 
 // ParseUsageLimitBody reads what an error body says about when a limit lifts,
-// as of now: a delay stated in prose ("try again in 7m12s"), Gemini's
-// RetryInfo and QuotaFailure, the ChatGPT backend's usage_limit_reached
-// resets, OpenRouter's rate-limit fields, a reset date stated in prose. A
-// body that says nothing of the kind gives the zero Reset. It is pure and
-// safe to call from any goroutine.
+// as of now: a delay stated in prose ("try again in 7m12s", "644ms", "retry
+// after 86400 seconds"), Gemini's RetryInfo and QuotaFailure, the ChatGPT
+// backend's usage_limit_reached resets (a horizon, whose length implies the
+// window), OpenRouter's rate-limit fields, a router's cooldown reset, a reset
+// date stated in prose. A body that says nothing of the kind gives the zero
+// Reset. It is pure and safe to call from any goroutine.
 func ParseUsageLimitBody(body []byte, now time.Time) Reset {
 	b := readBody(body, now)
 	return b.reset(now, asReported)
