@@ -47,7 +47,6 @@ func readBody(body []byte, now time.Time) bodyEvidence {
 	}
 	var f bodyFields
 	if !f.decode(body, 0) {
-		f = bodyFields{}
 		f.text.Write(body)
 	}
 	text := f.text.String()

@@ -256,8 +256,8 @@ func proseResetDate(lower, text string, now time.Time) (time.Duration, bool) {
 
 // windowOfWait names the window a usage limit implies by the wait until it
 // lifts, for the ChatGPT backend, whose usage_limit_reached body gives only
-// the wait: up to 10 minutes (longThrottle) none, up to 5.5 hours the 5-hour window, up to
-// 7.5 days the weekly one, longer the monthly.
+// the wait: up to longThrottle (10 minutes) none, up to 5.5 hours the
+// 5-hour window, up to 7.5 days the weekly one, longer the monthly.
 func windowOfWait(d time.Duration) Window {
 	switch {
 	case d <= longThrottle:
