@@ -115,6 +115,9 @@ type counter struct {
 	// policies says the limit may list quota policies with their window
 	// lengths after the live limit: "15, 100;w=60".
 	policies bool
+	// resetAlone says the reset may come without a remaining count, and
+	// then dates the limit alone (providerkit's list of reset headers).
+	resetAlone bool
 }
 
 // counters are the limit/remaining/reset triples vendors send. The same name
@@ -129,9 +132,9 @@ var counters = [...]counter{
 	// Groq: -requests counts requests per DAY, -tokens tokens per minute;
 	// https://console.groq.com/docs/rate-limits.
 	{limit: "X-Ratelimit-Limit-Requests", remaining: "X-Ratelimit-Remaining-Requests", reset: "X-Ratelimit-Reset-Requests",
-		atGroq: WindowDaily, group: groupXRateLimit},
+		atGroq: WindowDaily, group: groupXRateLimit, resetAlone: true},
 	{limit: "X-Ratelimit-Limit-Tokens", remaining: "X-Ratelimit-Remaining-Tokens", reset: "X-Ratelimit-Reset-Tokens",
-		group: groupXRateLimit},
+		group: groupXRateLimit, resetAlone: true},
 	// Cerebras names the window in the header; resets are countdowns in float
 	// seconds; https://inference-docs.cerebras.ai/support/rate-limits.
 	// Mistral sends -tokens-minute too, without a reset
@@ -148,7 +151,7 @@ var counters = [...]counter{
 	// epoch milliseconds, also inside its 429 bodies), Together (a countdown
 	// in seconds, on 429s; togethercomputer/skills#61).
 	{limit: "X-Ratelimit-Limit", remaining: "X-Ratelimit-Remaining", reset: "X-Ratelimit-Reset",
-		group: groupXRateLimit},
+		group: groupXRateLimit, resetAlone: true},
 	// The IETF three-field form, draft-ietf-httpapi-ratelimit-headers-00 to
 	// -06: countdown seconds (gitlab.com sends epoch seconds instead).
 	{limit: "Ratelimit-Limit", remaining: "Ratelimit-Remaining", reset: "Ratelimit-Reset",
@@ -156,9 +159,9 @@ var counters = [...]counter{
 	// Anthropic API keys: per-minute buckets, resets in RFC 3339;
 	// https://docs.anthropic.com/en/api/rate-limits#response-headers.
 	{limit: "Anthropic-Ratelimit-Requests-Limit", remaining: "Anthropic-Ratelimit-Requests-Remaining", reset: "Anthropic-Ratelimit-Requests-Reset",
-		group: groupAnthropic},
+		group: groupAnthropic, resetAlone: true},
 	{limit: "Anthropic-Ratelimit-Tokens-Limit", remaining: "Anthropic-Ratelimit-Tokens-Remaining", reset: "Anthropic-Ratelimit-Tokens-Reset",
-		group: groupAnthropic},
+		group: groupAnthropic, resetAlone: true},
 	{limit: "Anthropic-Ratelimit-Input-Tokens-Limit", remaining: "Anthropic-Ratelimit-Input-Tokens-Remaining", reset: "Anthropic-Ratelimit-Input-Tokens-Reset",
 		group: groupAnthropic},
 	{limit: "Anthropic-Ratelimit-Output-Tokens-Limit", remaining: "Anthropic-Ratelimit-Output-Tokens-Remaining", reset: "Anthropic-Ratelimit-Output-Tokens-Reset",
@@ -166,14 +169,15 @@ var counters = [...]counter{
 }
 
 // read reads the counter from h; it reports false when h has neither a
-// readable remaining count nor a reset for it. A reset without a remaining
-// count dates a limit without saying how full it is. A negative count is
-// Azure's placeholder for unknown, and so is the reset beside it.
+// readable remaining count nor, where the reset may come alone, a reset for
+// it. A reset without a remaining count dates a limit without saying how
+// full it is. A negative count is Azure's placeholder for unknown, and so is
+// the reset beside it.
 func (c *counter) read(h http.Header, now time.Time, groq bool) (limitEvidence, bool) {
 	remainingField := first(h, c.remaining)
 	remaining, ok := leadingNumber(remainingField)
 	if !ok {
-		if remainingField != "" || c.reset == "" {
+		if remainingField != "" || !c.resetAlone {
 			return limitEvidence{}, false
 		}
 		var l limitEvidence
