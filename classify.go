@@ -5,14 +5,24 @@ import (
 	"time"
 )
 
-// verdict is what the pool learns from one answer: its kind, its reading, and
+// verdict is what the pool learns from one answer: its kind, its reading,
 // whether the failure is a billing condition (a spent balance or credit),
-// which benches the whole key for the billing bench rather than one model.
+// which benches the whole key for the billing bench rather than one model,
+// and whether the request alone was too large for the limit it hit.
 type verdict struct {
 	kind    Kind
 	reset   Reset
 	billing bool
+	// oversized: a rate answer to a request larger on its own than the
+	// key's per-minute limit ("Request too large"). No wait and no other
+	// key of that size serves it, so the pool neither benches the key nor
+	// fails over: the answer goes back to the caller.
+	oversized bool
 }
+
+// dailyRetry is the shortest retry-after that, with no other sign, is read
+// as a daily quota rather than a throttle.
+const dailyRetry = 24 * time.Hour
 
 // Classify reads one vendor answer — its status, headers and (for failures)
 // the start of its body — as of now, and says what kind of outcome it is and
@@ -20,20 +30,27 @@ type verdict struct {
 //
 //   - rate: a 429 with no evidence of a long window; a 403 with a spent
 //     window, a retry-after or a rate-limit message (GitHub); a short
-//     window reported spent.
+//     window reported spent. A 429 saying the request alone is larger than
+//     the per-minute limit ("Request too large") is rate too: it is the
+//     rate limit that refuses it, but no wait cures it, so the pool neither
+//     benches the key nor tries another and returns the answer as is.
 //   - quota: a 429, 400, 402 or 403 that names or implies a 5-hour, daily,
-//     weekly or monthly window, or a spent balance, credit or spend limit.
+//     weekly or monthly window; a spent balance, credit or spend limit; a
+//     usage the plan does not include; a limit of 0 (no wait brings it
+//     back); a router's own cooldown; a 429 whose only sign is a wait of a
+//     day or more (its window is the shortest that fits the wait).
 //   - auth: a 401; a 403 that is a permission failure; a 400 that refuses
 //     the key (Gemini's "API key not valid").
 //   - transient: a 5xx, 529 included.
-//   - none: a success, a bad request, an unknown model, a request too large.
+//   - none: a success, a bad request, an unknown model, a 413.
 //
 // On a success the Reset is the full reading of the headers (see
 // ParseRateLimitReset). On a rate or quota answer it counts only the windows
-// that are spent, with the body filling what the headers leave unsaid. On
-// any other answer window headers do not count: the Reset holds only the
-// retry-after. It is pure: it holds no state and may be called from any
-// goroutine.
+// that are spent, with the body filling what the headers leave unsaid; a
+// limit of 0 dates no lift, and GitHub's secondary limit is dated by its
+// x-ratelimit-reset. On any other answer window headers do not count: the
+// Reset holds only the retry-after. It is pure: it holds no state and may be
+// called from any goroutine.
 func Classify(status int, h http.Header, body []byte, now time.Time) (Kind, Reset) {
 	v := classify(status, h, body, now)
 	return v.kind, v.reset
@@ -44,35 +61,63 @@ func classify(status int, h http.Header, body []byte, now time.Time) verdict {
 	if g == 0 && status < 400 {
 		return verdict{} // the common answer: a success without rate-limit headers
 	}
-	var r reading
-	readHeaders(h, g, now, &r)
+	var e evidence
+	readHeaders(h, g, now, &e)
 	switch {
 	case status < 400:
-		return verdict{kind: KindNone, reset: r.reset(now, asReported)}
+		return verdict{kind: KindNone, reset: e.reset(now, asReported)}
 	case status >= 500:
-		return verdict{kind: KindTransient, reset: r.reset(now, asRetryOnly)}
+		return verdict{kind: KindTransient, reset: e.reset(now, asRetryOnly)}
 	case status == http.StatusUnauthorized:
-		return verdict{kind: KindAuth, reset: r.reset(now, asRetryOnly)}
-	case status == http.StatusPaymentRequired:
-		return verdict{kind: KindQuota, billing: true, reset: r.reset(now, asLimited)}
-	case status != http.StatusBadRequest && status != http.StatusForbidden && status != http.StatusTooManyRequests:
-		return verdict{kind: KindNone, reset: r.reset(now, asRetryOnly)}
+		return verdict{kind: KindAuth, reset: e.reset(now, asRetryOnly)}
+	case status != http.StatusBadRequest && status != http.StatusPaymentRequired &&
+		status != http.StatusForbidden && status != http.StatusTooManyRequests:
+		return verdict{kind: KindNone, reset: e.reset(now, asRetryOnly)}
 	}
 
 	b := readBody(body, now)
 	// named: the body names a long window or a usage limit.
 	named := b.quota || (b.hasSpent && b.spent.window != WindowNone)
-	r.fill(b.reading)
+	e.fill(b.evidence)
 	switch {
-	case b.billing:
-		return verdict{kind: KindQuota, billing: true, reset: r.reset(now, asLimited)}
+	case status == http.StatusPaymentRequired, b.billing, e.creditsSpent:
+		return verdict{kind: KindQuota, billing: true, reset: e.reset(now, asLimited)}
 	case status == http.StatusBadRequest && b.auth,
-		status == http.StatusForbidden && !r.hasSpent && !r.hasRetryAfter && !b.throttled:
-		return verdict{kind: KindAuth, reset: r.reset(now, asRetryOnly)}
-	case b.tooLarge, status == http.StatusBadRequest && !named:
-		return verdict{kind: KindNone, reset: r.reset(now, asRetryOnly)}
-	case named, r.spent.window != WindowNone:
-		return verdict{kind: KindQuota, reset: r.reset(now, asLimited)}
+		status == http.StatusForbidden && !e.hasSpent && !e.hasRetryAfter && !b.throttled:
+		return verdict{kind: KindAuth, reset: e.reset(now, asRetryOnly)}
+	case b.oversized:
+		return verdict{kind: KindRate, oversized: true, reset: e.reset(now, asLimited)}
+	case status == http.StatusBadRequest && !named:
+		return verdict{kind: KindNone, reset: e.reset(now, asRetryOnly)}
+	case b.noAllowance:
+		// No wait brings a limit of 0 back: nothing dates the lift, and no
+		// window is what stands in the way.
+		return verdict{kind: KindQuota, reset: Reset{RetryAfter: e.retryAfter, HasRetryAfter: e.hasRetryAfter}}
+	case named, e.spent.window != WindowNone:
+		return verdict{kind: KindQuota, reset: e.reset(now, asLimited)}
+	case e.hasRetryAfter && e.retryAfter >= dailyRetry:
+		r := e.reset(now, asLimited)
+		r.Window = windowOfRetry(e.retryAfter)
+		return verdict{kind: KindQuota, reset: r}
 	}
-	return verdict{kind: KindRate, reset: r.reset(now, asLimited)}
+	r := e.reset(now, asLimited)
+	if b.secondary && r.ResetAt.IsZero() && e.hasFullest && e.fullest.hasReset {
+		// GitHub's secondary limit: the primary window's reset dates it
+		// although that window has room.
+		r.ResetAt = now.Add(e.fullest.wait)
+	}
+	return verdict{kind: KindRate, reset: r}
+}
+
+// windowOfRetry names the window a retry-after of a day or more implies
+// when nothing else names one: the shortest window that fits the wait (a
+// day and an hour, for a wait rounded up), the daily one for a day.
+func windowOfRetry(d time.Duration) Window {
+	switch {
+	case d <= dailyRetry+time.Hour:
+		return WindowDaily
+	case d <= 7*dailyRetry+time.Hour:
+		return WindowWeekly
+	}
+	return WindowMonthly
 }

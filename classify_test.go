@@ -1,7 +1,9 @@
 package keypool
 
 import (
+	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,9 +63,9 @@ func TestClassify(t *testing.T) {
 			`{"error":{"type":"usage_limit_reached","resets_in_seconds":120}}`, KindQuota, false, Reset{ResetAt: now.Add(2 * time.Minute)}},
 		{"429 insufficient_quota is billing", 429, headers("Retry-After", "1"), `{"error":{"type":"insufficient_quota","code":"insufficient_quota"}}`,
 			KindQuota, true, Reset{RetryAfter: time.Second, HasRetryAfter: true, ResetAt: now.Add(time.Second)}},
-		{"429 a request too large is no limit's doing", 429, headers("Retry-After", "1"),
+		{"429 a request too large is the rate limit's, oversized", 429, headers("Retry-After", "1"),
 			`{"error":{"message":"Request too large for gpt-4o on tokens per min (TPM): Limit 30000, Requested 30601."}}`,
-			KindNone, false, Reset{RetryAfter: time.Second, HasRetryAfter: true, ResetAt: now.Add(time.Second)}},
+			KindRate, false, Reset{RetryAfter: time.Second, HasRetryAfter: true, ResetAt: now.Add(time.Second)}},
 		{"529 drops the account's windows, keeps retry-after", 529, unifiedSpent5h("Retry-After", "30"), `{"type":"error","error":{"type":"overloaded_error"}}`,
 			KindTransient, false, Reset{RetryAfter: 30 * time.Second, HasRetryAfter: true, ResetAt: now.Add(30 * time.Second)}},
 		{"503", 503, headers("X-Ratelimit-Limit", "10", "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", "30"), "", KindTransient, false, Reset{}},
@@ -89,6 +91,69 @@ func TestClassify(t *testing.T) {
 		{"404 unknown model", 404, headers("Retry-After", "1"), `{"error":{"code":"model_not_found"}}`, KindNone, false,
 			Reset{RetryAfter: time.Second, HasRetryAfter: true, ResetAt: now.Add(time.Second)}},
 		{"413", 413, nil, `{"error":{"message":"Request too large for model"}}`, KindNone, false, Reset{}},
+		{"429 retry-after of a day and no other sign: a daily quota", 429, headers("Retry-After", "86400"), "", KindQuota, false,
+			Reset{RetryAfter: day, HasRetryAfter: true, ResetAt: now.Add(day), Window: WindowDaily}},
+		{"429 retry-after of a day and a half: the weekly window fits it", 429, headers("Retry-After", "129600"), "", KindQuota, false,
+			Reset{RetryAfter: 36 * time.Hour, HasRetryAfter: true, ResetAt: now.Add(36 * time.Hour), Window: WindowWeekly}},
+		{"429 retry-after of ten days: monthly", 429, headers("Retry-After", "864000"), "", KindQuota, false,
+			Reset{RetryAfter: 10 * day, HasRetryAfter: true, ResetAt: now.Add(10 * day), Window: WindowMonthly}},
+		{"429 retry-after just under a day stays a throttle", 429, headers("Retry-After", "86399"), "", KindRate, false,
+			Reset{RetryAfter: day - time.Second, HasRetryAfter: true, ResetAt: now.Add(day - time.Second)}},
+		{"429 a day's wait stated in the body", 429, nil, `{"error":{"message":"Please retry after 86400 seconds."}}`, KindQuota, false,
+			Reset{RetryAfter: day, HasRetryAfter: true, ResetAt: now.Add(day), Window: WindowDaily}},
+		{"429 limit 0: no wait brings it back", 429, nil,
+			`{"error":{"message":"Quota exceeded for metric: x, limit: 0, model: m\nPlease retry in 17s.","details":[{"violations":[{"quotaId":"GenerateRequestsPerDayPerProjectPerModel-FreeTier"}]}]}}`,
+			KindQuota, false, Reset{RetryAfter: 17 * time.Second, HasRetryAfter: true}},
+		{"400 out of extra usage", 400, nil, `{"type":"error","error":{"type":"invalid_request_error","message":"You're out of extra usage. Add more at claude.ai/settings/usage and keep going."}}`,
+			KindQuota, true, Reset{}},
+		{"429 extra usage required: a quota for this request, not billing", 429, nil,
+			`{"type":"error","error":{"type":"rate_limit_error","message":"Extra usage is required for long context requests."}}`, KindQuota, false, Reset{}},
+		{"429 overage out of credits is billing", 429, headers("Anthropic-Ratelimit-Unified-Overage-Disabled-Reason", "out_of_credits"), "",
+			KindQuota, true, Reset{}},
+		{"200 overage out of credits is a success", 200, headers("Anthropic-Ratelimit-Unified-Overage-Disabled-Reason", "out_of_credits",
+			"Anthropic-Ratelimit-Unified-Status", "allowed"), "", KindNone, false, Reset{}},
+		{"429 the model-scoped weekly overage window carries its utilization", 429, headers(
+			"Anthropic-Ratelimit-Unified-Status", "rejected", "Anthropic-Ratelimit-Unified-Representative-Claim", "seven_day_overage_included",
+			"Anthropic-Ratelimit-Unified-7d-Utilization", "0.69", "Anthropic-Ratelimit-Unified-7d-Status", "allowed",
+			"Anthropic-Ratelimit-Unified-7d_oi-Utilization", "1.02", "Anthropic-Ratelimit-Unified-7d_oi-Status", "rejected",
+			"Anthropic-Ratelimit-Unified-7d_oi-Reset", epoch(3*day)), "",
+			KindQuota, false, Reset{ResetAt: now.Add(3 * day), Window: WindowWeekly, Utilization: 1.02, HasUtilization: true}},
+		{"403 usage not included in the plan is a quota, not auth", 403, nil, `{"error":{"message":"Usage not included in your plan"}}`,
+			KindQuota, false, Reset{}},
+		{"429 a router's cooldown with its reset", 429, nil,
+			`{"error":{"code":"model_cooldown","message":"All credentials for model m are cooling down","reset_seconds":7200}}`,
+			KindQuota, false, Reset{ResetAt: now.Add(2 * time.Hour)}},
+		{"200 the representative claim names the binding window", 200, headers(
+			"Anthropic-Ratelimit-Unified-Status", "allowed", "Anthropic-Ratelimit-Unified-Representative-Claim", "seven_day",
+			"Anthropic-Ratelimit-Unified-5h-Utilization", "0.9", "Anthropic-Ratelimit-Unified-5h-Reset", epoch(time.Hour),
+			"Anthropic-Ratelimit-Unified-7d-Utilization", "0.4", "Anthropic-Ratelimit-Unified-7d-Reset", epoch(4*day)), "",
+			KindNone, false, Reset{ResetAt: now.Add(4 * day), Window: WindowWeekly, Utilization: 0.4, HasUtilization: true}},
+		{"200 a spent window outranks the claim", 200, headers(
+			"Anthropic-Ratelimit-Unified-Representative-Claim", "seven_day",
+			"Anthropic-Ratelimit-Unified-5h-Utilization", "1.0", "Anthropic-Ratelimit-Unified-5h-Reset", epoch(time.Hour),
+			"Anthropic-Ratelimit-Unified-7d-Utilization", "0.4", "Anthropic-Ratelimit-Unified-7d-Reset", epoch(4*day)), "",
+			KindNone, false, Reset{ResetAt: now.Add(time.Hour), Window: Window5h, Utilization: 1, HasUtilization: true}},
+		{"429 a spent 5h window whose reset passed an hour ago: no past reset, no window", 429, headers(
+			"Anthropic-Ratelimit-Unified-Status", "rejected", "Anthropic-Ratelimit-Unified-Representative-Claim", "five_hour",
+			"Anthropic-Ratelimit-Unified-5h-Utilization", "1.0", "Anthropic-Ratelimit-Unified-5h-Reset", epoch(-time.Hour),
+			"Anthropic-Ratelimit-Unified-5h-Status", "rejected"), "",
+			KindRate, false, Reset{ResetAt: now}},
+		{"429 per minute and per day stated, a short wait: a throttle", 429, nil,
+			`{"error":{"message":"You have exceeded the limit of 30 requests per minute and 14400 requests per day. Please try again in 2s."}}`,
+			KindRate, false, Reset{RetryAfter: 2 * time.Second, HasRetryAfter: true, ResetAt: now.Add(2 * time.Second)}},
+		{"403 github secondary limit: the reset dates it though requests remain", 403, headers(
+			"X-Ratelimit-Limit", "30", "X-Ratelimit-Remaining", "14", "X-Ratelimit-Reset", epoch(31*time.Second)),
+			`{"message":"You have exceeded a secondary rate limit. Please wait a few minutes before you try again."}`,
+			KindRate, false, Reset{ResetAt: now.Add(31 * time.Second)}},
+		{"403 with room left and no rate-limit word is a permission failure", 403, headers(
+			"X-Ratelimit-Limit", "30", "X-Ratelimit-Remaining", "14", "X-Ratelimit-Reset", epoch(31*time.Second)),
+			`{"message":"Resource not accessible by integration"}`, KindAuth, false, Reset{}},
+		{"403 secondary limit with retry-after: the retry-after dates it", 403, headers("Retry-After", "60",
+			"X-Ratelimit-Limit", "5000", "X-Ratelimit-Remaining", "4928", "X-Ratelimit-Reset", epoch(time.Hour)),
+			`{"message":"You have exceeded a secondary rate limit."}`,
+			KindRate, false, Reset{RetryAfter: time.Minute, HasRetryAfter: true, ResetAt: now.Add(time.Minute)}},
+		{"402 reads the body's window", 402, nil, `You have exceeded your monthly included credits for Inference Providers.`,
+			KindQuota, true, Reset{Window: WindowMonthly}},
 		{"no status", 0, nil, "", KindNone, false, Reset{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -138,4 +203,58 @@ func BenchmarkClassify(b *testing.B) {
 			}
 		})
 	}
+}
+
+func TestClassifyOversized(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status int
+		body   string
+		want   bool
+	}{
+		{"openai request too large", 429, `{"error":{"message":"Request too large for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000, Requested 30601.","code":"rate_limit_exceeded"}}`, true},
+		{"an ordinary throttle", 429, `{"error":{"message":"Rate limit reached for gpt-4o on tokens per min (TPM): Limit 30000, Used 29937, Requested 385. Please try again in 644ms."}}`, false},
+		{"groq 413 stays a bad request", 413, `{"error":{"message":"Request too large for model"}}`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := classify(tc.status, nil, []byte(tc.body), now)
+			assert.Equal(t, tc.want, v.oversized, "classify(%d, %s) oversized = %v, want %v", tc.status, tc.body, v.oversized, tc.want)
+			if tc.want {
+				assert.Equal(t, KindRate, v.kind, "classify(%d, %s) kind = %v, want rate", tc.status, tc.body, v.kind)
+			}
+		})
+	}
+}
+
+// An oversized request reaches the caller as the vendor's 429: its key is
+// not benched, and no other key is tried, since none of that size serves it.
+func TestTransportReturnsOversized(t *testing.T) {
+	vendor, srv := newVendor(t)
+	tooLarge := answer{status: http.StatusTooManyRequests, body: `{"error":{"message":"Request too large for gpt-4o in organization org-x ` +
+		`on tokens per min (TPM): Limit 30000, Requested 30601. The input or output tokens must be reduced in order to run successfully.",` +
+		`"type":"tokens","param":null,"code":"rate_limit_exceeded"}}`}
+	vendor.on("key-a", tooLarge)
+	ev := &evictions{}
+	pool, err := New("test", []Key{{Secret: "key-a"}, {Secret: "key-b"}}, OnEvict(ev.add))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Transport: pool.Transport(nil)}
+
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+"/v1/chat/completions",
+		strings.NewReader(`{"model":"gpt-4o","messages":[]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("Do = %v, want the vendor's 429", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+
+	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "status = %d, want 429", resp.StatusCode)
+	assert.Contains(t, string(body), "Request too large", "body = %s, want the vendor's", body)
+	assert.Empty(t, ev.all(), "OnEvict = %v, want no bench", ev.all())
+	assert.Equal(t, []string{"key-a"}, vendor.keys(), "keys tried = %v, want only the first", vendor.keys())
 }

@@ -14,7 +14,10 @@ func (p *Pool) observe(ctx context.Context, l *lease, v verdict, now time.Time) 
 	l.key.answers[v.kind].Add(1)
 	p.tel.answered(ctx, l.key, v)
 	p.noteReading(l, v, now)
-	if p.single() {
+	if p.single() || v.oversized {
+		// One key is not a pool; a request too large for any key is no
+		// failure of this one.
+		p.probed(l, true)
 		return time.Time{}
 	}
 	if v.kind == KindNone {

@@ -40,8 +40,8 @@ type Reset struct {
 	// window's reset outranks the retry-after. Zero if unknown.
 	ResetAt time.Time
 	// Window is the window the answer names or implies; empty when there is
-	// no evidence of one. When several windows are spent it is the one that
-	// lifts last.
+	// no evidence of one, or when its reset has already come. When several
+	// windows are spent it is the one that lifts last.
 	Window Window
 	// Utilization is the fraction of the binding window used (1 = full; it
 	// may exceed 1); meaningful when HasUtilization. It is set only where the
@@ -53,9 +53,13 @@ type Reset struct {
 
 // ParseRateLimitReset reads a vendor's rate-limit headers as of now, as they
 // stand, whatever the status of the answer. The binding window is the spent
-// one that lifts last; when none is spent, the most-utilized one (ties go to
-// the later reset), so that a caller can warn before a window fills.
-// An answer without rate-limit headers gives the zero Reset.
+// one that lifts last; when none is spent, the one the vendor's
+// representative claim names (Anthropic's subscriptions), else the
+// most-utilized one (ties go to the later reset), so that a caller can warn
+// before a window fills. A reset header without a count dates a limit
+// without saying how full it is. A window whose reset has already come has
+// rolled over: it names no window and states no utilization. An answer
+// without rate-limit headers gives the zero Reset.
 //
 // The header map must have canonical keys, as net/http gives them. It is
 // pure and safe to call from any goroutine.
@@ -64,17 +68,18 @@ func ParseRateLimitReset(h http.Header, now time.Time) Reset {
 	if g == 0 {
 		return Reset{}
 	}
-	var r reading
-	readHeaders(h, g, now, &r)
-	return r.reset(now, asReported)
+	var e evidence
+	readHeaders(h, g, now, &e)
+	return e.reset(now, asReported)
 }
 
 // ParseUsageLimitBody reads what an error body says about when a limit lifts,
-// as of now: a delay stated in prose ("try again in 7m12s"), Gemini's
-// RetryInfo and QuotaFailure, the ChatGPT backend's usage_limit_reached
-// resets, OpenRouter's rate-limit fields, a reset date stated in prose. A
-// body that says nothing of the kind gives the zero Reset. It is pure and
-// safe to call from any goroutine.
+// as of now: a delay stated in prose ("try again in 7m12s", "644ms", "retry
+// after 86400 seconds"), Gemini's RetryInfo and QuotaFailure, the ChatGPT
+// backend's usage_limit_reached resets (a horizon, whose length implies the
+// window), OpenRouter's rate-limit fields, a router's cooldown reset, a reset
+// date stated in prose. A body that says nothing of the kind gives the zero
+// Reset. It is pure and safe to call from any goroutine.
 func ParseUsageLimitBody(body []byte, now time.Time) Reset {
 	b := readBody(body, now)
 	return b.reset(now, asReported)
@@ -95,8 +100,8 @@ func RetryAfterFromHeaders(h http.Header, now time.Time) (time.Duration, bool) {
 	return parseWait(first(h, headerRetryAfter), now)
 }
 
-// limitReading is what an answer says about one limit it reports.
-type limitReading struct {
+// limitEvidence is what an answer says about one limit it reports.
+type limitEvidence struct {
 	window   Window        // the window the limit counts; "" for a short or unknown one
 	used     float64       // the fraction used; meaningful when hasUsed
 	hasUsed  bool          // the limit states how much of it is used
@@ -105,59 +110,83 @@ type limitReading struct {
 	hasReset bool          // the answer dates the lift
 }
 
-// reading gathers what one answer reports and keeps the limits that bind:
-// the spent one that lifts last, and the most-used of the others.
-type reading struct {
+// evidence gathers what one answer reports and keeps the limits that bind:
+// the spent one that lifts last, the one the vendor names as binding, and
+// the most-used of the others.
+type evidence struct {
 	retryAfter    time.Duration
 	hasRetryAfter bool
-	spent         limitReading // valid when hasSpent
+	spent         limitEvidence // valid when hasSpent
 	hasSpent      bool
-	fullest       limitReading // valid when hasFullest
+	fullest       limitEvidence // valid when hasFullest
 	hasFullest    bool
+	// claimed is the limit the vendor's representative claim names as the
+	// one that binds (Anthropic's subscriptions); valid when hasClaimed.
+	claimed    limitEvidence
+	hasClaimed bool
+	// creditsSpent: the headers say the account's credits are spent.
+	creditsSpent bool
 }
 
 // add notes one limit.
-func (r *reading) add(l limitReading) {
+func (e *evidence) add(l limitEvidence) {
+	l = l.settled()
 	switch {
 	case l.spent:
-		if !r.hasSpent || liftsLater(l, r.spent) {
-			r.spent, r.hasSpent = l, true
+		if !e.hasSpent || liftsLater(l, e.spent) {
+			e.spent, e.hasSpent = l, true
 		}
-	case !r.hasFullest || fuller(l, r.fullest):
-		r.fullest, r.hasFullest = l, true
+	case !e.hasFullest || fuller(l, e.fullest):
+		e.fullest, e.hasFullest = l, true
 	}
 }
 
-// fill completes what r (read from headers) leaves unsaid with what b (read
+// claim notes the limit the vendor names as the binding one.
+func (e *evidence) claim(l limitEvidence) {
+	e.claimed, e.hasClaimed = l.settled(), true
+}
+
+// settled returns l as it stands now. A limit whose reset has come has
+// lifted: the window it counted has rolled over, so it names no window and
+// its counts no longer say how full anything is; it still dates the lift as
+// now.
+func (l limitEvidence) settled() limitEvidence {
+	if l.hasReset && l.wait <= 0 {
+		l.window, l.used, l.hasUsed = WindowNone, 0, false
+	}
+	return l
+}
+
+// fill completes what e (read from headers) leaves unsaid with what b (read
 // from the body) says: headers outrank the body where both speak.
-func (r *reading) fill(b reading) {
-	if !r.hasRetryAfter {
-		r.retryAfter, r.hasRetryAfter = b.retryAfter, b.hasRetryAfter
+func (e *evidence) fill(b evidence) {
+	if !e.hasRetryAfter {
+		e.retryAfter, e.hasRetryAfter = b.retryAfter, b.hasRetryAfter
 	}
 	if !b.hasSpent {
 		return
 	}
-	if !r.hasSpent {
-		r.spent, r.hasSpent = b.spent, true
+	if !e.hasSpent {
+		e.spent, e.hasSpent = b.spent, true
 		return
 	}
-	if r.spent.window == WindowNone {
-		r.spent.window = b.spent.window
+	if e.spent.window == WindowNone {
+		e.spent.window = b.spent.window
 	}
-	if !r.spent.hasUsed {
-		r.spent.used, r.spent.hasUsed = b.spent.used, b.spent.hasUsed
+	if !e.spent.hasUsed {
+		e.spent.used, e.spent.hasUsed = b.spent.used, b.spent.hasUsed
 	}
-	if !r.spent.hasReset {
-		r.spent.wait, r.spent.hasReset = b.spent.wait, b.spent.hasReset
+	if !e.spent.hasReset {
+		e.spent.wait, e.spent.hasReset = b.spent.wait, b.spent.hasReset
 	}
 }
 
-// readingUse says which part of a reading an answer lets count.
-type readingUse int
+// evidenceUse says which part of the evidence an answer lets count.
+type evidenceUse int
 
 const (
 	// asReported counts every limit reported: a success, or a bare parse.
-	asReported readingUse = iota
+	asReported evidenceUse = iota
 	// asLimited counts only spent limits: a rate or quota answer, where a
 	// limit with room left is not what refused the request.
 	asLimited
@@ -167,24 +196,27 @@ const (
 	asRetryOnly
 )
 
-// reset composes the Reset a reading gives, as of now.
-func (r *reading) reset(now time.Time, use readingUse) Reset {
-	out := Reset{RetryAfter: r.retryAfter, HasRetryAfter: r.hasRetryAfter}
-	var b limitReading
+// reset composes the Reset the evidence gives, as of now.
+func (e *evidence) reset(now time.Time, use evidenceUse) Reset {
+	out := Reset{RetryAfter: e.retryAfter, HasRetryAfter: e.hasRetryAfter}
+	var b limitEvidence
 	switch {
 	case use == asRetryOnly:
-	case r.hasSpent:
-		b = r.spent
-	case r.hasFullest && use == asReported:
-		b = r.fullest
+	case e.hasSpent:
+		b = e.spent
+	case use != asReported:
+	case e.hasClaimed:
+		b = e.claimed
+	case e.hasFullest:
+		b = e.fullest
 	}
 	out.Window = b.window
 	out.Utilization, out.HasUtilization = b.used, b.hasUsed
 	switch {
-	case b.hasReset && b.spent:
+	case b.hasReset && b.spent && b.wait > 0:
 		out.ResetAt = now.Add(b.wait)
-	case r.hasRetryAfter:
-		out.ResetAt = now.Add(r.retryAfter)
+	case e.hasRetryAfter:
+		out.ResetAt = now.Add(e.retryAfter)
 	case b.hasReset:
 		out.ResetAt = now.Add(b.wait)
 	}
@@ -208,7 +240,7 @@ func windowRank(w Window) int {
 
 // liftsLater reports whether a lifts after b: the later known reset; between
 // unknown or equal resets, the longer window; else the one with a known reset.
-func liftsLater(a, b limitReading) bool {
+func liftsLater(a, b limitEvidence) bool {
 	if a.hasReset && b.hasReset && a.wait != b.wait {
 		return a.wait > b.wait
 	}
@@ -221,7 +253,7 @@ func liftsLater(a, b limitReading) bool {
 // fuller reports whether a binds before b on an answer where neither is
 // spent: the more used (a stated fraction beats none); ties go to the one
 // that lifts later.
-func fuller(a, b limitReading) bool {
+func fuller(a, b limitEvidence) bool {
 	if a.hasUsed != b.hasUsed {
 		return a.hasUsed
 	}

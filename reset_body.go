@@ -10,34 +10,42 @@ import (
 	"time"
 )
 
-// maxBodyRead bounds how much of a body is read; vendors put what matters in
-// the first few hundred bytes.
-const maxBodyRead = 64 << 10
+// maxFailureBody bounds how much of a failure's body is read — by the
+// transport, which peeks that much and hands the caller the whole body, and
+// here, where a longer body is cut to it: vendors put what matters in the
+// first few hundred bytes.
+const maxFailureBody = 64 << 10
 
 // maxBodyNesting bounds how deep a JSON body is walked into a JSON document
 // carried as a string (clients re-nest a vendor's body in their own message).
 const maxBodyNesting = 2
 
-// bodyReading is what an error body says: the limit and the wait it states,
+// bodyEvidence is what an error body says: the limit and the wait it states,
 // and the conditions it names. Bodies are read only on failures, never on
 // the per-request path of a success.
-type bodyReading struct {
-	reading
+type bodyEvidence struct {
+	evidence
 	billing   bool // a spent balance, credit or spend limit
 	quota     bool // a spent allowance, whether or not the body names its window
 	auth      bool // the key itself is refused
 	throttled bool // the body speaks of a rate limit
-	tooLarge  bool // the request alone exceeds a limit: no wait cures it
+	oversized bool // the request alone exceeds a per-minute limit: no wait cures it
+	// noAllowance: the limit is 0 (a free tier without the model), so no
+	// wait brings it back.
+	noAllowance bool
+	// secondary: GitHub's secondary rate limit, which its x-ratelimit-reset
+	// dates although the primary window has room.
+	secondary bool
 }
 
 // readBody reads an error body as of now: a JSON body by its values,
 // wherever they nest; any other body as text.
-func readBody(body []byte, now time.Time) bodyReading {
-	if len(body) > maxBodyRead {
-		body = body[:maxBodyRead]
+func readBody(body []byte, now time.Time) bodyEvidence {
+	if len(body) > maxFailureBody {
+		body = body[:maxFailureBody]
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
-		return bodyReading{}
+		return bodyEvidence{}
 	}
 	var f bodyFields
 	if !f.decode(body, 0) {
@@ -46,34 +54,51 @@ func readBody(body []byte, now time.Time) bodyReading {
 	text := f.text.String()
 	lower := asciiLower(text)
 
-	b := bodyReading{
-		billing:   containsAny(lower, billingPhrases[:]),
-		auth:      containsAny(lower, authPhrases[:]),
-		throttled: containsAny(lower, throttlePhrases[:]),
-		tooLarge:  containsAny(lower, tooLargePhrases[:]),
-		quota:     strings.Contains(lower, "usage_limit_reached"),
+	b := bodyEvidence{
+		billing:     containsAny(lower, billingPhrases[:]),
+		auth:        containsAny(lower, authPhrases[:]),
+		throttled:   containsAny(lower, throttlePhrases[:]),
+		oversized:   containsAny(lower, oversizedPhrases[:]),
+		quota:       containsAny(lower, quotaPhrases[:]),
+		noAllowance: f.limitZero || statesLimitZero(lower),
+		secondary:   strings.Contains(lower, secondaryLimitPhrase) || strings.Contains(lower, abuseLimitPhrase),
 	}
 	// OpenRouter forwards its rate-limit headers inside the body; they
 	// outrank what the prose says, as headers do.
-	readHeaders(f.headers, headerGroups(f.headers), now, &b.reading)
+	readHeaders(f.headers, headerGroups(f.headers), now, &b.evidence)
 
-	var own reading
+	var own evidence
 	if own.retryAfter, own.hasRetryAfter = parseWait(f.retryDelay, now); !own.hasRetryAfter {
-		own.retryAfter, own.hasRetryAfter = proseDelay(lower, now)
+		own.retryAfter, own.hasRetryAfter = proseDelay(lower, delayMarkers[:], now)
 	}
-	spent := limitReading{window: namedWindow(lower), spent: true}
+	spent := limitEvidence{window: namedWindow(lower), spent: true}
+	if spent.window == WindowDaily && own.hasRetryAfter && own.retryAfter <= longThrottle &&
+		containsAny(lower, minutePhrases[:]) && !strings.Contains(lower, "perday") {
+		// A per-minute and a per-day limit stated in prose, and a short
+		// wait: the minute's limit is the one hit. (Gemini's quota ids
+		// name only the quotas violated, so "PerDay" among them stands.)
+		spent.window = WindowNone
+	}
 	stated := spent.window != WindowNone || b.quota
 	if limit, used, ok := statedUsage(lower); ok {
 		spent.used, spent.hasUsed, stated = used/limit, true, true
 	}
-	if spent.wait, spent.hasReset = parseWait(f.resetsAt, now); !spent.hasReset {
-		spent.wait, spent.hasReset = parseWait(f.resetsIn, now)
+	// The ChatGPT backend's reset, which implies its window by its length.
+	if spent.wait, spent.hasReset = parseWait(f.resetsIn, now); !spent.hasReset {
+		spent.wait, spent.hasReset = parseWait(f.resetsAt, now)
+	}
+	usageReset := spent.hasReset
+	if !spent.hasReset {
+		spent.wait, spent.hasReset = parseWait(f.cooldown, now)
 	}
 	if !spent.hasReset {
 		spent.wait, spent.hasReset = proseResetDate(lower, text, now)
 	}
+	if !spent.hasReset {
+		spent.wait, spent.hasReset = proseDelay(lower, resetMarkers[:], now)
+	}
 	stated = stated || spent.hasReset
-	if b.quota && spent.window == WindowNone && spent.hasReset {
+	if usageReset && spent.window == WindowNone {
 		spent.window = windowOfWait(spent.wait)
 	}
 	if stated {
@@ -91,17 +116,24 @@ type bodyFields struct {
 	// resetsAt and resetsIn are the ChatGPT backend's usage_limit_reached
 	// reset, as epoch seconds and as a countdown.
 	resetsAt, resetsIn string
+	// cooldown is a router's countdown until a credential is back
+	// (CLIProxyAPI's model_cooldown reset_seconds).
+	cooldown string
 	// headers are the rate-limit headers OpenRouter forwards in
 	// error.metadata.headers.
 	headers http.Header
+	// limitZero: Google's ErrorInfo says the quota's limit is 0
+	// (quota_limit_value "0").
+	limitZero bool
 }
 
-// decode walks a JSON document, reporting false when data is not one.
+// decode walks a JSON document, reporting false when data is not one (a
+// text that merely starts with one, "4006: you have used up …", is not).
 func (f *bodyFields) decode(data []byte, depth int) bool {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	var v any
-	if dec.Decode(&v) != nil {
+	if dec.Decode(&v) != nil || len(bytes.TrimSpace(data[dec.InputOffset():])) > 0 {
 		return false
 	}
 	f.walk("", v, depth)
@@ -121,7 +153,7 @@ func (f *bodyFields) walk(key string, v any, depth int) {
 		}
 	case []any:
 		for _, x := range v {
-			f.walk(key, x, depth)
+			f.walk("", x, depth) // a field's value is never inside a list
 		}
 	case string:
 		f.note(key, v)
@@ -144,6 +176,10 @@ func (f *bodyFields) note(key, v string) {
 		f.resetsAt = v
 	case "resets_in_seconds":
 		f.resetsIn = v
+	case "reset_seconds":
+		f.cooldown = v
+	case "quota_limit_value", "quotaValue": // Google's ErrorInfo and QuotaFailure
+		f.limitZero = f.limitZero || v == "0"
 	}
 }
 

@@ -124,5 +124,8 @@ func FuzzClassify(f *testing.F) {
 		if v.billing && v.kind != KindQuota {
 			t.Errorf("%s billing with kind %v, want quota", call, v.kind)
 		}
+		if v.oversized && v.kind != KindRate {
+			t.Errorf("%s oversized with kind %v, want rate", call, v.kind)
+		}
 	})
 }

@@ -25,6 +25,10 @@ const (
 	headerUnifiedStatus = "Anthropic-Ratelimit-Unified-Status"
 	headerUnifiedReset  = "Anthropic-Ratelimit-Unified-Reset"
 	headerUnifiedClaim  = "Anthropic-Ratelimit-Unified-Representative-Claim"
+	// headerUnifiedOverageReason says why extra usage (overage) is closed:
+	// out_of_credits when its credits are spent
+	// (github.com/tombii/better-ccflare/issues/261).
+	headerUnifiedOverageReason = "Anthropic-Ratelimit-Unified-Overage-Disabled-Reason"
 )
 
 // The groups of rate-limit headers. headerGroups notes which occur, so that
@@ -77,26 +81,26 @@ func headerGroups(h http.Header) uint8 {
 
 // readHeaders reads the rate-limit headers of an answer, of the groups g
 // (see headerGroups), as of now into r.
-func readHeaders(h http.Header, g uint8, now time.Time, r *reading) {
+func readHeaders(h http.Header, g uint8, now time.Time, e *evidence) {
 	if g&groupRetryAfter != 0 {
-		r.retryAfter, r.hasRetryAfter = RetryAfterFromHeaders(h, now)
+		e.retryAfter, e.hasRetryAfter = RetryAfterFromHeaders(h, now)
 	}
 	_, groq := h[headerGroqRegion]
 	for i := range counters {
 		if c := &counters[i]; g&c.group != 0 {
 			if l, ok := c.read(h, now, groq); ok {
-				r.add(l)
+				e.add(l)
 			}
 		}
 	}
 	if g&groupRateLimit != 0 {
-		readStructured(h, now, r)
+		readStructured(h, now, e)
 	}
 	if g&groupUnified != 0 {
-		readUnified(h, now, r)
+		readUnified(h, now, e)
 	}
 	if g&groupCodex != 0 {
-		readCodex(h, now, r)
+		readCodex(h, now, e)
 	}
 }
 
@@ -111,6 +115,9 @@ type counter struct {
 	// policies says the limit may list quota policies with their window
 	// lengths after the live limit: "15, 100;w=60".
 	policies bool
+	// resetAlone says the reset may come without a remaining count, and
+	// then dates the limit alone (providerkit's list of reset headers).
+	resetAlone bool
 }
 
 // counters are the limit/remaining/reset triples vendors send. The same name
@@ -125,9 +132,9 @@ var counters = [...]counter{
 	// Groq: -requests counts requests per DAY, -tokens tokens per minute;
 	// https://console.groq.com/docs/rate-limits.
 	{limit: "X-Ratelimit-Limit-Requests", remaining: "X-Ratelimit-Remaining-Requests", reset: "X-Ratelimit-Reset-Requests",
-		atGroq: WindowDaily, group: groupXRateLimit},
+		atGroq: WindowDaily, group: groupXRateLimit, resetAlone: true},
 	{limit: "X-Ratelimit-Limit-Tokens", remaining: "X-Ratelimit-Remaining-Tokens", reset: "X-Ratelimit-Reset-Tokens",
-		group: groupXRateLimit},
+		group: groupXRateLimit, resetAlone: true},
 	// Cerebras names the window in the header; resets are countdowns in float
 	// seconds; https://inference-docs.cerebras.ai/support/rate-limits.
 	// Mistral sends -tokens-minute too, without a reset
@@ -144,7 +151,7 @@ var counters = [...]counter{
 	// epoch milliseconds, also inside its 429 bodies), Together (a countdown
 	// in seconds, on 429s; togethercomputer/skills#61).
 	{limit: "X-Ratelimit-Limit", remaining: "X-Ratelimit-Remaining", reset: "X-Ratelimit-Reset",
-		group: groupXRateLimit},
+		group: groupXRateLimit, resetAlone: true},
 	// The IETF three-field form, draft-ietf-httpapi-ratelimit-headers-00 to
 	// -06: countdown seconds (gitlab.com sends epoch seconds instead).
 	{limit: "Ratelimit-Limit", remaining: "Ratelimit-Remaining", reset: "Ratelimit-Reset",
@@ -152,22 +159,30 @@ var counters = [...]counter{
 	// Anthropic API keys: per-minute buckets, resets in RFC 3339;
 	// https://docs.anthropic.com/en/api/rate-limits#response-headers.
 	{limit: "Anthropic-Ratelimit-Requests-Limit", remaining: "Anthropic-Ratelimit-Requests-Remaining", reset: "Anthropic-Ratelimit-Requests-Reset",
-		group: groupAnthropic},
+		group: groupAnthropic, resetAlone: true},
 	{limit: "Anthropic-Ratelimit-Tokens-Limit", remaining: "Anthropic-Ratelimit-Tokens-Remaining", reset: "Anthropic-Ratelimit-Tokens-Reset",
-		group: groupAnthropic},
+		group: groupAnthropic, resetAlone: true},
 	{limit: "Anthropic-Ratelimit-Input-Tokens-Limit", remaining: "Anthropic-Ratelimit-Input-Tokens-Remaining", reset: "Anthropic-Ratelimit-Input-Tokens-Reset",
 		group: groupAnthropic},
 	{limit: "Anthropic-Ratelimit-Output-Tokens-Limit", remaining: "Anthropic-Ratelimit-Output-Tokens-Remaining", reset: "Anthropic-Ratelimit-Output-Tokens-Reset",
 		group: groupAnthropic},
 }
 
-// read reads the counter from h; it reports false when h has no readable
-// remaining count for it (a negative count is Azure's placeholder for
-// unknown, and so is the reset beside it).
-func (c *counter) read(h http.Header, now time.Time, groq bool) (limitReading, bool) {
-	remaining, ok := leadingNumber(first(h, c.remaining))
+// read reads the counter from h; it reports false when h has neither a
+// readable remaining count nor, where the reset may come alone, a reset for
+// it. A reset without a remaining count dates a limit without saying how
+// full it is. A negative count is Azure's placeholder for unknown, and so is
+// the reset beside it.
+func (c *counter) read(h http.Header, now time.Time, groq bool) (limitEvidence, bool) {
+	remainingField := first(h, c.remaining)
+	remaining, ok := leadingNumber(remainingField)
 	if !ok {
-		return limitReading{}, false
+		if remainingField != "" || !c.resetAlone {
+			return limitEvidence{}, false
+		}
+		var l limitEvidence
+		l.wait, l.hasReset = parseWait(first(h, c.reset), now)
+		return l, l.hasReset
 	}
 	limitField := first(h, c.limit)
 	limit, _ := leadingNumber(limitField)
@@ -185,10 +200,10 @@ func (c *counter) read(h http.Header, now time.Time, groq bool) (limitReading, b
 	return l, true
 }
 
-// counted is the reading of a limit with remaining units left of limit
+// counted is the evidence of a limit with remaining units left of limit
 // (limit 0 or less: unknown). A limit with nothing left is spent, and full.
-func counted(window Window, remaining, limit float64) limitReading {
-	l := limitReading{window: window, spent: remaining == 0}
+func counted(window Window, remaining, limit float64) limitEvidence {
+	l := limitEvidence{window: window, spent: remaining == 0}
 	switch {
 	case limit > 0:
 		l.used, l.hasUsed = max(limit-remaining, 0)/limit, true
@@ -216,7 +231,7 @@ func policyWindow(field string, limit float64) Window {
 // RateLimit (`"default";r=0;t=30`: r units remain, the window resets in t
 // seconds) with the quota q and window length w of the same-named member of
 // RateLimit-Policy (`"default";q=100;w=60`).
-func readStructured(h http.Header, now time.Time, r *reading) {
+func readStructured(h http.Header, now time.Time, e *evidence) {
 	for _, field := range h[headerRateLimit] {
 		for item := range strings.SplitSeq(field, ",") {
 			name, params := sfItem(item)
@@ -228,7 +243,7 @@ func readStructured(h http.Header, now time.Time, r *reading) {
 			quota, _ := parseNumber(sfParam(policy, "q"))
 			l := counted(sfWindow(policy), remaining, quota)
 			l.wait, l.hasReset = parseWait(sfParam(params, "t"), now)
-			r.add(l)
+			e.add(l)
 		}
 	}
 }
@@ -278,8 +293,11 @@ func sfPolicy(fields []string, name string) string {
 // unifiedWindows are the windows of a Claude subscription: utilization as a
 // fraction (above 1 is real), reset in epoch seconds, status allowed,
 // allowed_warning or rejected; claim is the representative-claim value that
-// names the window. Source: live answers recorded in
-// PabloLION/agent-console-dashboard:docs/agents/hook-research/oauth-403-research.md.
+// names the window. 7d_oi is the weekly window of models served only from
+// extra usage ("overage included"), which Anthropic scopes to those models.
+// Sources: live answers recorded in
+// PabloLION/agent-console-dashboard:docs/agents/hook-research/oauth-403-research.md
+// and github.com/router-for-me/CLIProxyAPI/issues/5915.
 var unifiedWindows = [...]struct {
 	utilization, reset, status string
 	window                     Window
@@ -289,34 +307,50 @@ var unifiedWindows = [...]struct {
 		Window5h, "five_hour"},
 	{"Anthropic-Ratelimit-Unified-7d-Utilization", "Anthropic-Ratelimit-Unified-7d-Reset", "Anthropic-Ratelimit-Unified-7d-Status",
 		WindowWeekly, "seven_day"},
+	{"Anthropic-Ratelimit-Unified-7d_oi-Utilization", "Anthropic-Ratelimit-Unified-7d_oi-Reset", "Anthropic-Ratelimit-Unified-7d_oi-Status",
+		WindowWeekly, "seven_day_overage_included"},
 }
 
 // readUnified reads a Claude subscription's windows. A window is spent when
 // its status is rejected, its utilization reaches 1, or the answer as a whole
-// is rejected and the representative claim names it. A claim naming a window
-// without headers of its own (seven_day_opus, seven_day_sonnet) is read with
-// the overall reset.
-func readUnified(h http.Header, now time.Time, r *reading) {
+// is rejected and the representative claim names it. The window the claim
+// names is the binding one on an answer that went through. A claim naming a
+// window without headers of its own (seven_day_opus, seven_day_sonnet) is
+// read with the overall reset. Credits spent on extra usage are noted for
+// the caller (overage-disabled-reason out_of_credits).
+func readUnified(h http.Header, now time.Time, e *evidence) {
 	rejected := first(h, headerUnifiedStatus) == "rejected"
 	claim := first(h, headerUnifiedClaim)
+	e.creditsSpent = e.creditsSpent || first(h, headerUnifiedOverageReason) == "out_of_credits"
 	claimed := false
 	for _, u := range unifiedWindows {
-		l := limitReading{window: u.window}
+		l := limitEvidence{window: u.window}
 		l.used, l.hasUsed = parseNumber(first(h, u.utilization))
 		l.wait, l.hasReset = parseWait(first(h, u.reset), now)
 		status := first(h, u.status)
-		if !l.hasUsed && !l.hasReset && status == "" {
-			continue
+		named := claim != "" && claim == u.claim
+		if !l.hasUsed && status == "" && !(rejected && named) {
+			continue // a reset alone says nothing of how full the window is
 		}
-		named := rejected && claim == u.claim
-		claimed = claimed || named
-		l.spent = status == "rejected" || (l.hasUsed && l.used >= 1) || named
-		r.add(l)
+		l.spent = status == "rejected" || (l.hasUsed && l.used >= 1) || (rejected && named)
+		e.add(l)
+		if named {
+			e.claim(l)
+			claimed = true
+		}
 	}
-	if rejected && !claimed {
-		l := limitReading{window: claimWindow(claim), spent: true}
-		l.wait, l.hasReset = parseWait(first(h, headerUnifiedReset), now)
-		r.add(l)
+	if claimed {
+		return
+	}
+	// The claim names a window without headers of its own, or none: the
+	// overall reset dates it.
+	l := limitEvidence{window: claimWindow(claim), spent: rejected}
+	l.wait, l.hasReset = parseWait(first(h, headerUnifiedReset), now)
+	if rejected || l.window != WindowNone || l.hasReset {
+		e.add(l)
+		if l.window != WindowNone {
+			e.claim(l)
+		}
 	}
 }
 
@@ -346,13 +380,13 @@ var codexWindows = [...]struct{ usedPercent, minutes, resetAt, resetAfter string
 
 // readCodex reads the ChatGPT backend's windows. A slot whose length is 0
 // is unused and skipped.
-func readCodex(h http.Header, now time.Time, r *reading) {
+func readCodex(h http.Header, now time.Time, e *evidence) {
 	for _, c := range codexWindows {
 		percent, ok := parseNumber(first(h, c.usedPercent))
 		if !ok {
 			continue
 		}
-		l := limitReading{used: percent / 100, hasUsed: true, spent: percent >= 100}
+		l := limitEvidence{used: percent / 100, hasUsed: true, spent: percent >= 100}
 		if minutes, ok := parseNumber(first(h, c.minutes)); ok {
 			if minutes == 0 {
 				continue
@@ -362,7 +396,7 @@ func readCodex(h http.Header, now time.Time, r *reading) {
 		if l.wait, l.hasReset = parseWait(first(h, c.resetAt), now); !l.hasReset {
 			l.wait, l.hasReset = parseWait(first(h, c.resetAfter), now)
 		}
-		r.add(l)
+		e.add(l)
 	}
 }
 

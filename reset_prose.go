@@ -21,6 +21,23 @@ var billingPhrases = [...]string{
 	"out of credits",               // xAI 403
 	"used all available credits",   // xAI 429
 	"reached its monthly spending", // xAI 429
+	"out of extra usage",           // Anthropic subscription 400 (router-for-me/CLIProxyAPI#2599)
+	"draw from your extra usage",   // Anthropic subscription 400 (NousResearch/hermes-agent#31668)
+	"out_of_credits",               // Anthropic overage-disabled-reason (tombii/better-ccflare#261)
+	"quota is not enough",          // one-api 403 insufficient_user_quota (songquanpeng/one-api#1270)
+	"budget has been exceeded",     // LiteLLM proxy 400 (BerriAI/litellm#14144)
+	"spend limit",                  // Anthropic 429 "would exceed your account's monthly spend limit" (can1357/oh-my-pi#5418)
+}
+
+// quotaPhrases name a spent allowance, or one the plan does not include,
+// whether or not they name its window: no short wait brings it back.
+var quotaPhrases = [...]string{
+	"usage_limit_reached",       // ChatGPT backend 429
+	"usage_not_included",        // ChatGPT backend: the plan does not include the usage
+	"not included in your plan", // ChatGPT backend 403 (RayBytes/ChatMock#54)
+	"extra usage",               // Anthropic subscription: "Extra usage is required for long context requests."
+	"are cooling down",          // a router's own cooldown: "All credentials for model X are cooling down" (CLIProxyAPI)
+	"free-usage-exhausted",      // Grok CLI 429 (Vanszs/VansRouter#56)
 }
 
 // authPhrases name a refused key where the status does not (Gemini and xAI
@@ -36,11 +53,24 @@ var authPhrases = [...]string{
 // throttlePhrases name a rate limit, which turns a 403 from a permission
 // failure into a throttle (GitHub: "API rate limit exceeded", "You have
 // exceeded a secondary rate limit").
-var throttlePhrases = [...]string{"rate limit", "rate_limit", "too many requests"}
+var throttlePhrases = [...]string{"rate limit", "rate_limit", "too many requests", abuseLimitPhrase}
 
-// tooLargePhrases name a request that exceeds a limit on its own, which no
-// wait cures (OpenAI 429 and Groq 413 "Request too large for model …").
-var tooLargePhrases = [...]string{"request too large"}
+// GitHub's secondary rate limit, which its x-ratelimit-reset dates although
+// the primary window has room; "abuse detection" is its older name
+// (inaka/erlang-github#27).
+const (
+	secondaryLimitPhrase = "secondary rate limit"
+	abuseLimitPhrase     = "abuse detection mechanism"
+)
+
+// oversizedPhrases name a request that exceeds a per-minute limit on its
+// own, which no wait cures (OpenAI 429 and Groq 413 "Request too large for
+// model …").
+var oversizedPhrases = [...]string{"request too large"}
+
+// minutePhrases name a per-minute limit. A body that names one beside a
+// per-day limit in prose, and asks for a short wait, is about the minute.
+var minutePhrases = [...]string{"per minute", "per min", "per-minute", "(rpm)", "(tpm)"}
 
 // windowPhrases name a window; when several match, the longest is named.
 var windowPhrases = [...]struct {
@@ -59,9 +89,14 @@ var windowPhrases = [...]struct {
 }
 
 // delayMarkers introduce a delay stated in prose: OpenAI and Groq "Please try
-// again in 26.604s", Azure "Try again in 50 seconds" and "Please retry after
-// 6 seconds", Gemini "Please retry in 10.689924287s".
-var delayMarkers = [...]string{"try again in ", "retry after ", "retry in "}
+// again in 26.604s" and "644ms", Azure "Try again in 50 seconds" and "Please
+// retry after 86400 seconds", Gemini "Please retry in 10.689924287s", GitHub
+// Models "Please wait 60 seconds before retrying".
+var delayMarkers = [...]string{"try again in ", "retry after ", "retry in ", "please wait "}
+
+// resetMarkers introduce when a limit lifts, stated in prose: a horizon, not
+// a wait asked for (Gemini Code Assist "Your quota will reset after 54s").
+var resetMarkers = [...]string{"reset after "}
 
 // delayUnits are the unit words a prose delay may use after a bare number.
 var delayUnits = [...]struct {
@@ -103,10 +138,11 @@ func namedWindow(lower string) Window {
 	return w
 }
 
-// proseDelay returns the first delay the text states after a marker: a Go
-// duration ("7m12s", "26.604s") or a number and a unit word ("30 seconds").
-func proseDelay(lower string, now time.Time) (time.Duration, bool) {
-	for _, m := range delayMarkers {
+// proseDelay returns the first delay the text states after one of the
+// markers: a Go duration ("7m12s", "26.604s") or numbers and unit words ("30
+// seconds", "4 days 20 hours 9 minutes").
+func proseDelay(lower string, markers []string, now time.Time) (time.Duration, bool) {
+	for _, m := range markers {
 		for rest := lower; ; {
 			_, after, found := strings.Cut(rest, m)
 			if !found {
@@ -121,7 +157,8 @@ func proseDelay(lower string, now time.Time) (time.Duration, bool) {
 	return 0, false
 }
 
-// leadingDelay reads the delay s starts with.
+// leadingDelay reads the delay s starts with: a Go duration, or one or more
+// numbers each with a unit word.
 func leadingDelay(s string, now time.Time) (time.Duration, bool) {
 	token := strings.TrimRight(s[:tokenEnd(s)], ".")
 	if token == "" || !isDigit(token[0]) {
@@ -130,18 +167,39 @@ func leadingDelay(s string, now time.Time) (time.Duration, bool) {
 	if isLetter(token[len(token)-1]) {
 		return parseWait(token, now)
 	}
-	f, ok := parseNumber(token)
-	if !ok {
-		return 0, false
+	var total time.Duration
+	found := false
+	for {
+		d, rest, ok := numberAndUnit(s)
+		if !ok {
+			return total, found
+		}
+		total, found = min(total+d, maxHorizon), true
+		s = strings.TrimLeft(rest, " ,")
+		s = strings.TrimPrefix(s, "and ")
 	}
-	word := strings.TrimLeft(s[len(token):], " ")
-	word = strings.TrimSuffix(word[:tokenEnd(word)], ".")
+}
+
+// numberAndUnit reads a number and a unit word ("30 seconds", "4 days") at
+// the start of s and returns the rest of s after them.
+func numberAndUnit(s string) (time.Duration, string, bool) {
+	token := s[:tokenEnd(s)]
+	if token == "" || !isDigit(token[0]) {
+		return 0, "", false
+	}
+	f, ok := parseNumber(strings.TrimSuffix(token, "."))
+	if !ok {
+		return 0, "", false
+	}
+	rest := strings.TrimLeft(s[len(token):], " ")
+	end := tokenEnd(rest)
+	word := strings.TrimSuffix(rest[:end], ".")
 	for _, u := range delayUnits {
 		if word == u.word || word == u.word+"s" {
-			return waitOf(f, u.unit), true
+			return waitOf(f, u.unit), rest[end:], true
 		}
 	}
-	return 0, false
+	return 0, "", false
 }
 
 // tokenEnd returns the length of the run of digits, dots and ASCII letters s
@@ -198,11 +256,11 @@ func proseResetDate(lower, text string, now time.Time) (time.Duration, bool) {
 
 // windowOfWait names the window a usage limit implies by the wait until it
 // lifts, for the ChatGPT backend, whose usage_limit_reached body gives only
-// the wait: up to 10 minutes none, up to 5.5 hours the 5-hour window, up to
-// 7.5 days the weekly one, longer the monthly.
+// the wait: up to longThrottle (10 minutes) none, up to 5.5 hours the
+// 5-hour window, up to 7.5 days the weekly one, longer the monthly.
 func windowOfWait(d time.Duration) Window {
 	switch {
-	case d <= 10*time.Minute:
+	case d <= longThrottle:
 		return WindowNone
 	case d <= 5*time.Hour+30*time.Minute:
 		return Window5h
@@ -222,4 +280,26 @@ func asciiLower(s string) string {
 		}
 	}
 	return string(b)
+}
+
+// statesLimitZero reports whether the text states a quota whose limit is 0:
+// Gemini's "Quota exceeded for metric: …, limit: 0, model: …" and the gRPC
+// form of Google's ErrorInfo, `key: "quota_limit_value" value: "0"`.
+func statesLimitZero(lower string) bool {
+	for rest := lower; ; {
+		_, after, found := strings.Cut(rest, "limit: 0")
+		if !found {
+			break
+		}
+		if after == "" || !isDigit(after[0]) && after[0] != '.' {
+			return true
+		}
+		rest = after
+	}
+	_, after, found := strings.Cut(lower, `"quota_limit_value"`)
+	if !found {
+		return false
+	}
+	after = strings.TrimLeft(after[:min(len(after), 40)], " \n\r\t")
+	return strings.HasPrefix(after, `value: "0"`)
 }

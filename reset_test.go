@@ -124,9 +124,9 @@ func TestParseRateLimitReset(t *testing.T) {
 		{"a reset years away is capped", headers(
 			"X-Ratelimit-Limit", "60", "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", "99999999999999999"),
 			Reset{ResetAt: now.Add(maxHorizon), Utilization: 1, HasUtilization: true}},
-		{"a reset in the past lifts now", headers(
+		{"a reset in the past lifts now: its counts are of a window gone", headers(
 			"X-Ratelimit-Limit", "60", "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", epoch(-time.Hour)),
-			Reset{ResetAt: now, Utilization: 1, HasUtilization: true}},
+			Reset{ResetAt: now}},
 		{"malformed values are ignored", headers(
 			"X-Ratelimit-Limit-Requests", "NaN", "X-Ratelimit-Remaining-Requests", "lots", "X-Ratelimit-Reset-Requests", "-5s",
 			"Anthropic-Ratelimit-Unified-5h-Utilization", "+Inf", "Retry-After", "later",

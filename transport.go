@@ -18,9 +18,6 @@ const (
 	// maxBodyScan is how much of a request body is read for its model and
 	// token estimate.
 	maxBodyScan = 1 << 20
-	// maxFailureBody is how much of a failure's body is read to classify
-	// it; the caller still reads the whole body.
-	maxFailureBody = 64 << 10
 	// maxDrain is how much of a discarded answer is read so that its
 	// connection can be reused.
 	maxDrain = 4 << 10
@@ -159,7 +156,7 @@ func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again
 	until := p.observe(ctx, &l, v, now)
 	r.sooner(until)
 	endAttempt(span, resp.StatusCode, v, max(until.Sub(now), 0), nil)
-	if v.kind == KindNone || p.single() || !r.body.replayable() {
+	if v.kind == KindNone || v.oversized || p.single() || !r.body.replayable() {
 		p.settle(&l, resp)
 		return resp, false, nil
 	}
