@@ -18,6 +18,9 @@ type verdict struct {
 	// key of that size serves it, so the pool neither benches the key nor
 	// fails over: the answer goes back to the caller.
 	oversized bool
+	// stated is what the answer's headers state of the key's minute and
+	// day windows: limits and counts the pool learns.
+	stated statedWindows
 }
 
 // dailyRetry is the shortest retry-after that, with no other sign, is read
@@ -63,6 +66,14 @@ func classify(status int, h http.Header, body []byte, now time.Time) verdict {
 	}
 	var e evidence
 	readHeaders(h, g, now, &e)
+	v := judge(status, body, &e, now)
+	v.stated = e.stated
+	return v
+}
+
+// judge says what an answer of status, with headers read into e, is — its
+// kind and reading — reading the body of a failure that may say more.
+func judge(status int, body []byte, e *evidence, now time.Time) verdict {
 	switch {
 	case status < 400:
 		return verdict{kind: KindNone, reset: e.reset(now, asReported)}

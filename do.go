@@ -28,7 +28,7 @@ func (p *Pool) Do(ctx context.Context, model string, fn func(ctx context.Context
 		return fmt.Errorf("keypool: %s: %w", p.provider, err)
 	}
 	var estimate int64
-	if p.usable() == nil && p.needTokens {
+	if p.usable() == nil && p.needTokens() {
 		estimate = max(p.cfg.estimator(RequestInfo{Model: model}), 0)
 	}
 	var c call

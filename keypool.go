@@ -175,9 +175,10 @@ type Pool struct {
 	accounts map[string][]*poolKey // the keys of each account
 	freeNext atomic.Uint64         // round-robin cursor over free
 	paidNext atomic.Uint64         // round-robin cursor over paid
-	// needTokens reports that some token limit applies, so requests are
-	// estimated and answers settled.
-	needTokens bool
+	// tokens reports that some token limit applies — configured, or
+	// learned from the vendor — so requests are estimated and answers
+	// settled.
+	tokens atomic.Bool
 	closed     atomic.Bool
 	tel        *telemetry
 	// health reads the store's Health, when it has one; storeFailing
@@ -238,13 +239,17 @@ func New(provider string, keys []Key, opts ...Option) (*Pool, error) {
 	for _, k := range p.keys {
 		k.tel = p.tel.forKey(provider, k)
 	}
-	p.needTokens = cfg.limits.hasTokens() || cfg.keyCap.hasTokens()
+	tokens := cfg.limits.hasTokens() || cfg.keyCap.hasTokens()
 	for _, l := range cfg.modelLimits {
-		p.needTokens = p.needTokens || l.hasTokens()
+		tokens = tokens || l.hasTokens()
+	}
+	for _, l := range cfg.accountLimits {
+		tokens = tokens || l.hasTokens()
 	}
 	for _, k := range p.keys {
-		p.needTokens = p.needTokens || k.Limits.hasTokens()
+		tokens = tokens || k.Limits.hasTokens()
 	}
+	p.tokens.Store(tokens)
 	return p, nil
 }
 
@@ -312,6 +317,10 @@ func (p *Pool) limits(k *poolKey, model string) Limits {
 	}
 	return l.over(k.Limits)
 }
+
+// needTokens reports that some token limit applies, so requests are
+// estimated and answers settled.
+func (p *Pool) needTokens() bool { return p.tokens.Load() }
 
 // single reports that the pool has one key, which is never benched: with
 // nothing to rotate to, the vendor's answer goes to the caller untouched.

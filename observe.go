@@ -14,6 +14,7 @@ func (p *Pool) observe(ctx context.Context, l *lease, v verdict, now time.Time) 
 	l.key.answers[v.kind].Add(1)
 	p.tel.answered(ctx, l.key, v)
 	p.noteReading(l, v, now)
+	p.learn(ctx, l, v.stated, now)
 	if p.single() || v.oversized {
 		// One key is not a pool; a request too large for any key is no
 		// failure of this one.
@@ -22,7 +23,7 @@ func (p *Pool) observe(ctx context.Context, l *lease, v verdict, now time.Time) 
 	}
 	if v.kind == KindNone {
 		p.succeeded(ctx, l)
-		v = spentWindow(v, l.claim.Limits, now)
+		v = spentWindow(v, l.claim.Limits.over(v.stated.limits), now)
 		if v.kind == KindNone {
 			p.probed(l, true)
 			return time.Time{}
@@ -58,6 +59,28 @@ func (p *Pool) noteReading(l *lease, v verdict, now time.Time) {
 	}
 }
 
+// learn tells the store what an answer stated of the key's windows — the
+// vendor's limits and counts — so that they hold whatever the pool was told
+// (Store.Learn); a token limit the vendor states makes the pool count
+// tokens.
+func (p *Pool) learn(ctx context.Context, l *lease, s statedWindows, now time.Time) {
+	if !s.any {
+		return
+	}
+	st := Stated{Provider: p.provider, KeyID: l.key.ID, Account: l.key.Account, Model: l.claim.Model,
+		Limits: s.limits, Used: s.used, Days: p.cfg.days, Now: now}
+	if s.minuteWait > 0 {
+		st.MinuteReset = now.Add(s.minuteWait)
+	}
+	if s.dayWait > 0 {
+		st.DayReset = now.Add(s.dayWait)
+	}
+	if s.limits.hasTokens() && !p.tokens.Load() {
+		p.tokens.Store(true)
+	}
+	p.storeResult(opLearn, p.store.Learn(ctx, st))
+}
+
 // succeeded sets the key's level for the model back to zero after a
 // success, if quota answers had raised it.
 func (p *Pool) succeeded(ctx context.Context, l *lease) {
@@ -71,11 +94,13 @@ func (p *Pool) succeeded(ctx context.Context, l *lease) {
 // answers 429 — as a quota when the window is named or lifts beyond
 // longThrottle. Any other success benches nothing (KindNone).
 //
-// A key whose limits the pool was told needs none of this: its own windows
-// refuse until the next slot frees, where a vendor's reset (OpenAI's: until
-// the window is whole again) would idle it longer.
+// A key whose limits the pool knows — told, or stated by this answer and
+// learned — needs none of this for a short window: its own windows, raised
+// to the vendor's count, refuse until the next slot frees, where a vendor's
+// reset (OpenAI's: until the window is whole again) would idle it longer. A
+// spent window that lifts beyond longThrottle is benched all the same.
 func spentWindow(v verdict, limits Limits, now time.Time) verdict {
-	if !v.reset.exhausted(now) || limits != (Limits{}) {
+	if !v.reset.exhausted(now) || limits != (Limits{}) && v.reset.ResetAt.Sub(now) <= longThrottle {
 		return verdict{}
 	}
 	kind := KindRate

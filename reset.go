@@ -108,6 +108,9 @@ type limitEvidence struct {
 	spent    bool          // the limit admits nothing more until it lifts
 	wait     time.Duration // until the limit lifts; meaningful when hasReset
 	hasReset bool          // the answer dates the lift
+	// limit and remaining are the counts the answer states, when it does
+	// (limit 0: not stated).
+	limit, remaining float64
 }
 
 // evidence gathers what one answer reports and keeps the limits that bind:
@@ -126,6 +129,9 @@ type evidence struct {
 	hasClaimed bool
 	// creditsSpent: the headers say the account's credits are spent.
 	creditsSpent bool
+	// stated is what the headers state of the key's minute and day
+	// windows, by axis.
+	stated statedWindows
 }
 
 // add notes one limit.

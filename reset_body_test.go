@@ -86,7 +86,7 @@ func TestParseUsageLimitBody(t *testing.T) {
 }
 
 func TestParseUsageLimitBodyReadsOnlyTheStart(t *testing.T) {
-	body := strings.Repeat(" ", maxBodyRead) + "Please try again in 5s."
+	body := strings.Repeat(" ", maxFailureBody) + "Please try again in 5s."
 	got := ParseUsageLimitBody([]byte(body), now)
 	assert.False(t, got.HasRetryAfter, "ParseUsageLimitBody(64 KiB of spaces, then a delay) = %+v, want nothing", got)
 }

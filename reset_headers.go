@@ -90,6 +90,9 @@ func readHeaders(h http.Header, g uint8, now time.Time, e *evidence) {
 		if c := &counters[i]; g&c.group != 0 {
 			if l, ok := c.read(h, now, groq); ok {
 				e.add(l)
+				if l.limit > 0 || l.spent {
+					e.stated.note(c.axisOf(h, groq, l.limit), l.limit, l.remaining, l.wait, l.hasReset)
+				}
 			}
 		}
 	}
@@ -111,7 +114,10 @@ type counter struct {
 	limit, remaining, reset string
 	window                  Window // the window the limit counts; "" for a short or unknown one
 	atGroq                  Window // the window the same names count at Groq, where it differs
-	group                   uint8  // the header group of the names
+	// axis is the window of the pool's the limit counts (see stated.go),
+	// axisAtGroq the same at Groq; axisNone for a limit of another length.
+	axis, axisAtGroq windowAxis
+	group            uint8 // the header group of the names
 	// policies says the limit may list quota policies with their window
 	// lengths after the live limit: "15, 100;w=60".
 	policies bool
@@ -132,20 +138,20 @@ var counters = [...]counter{
 	// Groq: -requests counts requests per DAY, -tokens tokens per minute;
 	// https://console.groq.com/docs/rate-limits.
 	{limit: "X-Ratelimit-Limit-Requests", remaining: "X-Ratelimit-Remaining-Requests", reset: "X-Ratelimit-Reset-Requests",
-		atGroq: WindowDaily, group: groupXRateLimit, resetAlone: true},
+		atGroq: WindowDaily, axis: axisRPM, axisAtGroq: axisRPD, group: groupXRateLimit, resetAlone: true},
 	{limit: "X-Ratelimit-Limit-Tokens", remaining: "X-Ratelimit-Remaining-Tokens", reset: "X-Ratelimit-Reset-Tokens",
-		group: groupXRateLimit, resetAlone: true},
+		axis: axisTPM, group: groupXRateLimit, resetAlone: true},
 	// Cerebras names the window in the header; resets are countdowns in float
 	// seconds; https://inference-docs.cerebras.ai/support/rate-limits.
 	// Mistral sends -tokens-minute too, without a reset
 	// (github.com/mistralai/client-ts/issues/169).
 	{limit: "X-Ratelimit-Limit-Requests-Day", remaining: "X-Ratelimit-Remaining-Requests-Day", reset: "X-Ratelimit-Reset-Requests-Day",
-		window: WindowDaily, group: groupXRateLimit},
+		window: WindowDaily, axis: axisRPD, group: groupXRateLimit},
 	{limit: "X-Ratelimit-Limit-Tokens-Minute", remaining: "X-Ratelimit-Remaining-Tokens-Minute", reset: "X-Ratelimit-Reset-Tokens-Minute",
-		group: groupXRateLimit},
+		axis: axisTPM, group: groupXRateLimit},
 	// Mistral: requests per minute, no reset (same source).
 	{limit: "X-Ratelimit-Limit-Req-Minute", remaining: "X-Ratelimit-Remaining-Req-Minute",
-		group: groupXRateLimit},
+		axis: axisRPM, group: groupXRateLimit},
 	// One unnamed window: GitHub (hourly, reset in epoch seconds;
 	// docs.github.com rate-limits-for-the-rest-api), OpenRouter (reset in
 	// epoch milliseconds, also inside its 429 bodies), Together (a countdown
@@ -157,11 +163,13 @@ var counters = [...]counter{
 	{limit: "Ratelimit-Limit", remaining: "Ratelimit-Remaining", reset: "Ratelimit-Reset",
 		group: groupRateLimit, policies: true},
 	// Anthropic API keys: per-minute buckets, resets in RFC 3339;
-	// https://docs.anthropic.com/en/api/rate-limits#response-headers.
+	// https://docs.anthropic.com/en/api/rate-limits#response-headers. The
+	// tokens bucket is the tightest of the input and output ones, which
+	// the pool's windows (one token count) do not keep apart.
 	{limit: "Anthropic-Ratelimit-Requests-Limit", remaining: "Anthropic-Ratelimit-Requests-Remaining", reset: "Anthropic-Ratelimit-Requests-Reset",
-		group: groupAnthropic, resetAlone: true},
+		axis: axisRPM, group: groupAnthropic, resetAlone: true},
 	{limit: "Anthropic-Ratelimit-Tokens-Limit", remaining: "Anthropic-Ratelimit-Tokens-Remaining", reset: "Anthropic-Ratelimit-Tokens-Reset",
-		group: groupAnthropic, resetAlone: true},
+		axis: axisTPM, group: groupAnthropic, resetAlone: true},
 	{limit: "Anthropic-Ratelimit-Input-Tokens-Limit", remaining: "Anthropic-Ratelimit-Input-Tokens-Remaining", reset: "Anthropic-Ratelimit-Input-Tokens-Reset",
 		group: groupAnthropic},
 	{limit: "Anthropic-Ratelimit-Output-Tokens-Limit", remaining: "Anthropic-Ratelimit-Output-Tokens-Remaining", reset: "Anthropic-Ratelimit-Output-Tokens-Reset",
@@ -200,10 +208,39 @@ func (c *counter) read(h http.Header, now time.Time, groq bool) (limitEvidence, 
 	return l, true
 }
 
+// axisOf returns the window of the pool's the counter's limit counts: its
+// axis, Groq's where Groq differs, or for an IETF limit the length of the
+// quota policy that matches the live limit ("15, 15;w=60").
+func (c *counter) axisOf(h http.Header, groq bool, limit float64) windowAxis {
+	switch {
+	case groq && c.axisAtGroq != axisNone:
+		return c.axisAtGroq
+	case c.policies:
+		for item := range strings.SplitSeq(first(h, c.limit), ",") {
+			quota, params := sfItem(item)
+			if q, ok := parseNumber(quota); ok && q == limit {
+				return policyAxis(params)
+			}
+		}
+		return axisNone
+	}
+	return c.axis
+}
+
+// policyAxis returns the axis of an IETF quota policy's parameters: a
+// window w of 60 or 86400 seconds, counting requests (the default unit).
+func policyAxis(params string) windowAxis {
+	w, ok := parseNumber(sfParam(params, "w"))
+	if !ok || (sfParam(params, "qu") != "" && sfParam(params, "qu") != "requests") {
+		return axisNone
+	}
+	return axisOfLength(waitOf(w, time.Second), true)
+}
+
 // counted is the evidence of a limit with remaining units left of limit
 // (limit 0 or less: unknown). A limit with nothing left is spent, and full.
 func counted(window Window, remaining, limit float64) limitEvidence {
-	l := limitEvidence{window: window, spent: remaining == 0}
+	l := limitEvidence{window: window, spent: remaining == 0, limit: limit, remaining: remaining}
 	switch {
 	case limit > 0:
 		l.used, l.hasUsed = max(limit-remaining, 0)/limit, true
@@ -244,6 +281,7 @@ func readStructured(h http.Header, now time.Time, e *evidence) {
 			l := counted(sfWindow(policy), remaining, quota)
 			l.wait, l.hasReset = parseWait(sfParam(params, "t"), now)
 			e.add(l)
+			e.stated.note(policyAxis(policy), quota, remaining, l.wait, l.hasReset)
 		}
 	}
 }

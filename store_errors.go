@@ -9,6 +9,7 @@ const (
 	opTake storeOp = 1 << iota
 	opBench
 	opSettle
+	opLearn
 	opHealth // the store's own Health
 )
 

@@ -79,7 +79,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	r := request{req: req, body: body, model: info.Model}
-	if p.needTokens {
+	if p.needTokens() {
 		r.estimate = max(p.cfg.estimator(info), 0)
 	}
 	for attempt := 0; ; attempt++ {
@@ -197,7 +197,7 @@ func (p *Pool) release(ctx context.Context, l *lease) {
 
 // settleTokens settles a lease at tokens, when the pool counts tokens.
 func (p *Pool) settleTokens(ctx context.Context, l *lease, tokens int64) {
-	if p.needTokens {
+	if p.needTokens() {
 		p.storeResult(opSettle, l.grant.Reservation.Settle(ctx, tokens))
 	}
 }
@@ -206,7 +206,7 @@ func (p *Pool) settleTokens(ctx context.Context, l *lease, tokens int64) {
 // of its lease: as the caller reads a successful body, or at once (zero
 // tokens) for an answer that is not a success.
 func (p *Pool) settle(l *lease, resp *http.Response) {
-	if !p.needTokens {
+	if !p.needTokens() {
 		return
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
@@ -298,7 +298,7 @@ func (p *Pool) inspect(req *http.Request) (*replay, RequestInfo, error) {
 	} else if req.URL != nil {
 		info.Model = modelFromPath(req.URL.Path)
 	}
-	if b.orig == nil || b.orig == http.NoBody || (info.Model != "" && !p.needTokens) {
+	if b.orig == nil || b.orig == http.NoBody || (info.Model != "" && !p.needTokens()) {
 		return b, info, p.checkModel(info.Model, b)
 	}
 	data, err := b.read(bodyLength(req))

@@ -467,10 +467,10 @@ func TestTransportSetsKeyAsideWhenWindowIsSpent(t *testing.T) {
 	tests := []struct {
 		name  string
 		reset string
-		kind  Kind
-		for_  time.Duration
+		kind  Kind          // the bench's; KindNone where the key's windows hold it instead
+		for_  time.Duration // the bench's length
 	}{
-		{"a spent minute", "20s", KindRate, 20 * time.Second},
+		{"a spent minute: the learned window holds it", "20s", KindNone, 0},
 		{"a spent day", "5h0m0s", KindQuota, 5 * time.Hour},
 	}
 	for _, tt := range tests {
@@ -485,6 +485,16 @@ func TestTransportSetsKeyAsideWhenWindowIsSpent(t *testing.T) {
 				require.Equal(t, http.StatusOK, status, "the answer that spends the window still reaches the caller")
 			}
 			assert.Equal(t, []string{"sk-a", "sk-b", "sk-c", "sk-b"}, v.keys(), "a is set aside before any 429")
+			if tt.kind == KindNone {
+				assert.Empty(t, ev.all())
+				f.clock.Advance(21 * time.Second)
+				for range 3 {
+					_, err := get(t, f.client, f.url)
+					require.NoError(t, err)
+				}
+				assert.Contains(t, v.keys()[4:], "sk-a", "back when the vendor's minute resets")
+				return
+			}
 			require.Len(t, ev.all(), 1)
 			assert.Equal(t, tt.kind, ev.all()[0].Kind)
 			assert.Equal(t, tt.for_, ev.all()[0].For)

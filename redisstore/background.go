@@ -89,8 +89,10 @@ func (s *Store) exec(ctx context.Context, calls []*evalCall, extra func(redis.Pi
 }
 
 // adjustment is a settle or a release not yet sent: it changes what a take
-// recorded at server time at (Unix milliseconds) by requests and tokens.
+// recorded at server time at (Unix milliseconds) by requests and tokens —
+// or, when call is set, a vendor's statement (Learn) to send as it is.
 type adjustment struct {
+	call     *evalCall
 	claim    keypool.Claim
 	counted  int64 // the windows that count the take (the take script's answer)
 	at       int64
@@ -100,6 +102,9 @@ type adjustment struct {
 
 // adjustCall returns the adjust script's call for a.
 func (s *Store) adjustCall(a adjustment) *evalCall {
+	if a.call != nil {
+		return a.call
+	}
 	t := a.claim
 	n := s.scope(t.Provider, t.KeyID, t.Account)
 	cal := t.Days.Loc != nil
@@ -120,7 +125,7 @@ func flag(b bool) int {
 // queue adds an adjustment to those waiting, and wakes the store's
 // goroutine to send it if no take carries it first.
 func (s *Store) queue(a adjustment) {
-	if a.requests == 0 && a.tokens == 0 {
+	if a.call == nil && a.requests == 0 && a.tokens == 0 {
 		return
 	}
 	s.mu.Lock()

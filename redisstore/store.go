@@ -286,12 +286,25 @@ func (s *Store) Bench(ctx context.Context, b keypool.Bench) error {
 	return s.change(ctx, c.run(s.rdb), func() error { return s.local.Bench(ctx, b) })
 }
 
-// Learn implements keypool.Store: one script records the stated limits and
-// raises the windows, on the server's clock.
+// Learn implements keypool.Store. The statement is queued, as a settle is:
+// the next take carries it, in the same round trip, ahead of itself. While
+// Redis is down it goes to the local windows (WithLocalFallback), or fails.
 func (s *Store) Learn(ctx context.Context, st keypool.Stated) error {
 	if err := windowspec.CheckModel(st.Model); err != nil {
 		return fmt.Errorf("redisstore: %w", err)
 	}
+	if err := s.unavailable(); err != nil {
+		if !s.fallback(err) {
+			return err
+		}
+		return s.local.Learn(ctx, st)
+	}
+	s.queue(adjustment{call: s.learnCall(st)})
+	return nil
+}
+
+// learnCall returns the learn script's call for st.
+func (s *Store) learnCall(st keypool.Stated) *evalCall {
 	n := s.scope(st.Provider, st.KeyID, st.Account)
 	cal := st.Days.Loc != nil
 	start, end, next := calendarDays(st.Days, st.Now)
@@ -302,12 +315,11 @@ func (s *Store) Learn(ctx context.Context, st keypool.Stated) error {
 		return t.UnixMilli()
 	}
 	l, u := st.Limits, st.Used
-	c := call("learn", []string{n.index(), n.benches(), n.minute(st.Model), n.dayOf(st.Model, cal),
+	return call("learn", []string{n.index(), n.benches(), n.minute(st.Model), n.dayOf(st.Model, cal),
 		n.minute(overflowModel), n.dayOf(overflowModel, cal)},
 		st.Model, overflowModel, maxModels, exact(l.RPM), exact(l.RPD), exact(l.TPM), exact(l.TPD),
 		known(u.RPM), known(u.RPD), known(u.TPM), known(u.TPD), leaves(st.MinuteReset), leaves(st.DayReset),
 		start, end, next)
-	return s.change(ctx, c.run(s.rdb), func() error { return s.local.Learn(ctx, st) })
 }
 
 // known returns a vendor's count within what a Lua number holds exactly, or
