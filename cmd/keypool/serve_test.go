@@ -289,6 +289,8 @@ func TestProxyMetrics(t *testing.T) {
 func TestConfigErrors(t *testing.T) {
 	dir := t.TempDir()
 	unreadable := filepath.Join(dir, "missing-keys.txt")
+	controlFile := filepath.Join(dir, "control-keys.txt")
+	require.NoError(t, os.WriteFile(controlFile, []byte("# keys\nsk-fine-1\nsk-bro\x00ken\n"), 0o600))
 	tests := []struct {
 		name, yaml, want string
 	}{
@@ -306,6 +308,24 @@ func TestConfigErrors(t *testing.T) {
 		{"bad listen", "listen: nowhere\nproxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n", `listen: "nowhere" is not host:port`},
 		{"replicas without redis", "proxy_tokens: [t]\nreplicas: 2\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n", "replicas: needs a redis:// state to share"},
 		{"bad zone", "proxy_tokens: [t]\nupstreams: [{url: 'https://x', calendar_day: {zone: Mars/Olympus}, keys: [{secret: s}]}]\n", "upstreams[0].calendar_day.zone"},
+		{"control character in a key file", "proxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{file: " + controlFile + "}]}]\n",
+			"upstreams[0].keys[0].file: line 3 of " + controlFile + " holds a control character"},
+		{"control character inline", "proxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{secret: \"sk-in\\aline\"}]}]\n",
+			"upstreams[0].keys[0].secret: the secret holds a control character"},
+		{"control character in a token", "proxy_tokens: [\"kp-\\tab\"]\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n",
+			"proxy_tokens[0]: the secret holds a control character"},
+		{"bad body size", "max_request_body: 12 parsecs\nproxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n",
+			`max_request_body: "12 parsecs" is not a size such as 32MiB`},
+		{"body size of nothing", "max_request_body: 0\nproxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n",
+			`max_request_body: "0" is not a size`},
+		{"negative timeout", "header_timeout: -1s\nproxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n",
+			`header_timeout: "-1s" is not a positive duration such as 10s`},
+		{"bad shutdown timeout", "shutdown_timeout: soon\nproxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n",
+			`shutdown_timeout: "soon" is not a positive duration`},
+		{"no idle connections", "proxy_tokens: [t]\nupstreams: [{url: 'https://x', idle_conns: 0, keys: [{secret: s}]}]\n",
+			"upstreams[0].idle_conns: 0 is not in 1..65536"},
+		{"bad answer timeout", "proxy_tokens: [t]\nupstreams: [{url: 'https://x', answer_timeout: 0s, keys: [{secret: s}]}]\n",
+			`upstreams[0].answer_timeout: "0s" is not a positive duration`},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -369,6 +389,38 @@ upstreams:
 	assert.True(t, keys[2].Paid)
 	assert.Equal(t, "api.example.com", s.routes[0].name)
 	assert.Equal(t, [][]byte{[]byte("pt")}, s.tokens)
+}
+
+func TestConfigTrimsKeys(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "keys.txt")
+	require.NoError(t, os.WriteFile(file, []byte("  sk-file-1 \r\n\tsk-file-2\n"), 0o600))
+	var c config
+	require.NoError(t, yaml.Unmarshal([]byte(`
+proxy_tokens: ["env:PROXY"]
+upstreams:
+  - url: https://api.example.com
+    keys:
+      - {env: KEY_ONE}
+      - {file: `+file+`}
+`), &c))
+	env := map[string]string{"PROXY": "pt\n", "KEY_ONE": "sk-env\n"}
+	s, err := c.resolve(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	require.NoError(t, err)
+	keys := s.routes[0].keys
+	require.Len(t, keys, 3)
+	assert.Equal(t, []string{"sk-env", "sk-file-1", "sk-file-2"}, []string{keys[0].Secret, keys[1].Secret, keys[2].Secret},
+		"a key read from the environment or a file loses the whitespace around it")
+	assert.Equal(t, [][]byte{[]byte("pt")}, s.tokens)
+
+	for name, value := range map[string]string{"a control character": "sk-env\x1bkey", "only whitespace": " \n"} {
+		t.Run(name, func(t *testing.T) {
+			env["KEY_ONE"] = value
+			_, err := c.resolve(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+			require.Error(t, err)
+			assert.True(t, strings.HasPrefix(err.Error(), "upstreams[0].keys[0].env: "), "%v", err)
+			assert.NotContains(t, err.Error(), "sk-env", "the error never shows the key")
+		})
+	}
 }
 
 func TestProxyFallsBackAcrossVendors(t *testing.T) {
