@@ -440,3 +440,26 @@ func TestProxyKeepsItsUpstreamConnections(t *testing.T) {
 	wg.Wait()
 	assert.LessOrEqual(t, opened.Load(), int64(16), "400 requests, 16 at a time, over at most 16 upstream connections")
 }
+
+func TestProxyStreamsWhileALongBodyIsSent(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = r.Body.Read(make([]byte, 1)) // answers before it reads the body
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := range 5 {
+			_, _ = fmt.Fprintf(w, "data: {\"n\":%d}\n\n", i)
+			w.(http.Flusher).Flush()
+			time.Sleep(20 * time.Millisecond)
+		}
+	}))
+	t.Cleanup(upstream.Close)
+	addr := serveReal(t, oneUpstream(t, upstream.URL, "keys: [{secret: sk-a}]"))
+	body := strings.Repeat("x", 4<<20) // too long to hold: sent as it arrives
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+proxyToken)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err, "the answer was not cut: %q", b)
+	assert.Equal(t, 5, strings.Count(string(b), "data: "))
+}

@@ -290,6 +290,12 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request) {
 	_ = rc.SetWriteDeadline(time.Time{}) // the upstream's wait never counts: writes set it
 	aw := &answerWriter{ResponseWriter: w, rc: rc, redact: s.redact, writeTimeout: s.settings.writeTimeout}
 	if r.Body != nil && r.Body != http.NoBody {
+		// A body too long to hold is sent as it arrives, and an upstream
+		// may answer before it has read it all: without full duplex, the
+		// server would close the body as the answer starts, the transport
+		// would then fail to send the rest and close the upstream's
+		// connection, cutting the answer (golang/go#40747).
+		_ = rc.EnableFullDuplex()
 		_ = rc.SetReadDeadline(time.Now().Add(s.settings.bodyTimeout))
 		aw.body = &requestBody{ReadCloser: http.MaxBytesReader(w, r.Body, s.settings.maxBody), rc: rc}
 		r.Body = aw.body
