@@ -50,10 +50,10 @@ type config struct {
 	// IdleTimeout is how long a client's connection may sit idle between
 	// requests before the proxy closes it; default 2m.
 	IdleTimeout string `yaml:"idle_timeout"`
-	// WriteTimeout bounds how long one write of an answer to a client may
-	// stall — a client that stops reading — and, for the proxy's own
-	// endpoints, the whole answer; default 1m. Waiting for the upstream
-	// and a stream's pauses do not count.
+	// WriteTimeout bounds how long one write of a forwarded answer may
+	// stall — a client that stops reading — and the whole answer of
+	// /status and /metrics; default 1m. Waiting for the upstream and a
+	// stream's pauses do not count.
 	WriteTimeout string `yaml:"write_timeout"`
 	// ShutdownTimeout bounds a shutdown: requests in flight get two thirds
 	// of it to finish, saving the state the rest; default 15s.

@@ -14,12 +14,14 @@ import (
 // The limits of what a client sends the proxy, and of how long it may take.
 //
 // The http.Server bounds the headers (header_timeout) and the idle time
-// between requests (idle_timeout); it has no ReadTimeout, which would
-// cancel a request whose upstream answers after it. Each forwarded request
-// then gets a deadline for its body (body_timeout), cleared once the body
-// is read, and a write deadline that each write of the answer moves on
-// (write_timeout): waiting for the upstream, and the pauses of a stream,
-// never count against it, while a client that stops reading is cut off.
+// between requests (idle_timeout). It has no ReadTimeout, which would
+// cancel a request whose answer comes after it, and no WriteTimeout, which
+// would run from the request's arrival while an upstream may think for
+// minutes. Instead a forwarded request gets a read deadline for its body
+// (body_timeout), cleared once the body is in, and its answer a write
+// deadline that each write moves on (write_timeout): waiting for the
+// upstream, and the pauses of a stream, never count against it, while a
+// client that stops reading is cut off.
 
 // escapesRoute reports whether a request path could leave the path of the
 // route it is forwarded to: a dot segment — once decoded, or after further
@@ -67,17 +69,26 @@ type requestBody struct {
 
 func (b *requestBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
+	switch {
+	case err == nil:
+	case err == io.EOF:
+		_ = b.rc.SetReadDeadline(time.Time{}) // the body is in: waiting for the answer has no deadline
+	default:
+		b.failed(err)
+	}
+	return n, err
+}
+
+// failed notes why a read of the body failed.
+func (b *requestBody) failed(err error) {
 	var tooLarge *http.MaxBytesError
 	var ne net.Error
 	switch {
-	case err == io.EOF:
-		_ = b.rc.SetReadDeadline(time.Time{}) // the body is in: waiting for the answer has no deadline
 	case errors.As(err, &tooLarge):
 		b.tooLarge = true
 	case errors.As(err, &ne) && ne.Timeout():
 		b.timedOut = true
 	}
-	return n, err
 }
 
 // answerWriter writes an answer to a client: it redacts the headers of the

@@ -203,7 +203,10 @@ func (s *server) serve(ctx context.Context, ln net.Listener) error {
 		Handler:           s.handler(),
 		ReadHeaderTimeout: st.headerTimeout,
 		IdleTimeout:       st.idleTimeout,
-		WriteTimeout:      st.writeTimeout, // the proxy's own endpoints; forwarded answers move it on
+		// No ReadTimeout: it would cancel a request whose answer comes
+		// after it; forward bounds the body instead. No WriteTimeout: it
+		// would run from the request's arrival, and an upstream may think
+		// for minutes; each handler sets its own.
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	names := make([]string, 0, len(s.settings.routes))
@@ -235,10 +238,18 @@ func (s *server) close() {
 func (s *server) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", s.healthz)
-	mux.Handle("GET /status", s.guard(http.HandlerFunc(s.status)))
-	mux.Handle("GET /metrics", s.guard(s.metrics))
+	mux.Handle("GET /status", s.guard(s.writeWithin(http.HandlerFunc(s.status))))
+	mux.Handle("GET /metrics", s.guard(s.writeWithin(s.metrics)))
 	mux.Handle("/", s.guard(http.HandlerFunc(s.forward)))
 	return s.inFlight.track(mux)
+}
+
+// writeWithin gives next's whole answer write_timeout to be written.
+func (s *server) writeWithin(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.settings.writeTimeout))
+		next.ServeHTTP(w, r)
+	})
 }
 
 // healthz answers 200 for a load balancer, with "ok", or "degraded: " and
@@ -286,8 +297,9 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request) {
 		s.tooLarge(w)
 		return
 	}
+	// Writing the answer has a deadline that each write moves on:
+	// waiting for the upstream never counts.
 	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Time{}) // the upstream's wait never counts: writes set it
 	aw := &answerWriter{ResponseWriter: w, rc: rc, redact: s.redact, writeTimeout: s.settings.writeTimeout}
 	if r.Body != nil && r.Body != http.NoBody {
 		// A body too long to hold is sent as it arrives, and an upstream
@@ -296,7 +308,7 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request) {
 		// would then fail to send the rest and close the upstream's
 		// connection, cutting the answer (golang/go#40747).
 		_ = rc.EnableFullDuplex()
-		_ = rc.SetReadDeadline(time.Now().Add(s.settings.bodyTimeout))
+		_ = rc.SetReadDeadline(time.Now().Add(s.settings.bodyTimeout)) // cleared once the body is in
 		aw.body = &requestBody{ReadCloser: http.MaxBytesReader(w, r.Body, s.settings.maxBody), rc: rc}
 		r.Body = aw.body
 	}
@@ -322,7 +334,7 @@ func (s *server) guard(next http.Handler) http.Handler {
 			bearerToken(r.Header.Get("Authorization")),
 			r.Header.Get("X-Api-Key"),
 			r.Header.Get("X-Goog-Api-Key"),
-			r.URL.Query().Get("key"),
+			queryKey(r.URL.RawQuery),
 		}
 		for _, p := range presented {
 			for _, t := range s.settings.tokens {
@@ -336,6 +348,17 @@ func (s *server) guard(next http.Handler) http.Handler {
 		w.Header().Set("Connection", "close")
 		writeError(w, http.StatusUnauthorized, "authentication_error", "keypool: this proxy needs its proxy token, not an upstream key", nil)
 	})
+}
+
+// queryKey returns the value of the first key parameter of a raw query,
+// without parsing the rest.
+func queryKey(raw string) string {
+	for part := range strings.SplitSeq(raw, "&") {
+		if v, ok := strings.CutPrefix(part, "key="); ok {
+			return unescapeQuery(v)
+		}
+	}
+	return ""
 }
 
 // bearerToken returns the token of an Authorization header's Bearer

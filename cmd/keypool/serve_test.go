@@ -62,7 +62,7 @@ func chat(t *testing.T, base string, stream bool) (*http.Response, error) {
 
 // oneUpstream is a configuration of one upstream named up at url, with the
 // rest of its fields as given, in a fresh state directory.
-func oneUpstream(t *testing.T, url, fields string) string {
+func oneUpstream(t testing.TB, url, fields string) string {
 	return fmt.Sprintf("proxy_tokens: [%q]\nstate: %s\nupstreams:\n  - {name: up, url: %s, %s}\n", proxyToken, t.TempDir(), url, fields)
 }
 
