@@ -207,7 +207,7 @@ func (s *server) serve(ctx context.Context, ln net.Listener) error {
 		// after it; forward bounds the body instead. No WriteTimeout: it
 		// would run from the request's arrival, and an upstream may think
 		// for minutes; each handler sets its own.
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	names := make([]string, 0, len(s.settings.routes))
 	for _, r := range s.settings.routes {
