@@ -482,6 +482,28 @@ func TestREADMEConfigExample(t *testing.T) {
 	assert.True(t, s.routes[2].keys[0].Paid, "the paid vendor is last")
 }
 
+func TestREADMEDefaults(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	_, rest, ok := strings.Cut(string(readme), "### Every setting, with its default\n")
+	require.True(t, ok, "the README lists every setting")
+	_, rest, _ = strings.Cut(rest, "```yaml\n")
+	block, _, _ := strings.Cut(rest, "```")
+	resolve := func(text string) *settings {
+		var c config
+		dec := yaml.NewDecoder(strings.NewReader(text))
+		dec.KnownFields(true)
+		require.NoError(t, dec.Decode(&c))
+		s, err := c.resolve(func(string) (string, bool) { return "", false })
+		require.NoError(t, err)
+		return s
+	}
+	documented := resolve(block)
+	defaults := resolve("proxy_tokens: [t]\nupstreams: [{url: 'https://api.example.com', keys: [{secret: s}]}]\n")
+	documented.routes[0].options, defaults.routes[0].options = nil, nil // functions: never equal
+	assert.Equal(t, defaults, documented, "the README's values are the defaults")
+}
+
 // syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
 type syncBuffer struct {
 	mu sync.Mutex
