@@ -303,3 +303,53 @@ func TestHealthzSaysDegraded(t *testing.T) {
 	assert.NotContains(t, body, "hunter2", "no password")
 	assert.NotContains(t, body, "sk-health", "no key")
 }
+
+func TestServeProcessAnswersThroughAConnectionFlood(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh to lower the file limit with")
+	}
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "{}") }))
+	t.Cleanup(upstream.Close)
+	path := filepath.Join(t.TempDir(), "keypool.yaml")
+	require.NoError(t, os.WriteFile(path, fmt.Appendf(nil, "listen: 127.0.0.1:0\nheader_timeout: 500ms\nproxy_tokens: [%q]\nstate: %s\nupstreams: [{url: %s, keys: [{secret: sk-a}]}]\n",
+		proxyToken, t.TempDir(), upstream.URL), 0o600))
+	// 256 file descriptors, as a small container has, and a flood of
+	// connections that never send a request.
+	p := &process{stderr: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command("sh", "-c", `ulimit -n 256 && exec "$0" serve -config "$1"`, keypoolBinary(t), path)
+	p.cmd.Stderr = p.stderr
+	require.NoError(t, p.cmd.Start())
+	go func() {
+		_ = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	})
+	require.Eventually(t, func() bool {
+		_, rest, ok := strings.Cut(p.stderr.String(), "addr=")
+		p.addr, _, _ = strings.Cut(rest, " ")
+		return ok
+	}, 20*time.Second, 10*time.Millisecond, "keypool serve did not start: %s", p.stderr.String())
+	var flood []net.Conn
+	for range 600 {
+		c, err := net.Dial("tcp", p.addr)
+		require.NoError(t, err)
+		flood = append(flood, c)
+	}
+	t.Cleanup(func() {
+		for _, c := range flood {
+			c.Close()
+		}
+	})
+	start := time.Now()
+	client := &http.Client{Timeout: 15 * time.Second}
+	req, _ := http.NewRequest(http.MethodGet, "http://"+p.addr+"/v1/models", nil)
+	req.Header.Set("Authorization", "Bearer "+proxyToken)
+	resp, err := client.Do(req)
+	require.NoError(t, err, "an authenticated request behind 600 idle connections gets an answer")
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	t.Logf("answered after %v", time.Since(start).Round(time.Millisecond))
+}
