@@ -122,7 +122,7 @@ func anchorHash(a uint32) uint32 { return (a * 2654435761) >> 16 }
 
 // String returns s with every secret, whole or masked, replaced.
 func (r *redactor) String(s string) string {
-	return r.unmask(r.whole(r.shortNeedles(s)))
+	return r.unmask(r.shortNeedles(r.whole(s))) // longest first: a short secret may lie inside a long one
 }
 
 // whole replaces the needles of at least anchorLen bytes.

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -15,6 +16,7 @@ func TestRedactorString(t *testing.T) {
 		{"AIza+Key/with=marks", "gem"},
 		{"tiny", "t"},
 		{"abc", "short"},
+		{"sk-long-abc-0123456789", "long"},
 	})
 	tests := []struct {
 		name, in, want string
@@ -27,6 +29,7 @@ func TestRedactorString(t *testing.T) {
 		{"query escaped, lower-case hex", "/v1?key=AIza%2bKey%2fwith%3dmarks", "/v1?key=[redacted:gem]"},
 		{"path escaped", "/keys/AIza+Key%2Fwith=marks", "/keys/[redacted:gem]"},
 		{"short secret", "abc and tiny", "[redacted:short] and [redacted:t]"},
+		{"a short secret inside a long one", "k=sk-long-abc-0123456789", "k=[redacted:long]"},
 		{"masked with stars, prefix and suffix", "Incorrect API key provided: sk-proj-AA****************wxyz. You can", "Incorrect API key provided: [redacted:one]. You can"},
 		{"masked with dots", "key sk-proj-CC...qrst is invalid", "key [redacted:two] is invalid"},
 		{"masked with an ellipsis", "key sk-pr…qrst", "key [redacted:two]"},
@@ -101,4 +104,31 @@ func BenchmarkRedactHeader(b *testing.B) {
 			}
 		})
 	}
+}
+
+// FuzzRedact puts a secret, in one of its forms, into arbitrary text: the
+// redacted text never holds it, and text that holds no secret and no mask
+// comes back as it was.
+func FuzzRedact(f *testing.F) {
+	f.Add("Location: /v1?key=", "&a=b", uint8(0))
+	f.Add("Incorrect API key provided: ", "...", uint8(1))
+	f.Add("", "", uint8(2))
+	f.Add("sk-pro", "j-AAAA", uint8(3))
+	secrets := []secretKey{{"sk-proj-AAAA1111bbbb2222wxyz", "one"}, {"AIza+Key/with=marks", "two"}, {"abc", "three"}}
+	r := newRedactor(secrets)
+	f.Fuzz(func(t *testing.T, before, after string, which uint8) {
+		k := secrets[int(which)%len(secrets)]
+		forms := secretForms(k.secret)
+		text := before + forms[int(which)/len(secrets)%len(forms)] + after
+		out := r.String(text)
+		for _, s := range secrets {
+			if strings.Contains(out, s.secret) {
+				t.Fatalf("String(%q) = %q, which holds %q", text, out, s.secret)
+			}
+		}
+		plain := before + after
+		if !strings.ContainsAny(plain, "*.…") && !strings.Contains(plain, "abc") && r.whole(plain) == plain && r.String(plain) != plain {
+			t.Fatalf("String(%q) = %q, changed text that holds no secret", plain, r.String(plain))
+		}
+	})
 }
