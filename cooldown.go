@@ -5,6 +5,12 @@ import (
 	"time"
 )
 
+// A key is benched — keypool's word for a cooldown — when an answer says it
+// cannot serve for a while: Kind says what kind of outcome an answer is, and
+// benchPolicy how long each kind benches a key. A quota answer that does not
+// date its reset benches a key longer each time it recurs: the key's level
+// for the model counts those answers since its last success.
+
 // Kind is the kind of outcome an answer is, and so how long it benches a key.
 type Kind int
 
@@ -43,7 +49,7 @@ type benchPolicy struct {
 	transient time.Duration   // a 5xx that gives no Retry-After
 	auth      time.Duration   // a revoked or unauthorized key
 	billing   time.Duration   // a spent balance or a 402
-	ladder    []time.Duration // quota answers without a date, by escalation level
+	levels    []time.Duration // quota answers without a date, by level
 	min, max  time.Duration   // the clamp on every bench
 }
 
@@ -53,17 +59,16 @@ func defaultBenchPolicy() benchPolicy {
 		transient: time.Minute,
 		auth:      12 * time.Hour,
 		billing:   12 * time.Hour,
-		ladder:    []time.Duration{2 * time.Minute, 10 * time.Minute, time.Hour, 12 * time.Hour},
+		levels:    []time.Duration{2 * time.Minute, 10 * time.Minute, time.Hour, 12 * time.Hour},
 		min:       time.Second,
 		max:       12 * time.Hour,
 	}
 }
 
-// benchFor returns how long verdict v benches a key at now, given the
-// escalation level of the key for the model: the number of quota answers
-// without a date since its last success. climb reports that the bench came
-// from the quota ladder, so the level goes up by one. A zero duration means
-// no bench.
+// benchFor returns how long verdict v benches a key at now, given the level
+// of the key for the model: the number of quota answers without a date since
+// its last success. climb reports that the bench came from the quota levels,
+// so the level goes up by one. A zero duration means no bench.
 func (b benchPolicy) benchFor(v verdict, level int, now time.Time) (d time.Duration, climb bool) {
 	dated := !v.reset.ResetAt.IsZero() // a reset at or before now asks for the shortest bench
 	switch v.kind {
@@ -79,7 +84,7 @@ func (b benchPolicy) benchFor(v verdict, level int, now time.Time) (d time.Durat
 		case v.billing:
 			d = b.billing
 		default:
-			d, climb = b.ladder[min(max(level, 0), len(b.ladder)-1)], true
+			d, climb = b.levels[min(max(level, 0), len(b.levels)-1)], true
 		}
 	case KindAuth:
 		d = b.auth

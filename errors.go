@@ -20,6 +20,16 @@ type NoAvailableKeyError struct {
 	last error         // the last failure of Pool.Do's function, if any
 }
 
+// noKeyError returns the error of a request no key of provider could take
+// at now; retryAt is the soonest return, zero when unknown.
+func noKeyError(provider string, retryAt, now time.Time) *NoAvailableKeyError {
+	e := &NoAvailableKeyError{Provider: provider, RetryAt: retryAt}
+	if !retryAt.IsZero() {
+		e.wait = max(retryAt.Sub(now), 0)
+	}
+	return e
+}
+
 func (e *NoAvailableKeyError) Error() string {
 	if e.RetryAt.IsZero() {
 		return fmt.Sprintf("keypool: no %s key available", e.Provider)
@@ -43,10 +53,13 @@ func (e *NoAvailableKeyError) Unwrap() []error {
 // Pool.Do reads it from the error of its function to decide the bench. It
 // never holds a secret.
 type ProviderError struct {
+	// Provider is the pool's provider name; empty when the error was made
+	// without a pool (Retry's errors).
 	Provider string
-	KeyID    string
-	Kind     Kind
-	Status   int
+	// KeyID is the key that failed, when known.
+	KeyID  string
+	Kind   Kind
+	Status int
 	// RetryAfter is the sleep the vendor asked for, or 0.
 	RetryAfter time.Duration
 	// ResetAt is when the limit lifts, or zero if unknown.
@@ -56,11 +69,14 @@ type ProviderError struct {
 }
 
 func (e *ProviderError) Error() string {
-	s := "keypool: " + e.Provider
-	if e.KeyID != "" {
-		s += " key " + e.KeyID
+	s := "keypool: "
+	if e.Provider != "" {
+		s += e.Provider + ": "
 	}
-	s += ": " + e.Kind.String()
+	if e.KeyID != "" {
+		s += "key " + e.KeyID + ": "
+	}
+	s += e.Kind.String()
 	if e.Window != WindowNone {
 		s += " (" + string(e.Window) + " window)"
 	}

@@ -41,11 +41,11 @@ type Route struct {
 // no key free, or the route answers with a failure of its own (a throttle, a
 // spent quota, a revoked key, a server error that its pool could not route
 // around), the request goes to the next route, rewritten for it, and the
-// route rests until the moment it is back — its pool's RetryAt, or the
+// route is benched until the moment it is back — its pool's RetryAt, or the
 // reset the answer names — not for a fixed minute. A request is sent at most
 // once per route, with its body replayed intact; a successful answer,
-// streams included, passes through untouched. When every route rests, the
-// call fails with a *NoAvailableKeyError whose RetryAt is the soonest
+// streams included, passes through untouched. When every route is benched,
+// the call fails with a *NoAvailableKeyError whose RetryAt is the soonest
 // return.
 //
 // A Fallback is safe for concurrent use.
@@ -60,8 +60,9 @@ var _ http.RoundTripper = (*Fallback)(nil)
 
 type fallbackRoute struct {
 	Route
-	rt        http.RoundTripper
-	restUntil atomic.Int64 // Unix nanoseconds
+	rt           http.RoundTripper
+	benchedUntil atomic.Int64 // Unix nanoseconds
+	benchKind    atomic.Int64 // the Kind of the bench that ends at benchedUntil
 }
 
 // RouteEvent tells OnRoute how a request was routed: the route that
@@ -71,55 +72,35 @@ type RouteEvent struct {
 	Skipped []RouteSkip
 }
 
-// RouteSkip is a route passed over, why, and when it is back.
+// RouteSkip is a route passed over: why, and when it is back. Kind is the
+// kind of the route's bench — KindRate when its pool had no key free (as a
+// *NoAvailableKeyError is), else the kind of the failure it answered with.
+// Earlier reports that an earlier request benched the route, so this one
+// was not sent to it.
 type RouteSkip struct {
-	Route string
-	// Reason is "resting" for a route still resting from an earlier
-	// request, "no key" when its pool had none free, or the kind of the
-	// failure it answered with ("rate", "quota", "auth", "transient").
-	Reason string
-	Until  time.Time
+	Route   string
+	Kind    Kind
+	Earlier bool
+	Until   time.Time
 }
 
-// A FallbackOption configures a Fallback.
-type FallbackOption func(*Fallback)
-
-// OnRoute sets a function told how each request was routed. It is called
-// from the request's goroutine and should return quickly.
-func OnRoute(f func(RouteEvent)) FallbackOption {
-	return func(fb *Fallback) {
-		if f != nil {
-			fb.onRoute = f
-		}
-	}
-}
-
-// WithFallbackClock sets the clock routes rest by; the default is time.Now.
-func WithFallbackClock(now func() time.Time) FallbackOption {
-	return func(fb *Fallback) {
-		if now != nil {
-			fb.clock = now
-		}
-	}
-}
-
-// NewFallback returns a Fallback over routes, tried in order. It returns an
-// error for no routes, a route without a pool or an http(s) URL, or two
-// routes of one name.
-func NewFallback(routes []Route, opts ...FallbackOption) (*Fallback, error) {
+// NewFallback returns a Fallback over routes, tried in order. Its options
+// are WithClock (the clock routes are benched by) and OnRoute. It returns an
+// error for no routes, a route without a pool or an http(s) URL, two routes
+// of one name, or an option that does not apply to a Fallback.
+func NewFallback(routes []Route, opts ...Option) (*Fallback, error) {
 	if len(routes) == 0 {
 		return nil, errors.New("keypool: fallback: no routes")
 	}
-	fb := &Fallback{clock: time.Now}
-	for _, o := range opts {
-		if o != nil {
-			o(fb)
-		}
+	cfg, err := newConfig(opts, forFallback)
+	if err != nil {
+		return nil, fmt.Errorf("keypool: fallback: %w", err)
 	}
+	fb := &Fallback{clock: cfg.clock, onRoute: cfg.onRoute}
 	names := map[string]bool{}
 	for i, r := range routes {
-		if r.Pool == nil {
-			return nil, fmt.Errorf("keypool: fallback: route %d has no pool", i)
+		if r.Pool == nil || r.Pool.store == nil {
+			return nil, fmt.Errorf("keypool: fallback: route %d has no pool made by New", i)
 		}
 		if r.URL == nil || (r.URL.Scheme != "http" && r.URL.Scheme != "https") || r.URL.Host == "" {
 			return nil, fmt.Errorf("keypool: fallback: route %d needs an http or https URL", i)
@@ -151,17 +132,18 @@ func (fb *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	var ev RouteEvent
 	var soonest time.Time
-	skip := func(r *fallbackRoute, reason string, until time.Time) {
-		ev.Skipped = append(ev.Skipped, RouteSkip{Route: r.Name, Reason: reason, Until: until})
-		if soonest.IsZero() || until.Before(soonest) {
-			soonest = until
+	skip := func(r *fallbackRoute, s RouteSkip) {
+		s.Route = r.Name
+		ev.Skipped = append(ev.Skipped, s)
+		if soonest.IsZero() || s.Until.Before(soonest) {
+			soonest = s.Until
 		}
 	}
 	sent := false
 	for _, r := range fb.routes {
 		now := fb.clock()
-		if until := r.restUntil.Load(); until > now.UnixNano() {
-			skip(r, "resting", time.Unix(0, until).UTC())
+		if until := r.benchedUntil.Load(); until > now.UnixNano() {
+			skip(r, RouteSkip{Kind: Kind(r.benchKind.Load()), Earlier: true, Until: time.Unix(0, until).UTC()})
 			continue
 		}
 		if sent && !body.replayable() {
@@ -169,30 +151,27 @@ func (fb *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		out, err := r.request(req, body)
 		if err != nil {
+			body.discard()
 			return nil, err
 		}
 		sent = true
 		resp, err := r.rt.RoundTrip(out)
 		var na *NoAvailableKeyError
 		if errors.As(err, &na) {
-			r.rest(na.RetryAt)
-			skip(r, "no key", na.RetryAt)
+			r.bench(na.RetryAt, KindRate)
+			skip(r, RouteSkip{Kind: KindRate, Until: na.RetryAt})
 			continue
 		}
 		if err != nil {
 			return nil, err
 		}
-		var head []byte
-		if resp.StatusCode >= 400 {
-			head, resp.Body = peek(resp.Body, maxFailureBody)
-		}
-		v := classify(resp.StatusCode, resp.Header, head, now)
+		v := classifyAnswer(resp, now)
 		if v.kind != KindNone {
 			// The route's own failure: its pool could not route around it.
 			d, _ := r.Pool.cfg.bench.benchFor(v, 0, now)
-			r.rest(now.Add(d))
+			r.bench(now.Add(d), v.kind)
 			if body.replayable() && r != fb.routes[len(fb.routes)-1] {
-				skip(r, v.kind.String(), now.Add(d))
+				skip(r, RouteSkip{Kind: v.kind, Until: now.Add(d)})
 				drain(resp.Body)
 				continue
 			}
@@ -204,11 +183,7 @@ func (fb *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	body.discard()
 	fb.report(ev)
-	wait := time.Duration(0)
-	if !soonest.IsZero() {
-		wait = max(soonest.Sub(fb.clock()), 0)
-	}
-	return nil, &NoAvailableKeyError{Provider: fb.names, RetryAt: soonest, wait: wait}
+	return nil, noKeyError(fb.names, soonest, fb.clock())
 }
 
 func (fb *Fallback) report(ev RouteEvent) {
@@ -217,14 +192,11 @@ func (fb *Fallback) report(ev RouteEvent) {
 	}
 }
 
-// rest sets the route aside until until, unless it already rests longer.
-func (r *fallbackRoute) rest(until time.Time) {
-	n := until.UnixNano()
-	for {
-		cur := r.restUntil.Load()
-		if cur >= n || r.restUntil.CompareAndSwap(cur, n) {
-			return
-		}
+// bench sets the route aside until until for a failure of kind, unless it
+// is already benched longer.
+func (r *fallbackRoute) bench(until time.Time, kind Kind) {
+	if extendTo(&r.benchedUntil, until.UnixNano()) {
+		r.benchKind.Store(int64(kind))
 	}
 }
 
@@ -311,8 +283,8 @@ func modelSpan(body []byte) (start, end int, ok bool) {
 type RouteStatus struct {
 	Name string
 	URL  string
-	// RestingUntil is when the route is back; zero when it is not resting.
-	RestingUntil time.Time
+	// BenchedUntil is when the route is back; zero when it is not benched.
+	BenchedUntil time.Time
 	Keys         []KeyStats
 }
 
@@ -322,8 +294,8 @@ func (fb *Fallback) Status() []RouteStatus {
 	out := make([]RouteStatus, 0, len(fb.routes))
 	for _, r := range fb.routes {
 		st := RouteStatus{Name: r.Name, URL: r.URL.Redacted(), Keys: r.Pool.Stats()}
-		if until := r.restUntil.Load(); until > now {
-			st.RestingUntil = time.Unix(0, until).UTC()
+		if until := r.benchedUntil.Load(); until > now {
+			st.BenchedUntil = time.Unix(0, until).UTC()
 		}
 		out = append(out, st)
 	}

@@ -48,7 +48,7 @@ func TestFallbackMovesOnWhenQuotaRunsOutAndBack(t *testing.T) {
 	first, simA := simRoute(t, "free-a", clock, 3, "a1")
 	second, simB := simRoute(t, "free-b", clock, 100, "b1", "b2")
 	var events []RouteEvent
-	fb, err := NewFallback([]Route{first, second}, WithFallbackClock(clock.Now), OnRoute(func(e RouteEvent) { events = append(events, e) }))
+	fb, err := NewFallback([]Route{first, second}, WithClock(clock.Now), OnRoute(func(e RouteEvent) { events = append(events, e) }))
 	require.NoError(t, err)
 	send := func() (*http.Response, error) {
 		resp, err := fb.RoundTrip(chatRequest(t, "gpt-4o-mini"))
@@ -69,8 +69,9 @@ func TestFallbackMovesOnWhenQuotaRunsOutAndBack(t *testing.T) {
 	require.Len(t, events, 6)
 	assert.Equal(t, "free-b", events[3].Route)
 	require.Len(t, events[3].Skipped, 1)
-	assert.Equal(t, "no key", events[3].Skipped[0].Reason)
-	assert.Equal(t, "resting", events[4].Skipped[0].Reason, "the first route rests until its quota returns")
+	assert.Equal(t, RouteSkip{Route: "free-a", Kind: KindRate, Until: events[3].Skipped[0].Until}, events[3].Skipped[0], "its pool had no key free")
+	assert.True(t, events[4].Skipped[0].Earlier, "the first route is benched until its quota returns")
+	assert.Equal(t, KindRate, events[4].Skipped[0].Kind)
 	back := events[3].Skipped[0].Until
 	assert.True(t, back.After(clock.Now().Add(23*time.Hour)), "rests about a day, not a minute: %v", back.Sub(clock.Now()))
 
@@ -84,7 +85,7 @@ func TestFallbackAllRoutesOut(t *testing.T) {
 	clock := newTestClock()
 	first, _ := simRoute(t, "a", clock, 1, "a1")
 	second, _ := simRoute(t, "b", clock, 1, "b1")
-	fb, err := NewFallback([]Route{first, second}, WithFallbackClock(clock.Now))
+	fb, err := NewFallback([]Route{first, second}, WithClock(clock.Now))
 	require.NoError(t, err)
 	for range 2 {
 		resp, err := fb.RoundTrip(chatRequest(t, "m"))
@@ -138,7 +139,7 @@ func TestFallbackRouteFailureMapsModelsAndReplays(t *testing.T) {
 	fb, err := NewFallback([]Route{
 		{Name: "down", Pool: poolDown, URL: uDown},
 		{Name: "up", Pool: poolUp, URL: uUp, Models: map[string]string{"gpt-4o-mini": "llama-3.1-8b", "gemini-2.0-flash": "gemini-2.5-flash"}},
-	}, WithFallbackClock(clock.Now))
+	}, WithClock(clock.Now))
 	require.NoError(t, err)
 
 	resp, err := fb.RoundTrip(chatRequest(t, "gpt-4o-mini"))
@@ -165,29 +166,35 @@ func TestFallbackRouteFailureMapsModelsAndReplays(t *testing.T) {
 	assert.Len(t, down.got, 1)
 	assert.Equal(t, `/v1beta/models/gemini-2.5-flash:generateContent {}`, up.got[1], "the path's model is renamed too")
 	st := fb.Status()
-	assert.Equal(t, clock.Now().Add(time.Minute), st[0].RestingUntil)
-	assert.Zero(t, st[1].RestingUntil)
+	assert.Equal(t, clock.Now().Add(time.Minute), st[0].BenchedUntil)
+	assert.Zero(t, st[1].BenchedUntil)
 }
 
 func TestNewFallbackRejects(t *testing.T) {
 	p, _ := New("p", []Key{{Secret: "s"}})
 	u, _ := url.Parse("https://api.example.com")
+	one := []Route{{Pool: p, URL: u}}
 	tests := []struct {
 		name   string
 		routes []Route
+		opts   []Option
 		want   string
 	}{
-		{"none", nil, "no routes"},
-		{"no pool", []Route{{URL: u}}, "route 0 has no pool"},
-		{"no URL", []Route{{Pool: p}}, "route 0 needs an http or https URL"},
-		{"same name", []Route{{Pool: p, URL: u}, {Pool: p, URL: u}}, `two routes named "api.example.com"`},
+		{"none", nil, nil, "no routes"},
+		{"no pool", []Route{{URL: u}}, nil, "route 0 has no pool"},
+		{"a zero pool", []Route{{URL: u, Pool: &Pool{}}}, nil, "route 0 has no pool made by New"},
+		{"no URL", []Route{{Pool: p}}, nil, "route 0 needs an http or https URL"},
+		{"same name", []Route{{Pool: p, URL: u}, {Pool: p, URL: u}}, nil, `two routes named "api.example.com"`},
+		{"a pool's option", one, []Option{WithLimits(Limits{RPM: 1})}, "WithLimits does not configure a Fallback"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := NewFallback(tt.routes)
+			_, err := NewFallback(tt.routes, tt.opts...)
 			assert.ErrorContains(t, err, tt.want)
 		})
 	}
+	_, err := NewFallback(one, WithClock(time.Now), OnRoute(func(RouteEvent) {}), nil)
+	assert.NoError(t, err, "WithClock and OnRoute configure a Fallback; nil is ignored")
 }
 
 func TestMapModel(t *testing.T) {

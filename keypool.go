@@ -22,13 +22,12 @@
 package keypool
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -105,6 +104,21 @@ func (k Key) id() string {
 	return defaultID(k.Secret)
 }
 
+// checkSecret returns an error saying what makes secret unusable on a
+// request — white space around it, a control character in it — without
+// quoting it.
+func checkSecret(secret string) error {
+	if strings.TrimSpace(secret) != secret {
+		return errors.New("secret has white space around it (a line break read with it from a file?)")
+	}
+	for i, r := range secret {
+		if r < ' ' || r == 0x7f {
+			return fmt.Errorf("secret has a control character at byte %d", i)
+		}
+	}
+	return nil
+}
+
 // String returns the key's ID and tier, never its secret.
 func (k Key) String() string {
 	tier := "free"
@@ -140,8 +154,12 @@ type Pool struct {
 	needTokens bool
 	closed     atomic.Bool
 	tel        *telemetry
-	lines      waitLines // requests waiting for a key, by model
-	models     names     // the model names requests have named
+	// health reads the store's Health, when it has one; storeFailing
+	// holds the kinds of store call (storeOp) failing now.
+	health       func() error
+	storeFailing atomic.Uint32
+	lines        waitLines // requests waiting for a key, by model
+	models       names     // the model names requests have named
 }
 
 // poolKey is a key as the pool holds it.
@@ -171,8 +189,8 @@ type poolKey struct {
 // the same secret or ID, a negative limit, or a bad option. The keys are
 // copied.
 func New(provider string, keys []Key, opts ...Option) (*Pool, error) {
-	cfg := newConfig(opts)
-	if err := errors.Join(cfg.errs...); err != nil {
+	cfg, err := newConfig(opts, forPool)
+	if err != nil {
 		return nil, fmt.Errorf("keypool: %s: %w", provider, err)
 	}
 	if len(keys) == 0 {
@@ -182,10 +200,10 @@ func New(provider string, keys []Key, opts ...Option) (*Pool, error) {
 	if p.store == nil {
 		p.store = NewMemoryStore()
 	}
-	if err := p.addKeys(keys); err != nil {
-		return nil, fmt.Errorf("keypool: %s: %w", provider, err)
+	if h, ok := p.store.(interface{ Health() error }); ok {
+		p.health = h.Health
 	}
-	if err := validateLimits(&cfg); err != nil {
+	if err := p.addKeys(keys); err != nil {
 		return nil, fmt.Errorf("keypool: %s: %w", provider, err)
 	}
 	p.tel = newTelemetry(p)
@@ -208,6 +226,9 @@ func (p *Pool) addKeys(keys []Key) error {
 	for i, k := range keys {
 		if k.Secret == "" {
 			return fmt.Errorf("key %d has an empty secret", i)
+		}
+		if err := checkSecret(k.Secret); err != nil {
+			return fmt.Errorf("key %s: %w", k.id(), err)
 		}
 		if j, dup := secrets[k.Secret]; dup {
 			return fmt.Errorf("keys %d and %d have the same secret", j, i)
@@ -232,21 +253,6 @@ func (p *Pool) addKeys(keys []Key) error {
 	return nil
 }
 
-func validateLimits(c *config) error {
-	if err := c.limits.validate(); err != nil {
-		return fmt.Errorf("pool limits: %w", err)
-	}
-	if err := c.keyCap.validate(); err != nil {
-		return fmt.Errorf("key cap: %w", err)
-	}
-	for m, l := range c.modelLimits {
-		if err := l.validate(); err != nil {
-			return fmt.Errorf("limits of model %q: %w", m, err)
-		}
-	}
-	return nil
-}
-
 // limits returns the limits of key k for model.
 func (p *Pool) limits(k *poolKey, model string) Limits {
 	l := p.cfg.limits
@@ -262,18 +268,21 @@ func (p *Pool) limits(k *poolKey, model string) Limits {
 // nothing to rotate to, the vendor's answer goes to the caller untouched.
 func (p *Pool) single() bool { return len(p.keys) == 1 }
 
-// lease is one key taken for one attempt.
+// lease is one key taken for one attempt: the key, what the store was
+// asked, and what it granted.
 type lease struct {
 	key   *poolKey
-	take  Take
+	claim Claim
 	grant Grant
 }
 
 // call is what one request remembers across its attempts: the keys that
-// failed it, and the soonest moment a key it saw comes back.
+// failed it, the soonest moment a key it saw comes back, and, once it has
+// waited for a key (WaitForKey), when its waiting must end.
 type call struct {
-	tried   keySet
-	soonest time.Time
+	tried    keySet
+	soonest  time.Time
+	waitEnds time.Time
 }
 
 func (c *call) sooner(t time.Time) {
@@ -287,8 +296,8 @@ func (c *call) sooner(t time.Time) {
 // only if c has not tried it. When none can, it returns a
 // *NoAvailableKeyError.
 func (p *Pool) acquire(ctx context.Context, c *call, model string, tokens int64) (lease, error) {
-	if p.closed.Load() {
-		return lease{}, fmt.Errorf("keypool: %s: pool is closed", p.provider)
+	if err := p.usable(); err != nil {
+		return lease{}, err
 	}
 	if err := ctx.Err(); err != nil {
 		return lease{}, err
@@ -302,11 +311,7 @@ func (p *Pool) acquire(ctx context.Context, c *call, model string, tokens int64)
 	if ok || err != nil {
 		return l, err
 	}
-	wait := time.Duration(0)
-	if !c.soonest.IsZero() {
-		wait = max(c.soonest.Sub(now), 0)
-	}
-	return lease{}, &NoAvailableKeyError{Provider: p.provider, RetryAt: c.soonest, wait: wait}
+	return lease{}, noKeyError(p.provider, c.soonest, now)
 }
 
 // scan offers the request to the keys of one tier, starting at the cursor.
@@ -321,271 +326,23 @@ func (p *Pool) scan(ctx context.Context, c *call, keys []*poolKey, cursor *atomi
 		if c.tried.has(k.index) {
 			continue
 		}
-		t := Take{Provider: p.provider, KeyID: k.ID, Model: model, Limits: p.limits(k, model), Cap: p.cfg.keyCap, Days: p.cfg.days, Now: now}
-		t.Tokens = tokens
-		if limit := windowspec.Tighter(t.Limits.tokenCap(), t.Cap.tokenCap()); limit > 0 {
-			t.Tokens = min(tokens, limit)
+		cl := Claim{Provider: p.provider, KeyID: k.ID, Model: model, Limits: p.limits(k, model), Cap: p.cfg.keyCap, Days: p.cfg.days, Now: now}
+		_, cl.Named = p.cfg.modelLimits[model]
+		cl.Tokens = tokens
+		if limit := windowspec.Tighter(cl.Limits.tokenCap(), cl.Cap.tokenCap()); limit > 0 {
+			cl.Tokens = min(tokens, limit)
 		}
-		g, err := p.store.Take(ctx, t)
+		g, err := p.store.Take(ctx, cl)
+		p.storeResult(opTake, err)
 		if err != nil {
 			return lease{}, false, fmt.Errorf("keypool: %s: store: %w", p.provider, err)
 		}
 		if g.OK {
-			return lease{key: k, take: t, grant: g}, true, nil
+			return lease{key: k, claim: cl, grant: g}, true, nil
 		}
 		c.sooner(g.RetryAt)
 	}
 	return lease{}, false, nil
-}
-
-// observe records what an answer said of a lease's key: counts, readings,
-// the end of a quota ladder on success, and a bench on failure. It returns
-// when the key comes back if it was benched.
-func (p *Pool) observe(ctx context.Context, l *lease, v verdict, now time.Time) time.Time {
-	l.key.answers[v.kind].Add(1)
-	p.tel.answered(ctx, l.key, v)
-	if v.reset.HasUtilization || !v.reset.ResetAt.IsZero() {
-		r := Reading{Provider: p.provider, KeyID: l.key.ID, Model: l.take.Model,
-			Window: v.reset.Window, Utilization: v.reset.Utilization, ResetAt: v.reset.ResetAt}
-		l.key.lastMu.Lock()
-		l.key.last, l.key.lastAt = r, now
-		l.key.lastMu.Unlock()
-		if f := p.cfg.onRateLimit; f != nil && v.reset.Window != WindowNone {
-			f(r)
-		}
-	}
-	if p.single() {
-		return time.Time{}
-	}
-	if v.kind == KindNone {
-		if l.grant.Level > 0 {
-			_ = p.store.ResetLevel(ctx, p.provider, l.key.ID, l.take.Model)
-		}
-		if !v.reset.exhausted(now) || l.take.Limits != (Limits{}) {
-			return time.Time{}
-		}
-		// The answer went through but says its window is spent: set the key
-		// aside until the window resets, before the vendor answers 429. A
-		// key whose limits the pool was told needs none of this: its own
-		// windows refuse until the next slot frees, where a vendor's reset
-		// (OpenAI's: until the window is whole again) would idle it longer. A
-		// window that lifts beyond longThrottle is a quota, named or not.
-		v.kind = KindRate
-		if v.reset.Window != WindowNone || v.reset.ResetAt.Sub(now) > longThrottle {
-			v.kind = KindQuota
-		}
-	}
-	d, climb := p.cfg.bench.benchFor(v, l.grant.Level, now)
-	level := l.grant.Level
-	if climb {
-		level++
-	}
-	b := Bench{Provider: p.provider, KeyID: l.key.ID, Model: l.take.Model, AllModels: v.wholeKey(),
-		Kind: v.kind, Until: now.Add(d), Level: level}
-	_ = p.store.Bench(ctx, b)
-	p.tel.benched(ctx, l.key, v.kind)
-	for until := b.Until.UnixNano(); ; {
-		cur := l.key.benchedUntil.Load()
-		if until <= cur || l.key.benchedUntil.CompareAndSwap(cur, until) {
-			break
-		}
-	}
-	if f := p.cfg.onEvict; f != nil {
-		model := b.Model
-		if b.AllModels {
-			model = ""
-		}
-		f(Eviction{Provider: p.provider, KeyID: l.key.ID, Model: model, Paid: l.key.Paid,
-			Kind: v.kind, For: d, Until: b.Until})
-	}
-	return b.Until
-}
-
-// longThrottle is the longest wait a throttle of a short window takes; a
-// spent window that lifts later is a quota.
-const longThrottle = 10 * time.Minute
-
-// exhausted reports that a reading says its binding window is full and
-// dates when it resets.
-func (r Reset) exhausted(now time.Time) bool {
-	return r.HasUtilization && r.Utilization >= 1 && r.ResetAt.After(now)
-}
-
-// Eviction reports a benched key to OnEvict: which key, why, and for how
-// long. Model is empty when the bench holds the key for every model.
-type Eviction struct {
-	Provider string
-	KeyID    string
-	Model    string
-	Paid     bool
-	Kind     Kind
-	For      time.Duration
-	Until    time.Time
-}
-
-// Reading reports to OnRateLimit what an answer said of a window: which
-// window, how full (a fraction; 1 is full and more is real), and when it
-// resets.
-type Reading struct {
-	Provider    string
-	KeyID       string
-	Model       string
-	Window      Window
-	Utilization float64
-	ResetAt     time.Time
-}
-
-// Do calls fn with a key of the pool, in the same order and with the same
-// benches as the Transport, for clients that are not HTTP. When fn returns
-// an error that is (or wraps) a *ProviderError of a failing kind, the key is
-// benched by that error and, if another key can take the call, fn is called
-// again with it, each key at most once. Any other error benches nothing and
-// is returned as is. When no key can take the call, Do returns a
-// *NoAvailableKeyError that also wraps the last error of fn.
-func (p *Pool) Do(ctx context.Context, model string, fn func(ctx context.Context, k Key) error) error {
-	var c call
-	var last error
-	for {
-		l, err := p.take(ctx, &c, model, 0)
-		if err != nil {
-			var na *NoAvailableKeyError
-			if errors.As(err, &na) && last != nil {
-				na.last = last
-			}
-			return err
-		}
-		p.sent(&l)
-		err = fn(ctx, l.key.Key)
-		now := p.cfg.clock()
-		v := verdictOf(err, now)
-		c.sooner(p.observe(ctx, &l, v, now))
-		if err == nil || v.kind == KindNone || p.single() {
-			return err
-		}
-		c.tried.add(l.key.index)
-		last = err
-	}
-}
-
-// verdictOf reads the verdict of an error from Pool.Do's function at now.
-func verdictOf(err error, now time.Time) verdict {
-	var pe *ProviderError
-	if err == nil || !errors.As(err, &pe) {
-		return verdict{}
-	}
-	v := verdict{kind: pe.Kind, billing: pe.Kind == KindQuota && pe.Status == 402}
-	v.reset = Reset{RetryAfter: pe.RetryAfter, HasRetryAfter: pe.RetryAfter > 0, ResetAt: pe.ResetAt, Window: pe.Window}
-	if v.reset.ResetAt.IsZero() && v.reset.HasRetryAfter {
-		v.reset.ResetAt = now.Add(pe.RetryAfter)
-	}
-	return v
-}
-
-// sent counts a lease's request as sent.
-func (p *Pool) sent(l *lease) { l.key.sent.Add(1) }
-
-// KeyStats is what a pool knows of one key.
-type KeyStats struct {
-	ID   string
-	Paid bool
-	// Bench is the bench that holds the key for every model; zero when
-	// none does.
-	Bench BenchState
-	// Cap is what the key has used across its models.
-	Cap Usage
-	// Models holds the key's state per model it has served, by model name.
-	Models []ModelStats
-	// Sent counts the requests sent with the key; Answers counts their
-	// answers by kind (KindNone for successes and other answers that bench
-	// nothing).
-	Sent    int64
-	Answers map[Kind]int64
-	// Last is what the vendor last said of the key's windows (how full,
-	// when it resets), at LastAt; zero when it has said nothing.
-	Last   Reading
-	LastAt time.Time
-}
-
-// ModelStats is what a pool knows of one key for one model.
-type ModelStats struct {
-	Model  string
-	Limits Limits
-	Bench  BenchState
-	// Level is the number of quota answers without a date since the key's
-	// last success for the model.
-	Level int
-	Usage Usage
-}
-
-// Stats returns what the pool knows of each key, in the order the keys were
-// given. It asks the store, and leaves out what a failing store cannot say.
-func (p *Pool) Stats() []KeyStats {
-	now := p.cfg.clock()
-	out := make([]KeyStats, 0, len(p.keys))
-	for _, k := range p.keys {
-		ks := KeyStats{ID: k.ID, Paid: k.Paid, Sent: k.sent.Load(), Answers: map[Kind]int64{}}
-		k.lastMu.Lock()
-		ks.Last, ks.LastAt = k.last, k.lastAt
-		k.lastMu.Unlock()
-		for kind := range k.answers {
-			if n := k.answers[kind].Load(); n != 0 {
-				ks.Answers[Kind(kind)] = n
-			}
-		}
-		if st, err := p.store.State(context.Background(), p.provider, k.ID, now); err == nil {
-			ks.Bench, ks.Cap = st.Bench, st.Cap
-			for _, m := range st.Models {
-				ks.Models = append(ks.Models, ModelStats{Model: m.Model, Limits: p.limits(k, m.Model),
-					Bench: m.Bench, Level: m.Level, Usage: m.Usage})
-			}
-			slices.SortFunc(ks.Models, func(a, b ModelStats) int { return cmp.Compare(a.Model, b.Model) })
-		}
-		out = append(out, ks)
-	}
-	return out
-}
-
-// Close flushes the pool's state to its store and stops the pool: later
-// requests fail. It does not close a store given with WithStore.
-func (p *Pool) Close() error {
-	if p.closed.Swap(true) {
-		return nil
-	}
-	p.tel.close()
-	if err := p.store.Flush(context.Background()); err != nil {
-		return fmt.Errorf("keypool: %s: flushing store: %w", p.provider, err)
-	}
-	return nil
-}
-
-// available returns how many keys no bench of this pool holds at now, for
-// any model.
-func (p *Pool) available(now time.Time) int {
-	n := 0
-	for _, k := range p.keys {
-		if k.benchedUntil.Load() <= now.UnixNano() {
-			n++
-		}
-	}
-	return n
-}
-
-// Unbench lifts every bench of the key with the given ID and resets its
-// quota ladder: an operator's manual reset, for a key that was fixed (a
-// topped-up balance, a renewed key). It returns an error for an unknown ID
-// or a failing store.
-func (p *Pool) Unbench(keyID string) error {
-	for _, k := range p.keys {
-		if k.ID != keyID {
-			continue
-		}
-		if err := p.store.Unbench(context.Background(), p.provider, keyID); err != nil {
-			return fmt.Errorf("keypool: %s: unbench %s: %w", p.provider, keyID, err)
-		}
-		k.benchedUntil.Store(0)
-		return nil
-	}
-	return fmt.Errorf("keypool: %s: no key with ID %q", p.provider, keyID)
 }
 
 // keySet is a set of key indexes: a bit mask for the first 64 keys, and a
@@ -614,3 +371,40 @@ func (s *keySet) has(i int) bool {
 	w := i/64 - 1
 	return w < len(s.big) && s.big[w]&(1<<(i%64)) != 0
 }
+
+// usable returns an error when the pool cannot take requests: it was closed,
+// or it is a zero Pool rather than one made by New.
+func (p *Pool) usable() error {
+	switch {
+	case p == nil || p.store == nil:
+		return errNotNew
+	case p.closed.Load():
+		return fmt.Errorf("keypool: %s: pool is closed", p.provider)
+	}
+	return nil
+}
+
+// errNotNew is the error of a Pool that New did not make.
+var errNotNew = errors.New("keypool: a Pool must be made by New")
+
+// Close flushes the pool's state to its store and stops the pool: later
+// requests fail. It does not close a store given with WithStore. The flush
+// is bounded by closeTimeout, so a store that does not answer cannot hold
+// Close; what it did not write is named in the error. A zero Pool's Close
+// does nothing.
+func (p *Pool) Close() error {
+	if p == nil || p.store == nil || p.closed.Swap(true) {
+		return nil
+	}
+	p.lines.close()
+	p.tel.close()
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	if err := p.store.Flush(ctx); err != nil {
+		return fmt.Errorf("keypool: %s: flushing store: %w", p.provider, err)
+	}
+	return nil
+}
+
+// closeTimeout bounds the flush of Close.
+const closeTimeout = 15 * time.Second

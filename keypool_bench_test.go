@@ -48,7 +48,7 @@ func BenchmarkAcquire(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					_ = p.store.Settle(ctx, l.take, l.grant, 400)
+					_ = l.grant.Reservation.Settle(ctx, 400)
 					i++
 				}
 			})
@@ -85,7 +85,7 @@ func BenchmarkStores(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				_ = p.store.Settle(ctx, l.take, l.grant, 400)
+				_ = l.grant.Reservation.Settle(ctx, 400)
 			}
 		})
 	}

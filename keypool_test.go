@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -24,14 +25,18 @@ func TestNewRejectsBadConfiguration(t *testing.T) {
 		{"duplicate secret", []Key{{Secret: "sk-secret-same", ID: "one"}, {Secret: "sk-secret-same", ID: "two"}}, nil, "keys 0 and 1 have the same secret"},
 		{"duplicate ID", []Key{{Secret: "sk-secret-1", ID: "k"}, {Secret: "sk-secret-2", ID: "k"}}, nil, `keys 0 and 1 have the same ID "k"`},
 		{"negative key limit", []Key{{Secret: "sk-secret-1", ID: "k", Limits: Limits{RPM: -1}}}, nil, "key k: negative limit"},
-		{"negative pool limit", []Key{{Secret: "sk-secret-1"}}, []Option{WithLimits(Limits{TPD: -5})}, "pool limits: negative limit"},
-		{"negative model limit", []Key{{Secret: "sk-secret-1"}}, []Option{WithModelLimits(map[string]Limits{"m": {RPD: -1}})}, `limits of model "m": negative limit`},
-		{"negative cap", []Key{{Secret: "sk-secret-1"}}, []Option{WithKeyCap(Limits{RPD: -1})}, "key cap: negative limit"},
-		{"bad calendar hour", []Key{{Secret: "sk-secret-1"}}, []Option{WithCalendarDay(24, nil)}, "calendar day hour 24"},
-		{"empty header name", []Key{{Secret: "sk-secret-1"}}, []Option{HeaderAuth("")}, "HeaderAuth needs a header name"},
-		{"bad bench", []Key{{Secret: "sk-secret-1"}}, []Option{WithBench(KindRate, 0)}, "bench for rate must be positive"},
-		{"empty ladder", []Key{{Secret: "sk-secret-1"}}, []Option{WithQuotaLadder()}, "quota ladder needs at least one step"},
-		{"short max bench", []Key{{Secret: "sk-secret-1"}}, []Option{WithMaxBench(time.Millisecond)}, "shorter than one second"},
+		{"negative pool limit", []Key{{Secret: "sk-secret-1"}}, []Option{WithLimits(Limits{TPD: -5})}, "WithLimits: negative limit"},
+		{"negative model limit", []Key{{Secret: "sk-secret-1"}}, []Option{WithModelLimits(map[string]Limits{"m": {RPD: -1}})}, `WithModelLimits: model "m": negative limit`},
+		{"negative cap", []Key{{Secret: "sk-secret-1"}}, []Option{WithKeyCap(Limits{RPD: -1})}, "WithKeyCap: negative limit"},
+		{"bad calendar hour", []Key{{Secret: "sk-secret-1"}}, []Option{WithCalendarDay(24, nil)}, "WithCalendarDay: hour 24"},
+		{"empty header name", []Key{{Secret: "sk-secret-1"}}, []Option{HeaderAuth("")}, "HeaderAuth: needs a header name"},
+		{"negative bench", []Key{{Secret: "sk-secret-1"}}, []Option{WithBenches(Benches{Rate: -time.Second})}, "WithBenches: negative bench"},
+		{"bad quota level", []Key{{Secret: "sk-secret-1"}}, []Option{WithBenches(Benches{QuotaLevels: []time.Duration{time.Minute, 0}})}, "quota level 0s is not positive"},
+		{"short max bench", []Key{{Secret: "sk-secret-1"}}, []Option{WithBenches(Benches{Max: time.Millisecond})}, "shorter than one second"},
+		{"fallback option", []Key{{Secret: "sk-secret-1"}}, []Option{OnRoute(func(RouteEvent) {})}, "OnRoute does not configure a Pool"},
+		{"secret with a line break", []Key{{Secret: "sk-secret-1\n", ID: "from-file"}}, nil, "key from-file: secret has white space around it"},
+		{"secret with a space before", []Key{{Secret: " sk-secret-1"}}, nil, "secret has white space around it"},
+		{"secret with a control character", []Key{{Secret: "sk-sec\x00ret-1", ID: "k"}}, nil, "key k: secret has a control character at byte 6"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -131,7 +136,7 @@ func TestDoAllKeysFail(t *testing.T) {
 	assert.ErrorIs(t, err, last, "the last failure is kept")
 }
 
-func TestDoQuotaLadder(t *testing.T) {
+func TestDoQuotaLevels(t *testing.T) {
 	clock := newTestClock()
 	var ev evictions
 	p, err := New("x", []Key{{Secret: "free", ID: "f"}, {Secret: "paid", ID: "p", Paid: true}},
@@ -153,7 +158,7 @@ func TestDoQuotaLadder(t *testing.T) {
 		assert.Equal(t, d, ev.all()[i].For, "hit %d", i+1)
 		clock.Advance(d)
 	}
-	// A success starts the ladder again.
+	// A success sets the level back to the first.
 	do(false)
 	do(true)
 	assert.Equal(t, 2*time.Minute, ev.all()[len(want)].For)
@@ -220,4 +225,19 @@ func TestStatsCountsAnswers(t *testing.T) {
 	assert.Equal(t, map[Kind]int64{KindAuth: 1}, st[0].Answers)
 	assert.Equal(t, KindAuth, st[0].Bench.Kind)
 	assert.Equal(t, int64(3), st[1].Sent+st[2].Sent)
+}
+
+func TestZeroPoolSaysUseNew(t *testing.T) {
+	var p Pool
+	req, err := http.NewRequest(http.MethodPost, "http://vendor.test/v1", strings.NewReader("{}"))
+	require.NoError(t, err)
+	body := &closeCounter{Reader: strings.NewReader("{}")}
+	req.Body = body
+	_, err = p.Transport(nil).RoundTrip(req)
+	assert.ErrorIs(t, err, errNotNew)
+	assert.Equal(t, 1, body.count(), "the body is closed")
+	assert.ErrorIs(t, p.Do(t.Context(), "m", func(context.Context, Key) error { return nil }), errNotNew)
+	assert.ErrorIs(t, p.Unbench(t.Context(), "k"), errNotNew)
+	assert.Nil(t, p.Stats())
+	assert.NoError(t, p.Close())
 }

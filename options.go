@@ -1,6 +1,7 @@
 package keypool
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -10,40 +11,83 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// An Option configures a Pool. Options that take a function or an interface
-// ignore nil, keeping the default.
+// An Option configures a Pool (New) or a Fallback (NewFallback); each
+// option's doc says which. Options that take a function or an interface
+// ignore nil, keeping the default; a bad value, or an option given to what it
+// does not configure, is an error from New or NewFallback.
 type Option interface {
 	apply(*config)
 }
 
-type optionFunc func(*config)
+// scope is what an option configures.
+type scope uint8
 
-func (f optionFunc) apply(c *config) { f(c) }
+const (
+	forPool scope = 1 << iota
+	forFallback
+)
 
-// config is a pool's configuration: every default lives in newConfig.
+func (s scope) String() string {
+	if s == forFallback {
+		return "Fallback"
+	}
+	return "Pool"
+}
+
+// option is an Option: its name for errors, what it configures, and what it
+// sets.
+type option struct {
+	name  string
+	scope scope
+	set   func(*config) error
+}
+
+func (o option) apply(c *config) {
+	if o.scope&c.scope == 0 {
+		c.errs = append(c.errs, fmt.Errorf("%s does not configure a %s", o.name, c.scope))
+		return
+	}
+	if err := o.set(c); err != nil {
+		c.errs = append(c.errs, fmt.Errorf("%s: %w", o.name, err))
+	}
+}
+
+func poolOption(name string, set func(*config) error) Option {
+	return option{name: name, scope: forPool, set: set}
+}
+
+// config is a pool's or a fallback's configuration: every default lives in
+// newConfig.
 type config struct {
-	clock       func() time.Time
-	store       Store
-	limits      Limits
-	modelLimits map[string]Limits
-	keyCap      Limits
-	days        Calendar
-	onEvict     func(Eviction)
-	onRateLimit func(Reading)
-	auth        auth
-	modelFunc   func(*http.Request) string
-	estimator   func(RequestInfo) int64
-	bench       benchPolicy
-	wait        time.Duration // the longest a request waits for a key; 0 is not at all
+	scope        scope // what is being configured
+	clock        func() time.Time
+	store        Store
+	limits       Limits
+	modelLimits  map[string]Limits
+	keyCap       Limits
+	days         Calendar
+	onEvict      func(Eviction)
+	onRateLimit  func(Reading)
+	onStoreError func(error)
+	onRoute      func(RouteEvent)
+	auth         auth
+	modelFunc    func(*http.Request) string
+	estimator    func(RequestInfo) int64
+	bench        benchPolicy
+	wait         time.Duration   // the longest a request waits for a key; 0 is not at all
+	hosts        map[string]bool // hostKey of each host keys may go to; none is the first host of each request
 
 	tracerProvider trace.TracerProvider
 	meterProvider  metric.MeterProvider
 
-	errs []error // from options, reported by New
+	errs []error // from options
 }
 
-func newConfig(opts []Option) config {
+// newConfig returns the configuration opts make for s, or an error naming
+// each bad option.
+func newConfig(opts []Option, s scope) (config, error) {
 	c := config{
+		scope:     s,
 		clock:     time.Now,
 		auth:      auth{style: authHeader, name: "Authorization", prefix: "Bearer "},
 		estimator: DefaultEstimate,
@@ -54,240 +98,322 @@ func newConfig(opts []Option) config {
 			o.apply(&c)
 		}
 	}
-	return c
+	return c, errors.Join(c.errs...)
 }
 
-// WithClock sets the pool's clock. The default is time.Now. Tests inject a
-// clock to drive windows and benches without sleeping.
+// WithClock sets the clock of a Pool or a Fallback. The default is
+// time.Now. Tests inject a clock to drive windows and benches without
+// sleeping.
 func WithClock(now func() time.Time) Option {
-	return optionFunc(func(c *config) {
+	return option{name: "WithClock", scope: forPool | forFallback, set: func(c *config) error {
 		if now != nil {
 			c.clock = now
 		}
-	})
+		return nil
+	}}
 }
 
-// WithStore sets where the pool keeps its windows and benches. The default is
+// OnRoute sets a function a Fallback tells how each request was routed. It
+// is called from the request's goroutine and should return quickly.
+func OnRoute(f func(RouteEvent)) Option {
+	return option{name: "OnRoute", scope: forFallback, set: func(c *config) error {
+		if f != nil {
+			c.onRoute = f
+		}
+		return nil
+	}}
+}
+
+// WithStore sets where a Pool keeps its windows and benches. The default is
 // a new MemoryStore. The pool never closes a store it was given: Pool.Close
 // flushes it, and whoever opened it closes it.
 func WithStore(s Store) Option {
-	return optionFunc(func(c *config) {
+	return poolOption("WithStore", func(c *config) error {
 		if s != nil {
 			c.store = s
 		}
+		return nil
 	})
 }
 
-// WithLimits sets the limits of every key for each model: requests and tokens
-// per minute and per day. A zero field sets no limit on that axis. Model
-// limits (WithModelLimits) and a key's own Limits override it field by field.
+// WithLimits sets a Pool's limits of every key for each model: requests and
+// tokens per minute and per day. A zero field sets no limit on that axis.
+// Model limits (WithModelLimits) and a key's own Limits override it field by
+// field.
 func WithLimits(l Limits) Option {
-	return optionFunc(func(c *config) { c.limits = l })
+	return poolOption("WithLimits", func(c *config) error {
+		c.limits = l
+		return l.validate()
+	})
 }
 
-// WithModelLimits sets limits per model, overriding WithLimits field by field
-// for the models it names: vendors set most limits per model. A key's own
-// Limits override these in turn.
+// WithModelLimits sets a Pool's limits per model, overriding WithLimits field
+// by field for the models it names: vendors set most limits per model. A
+// key's own Limits override these in turn.
 func WithModelLimits(m map[string]Limits) Option {
-	return optionFunc(func(c *config) {
+	return poolOption("WithModelLimits", func(c *config) error {
 		c.modelLimits = make(map[string]Limits, len(m))
 		for model, l := range m {
+			if err := l.validate(); err != nil {
+				return fmt.Errorf("model %q: %w", model, err)
+			}
 			c.modelLimits[model] = l
 		}
+		return nil
 	})
 }
 
-// WithKeyCap sets limits that each key has across all its models together,
-// beside its per-model limits: for instance the daily request cap of a free
-// tier that counts every model.
+// WithKeyCap sets limits that each key of a Pool has across all its models
+// together, beside its per-model limits: for instance the daily request cap
+// of a free tier that counts every model.
 func WithKeyCap(l Limits) Option {
-	return optionFunc(func(c *config) { c.keyCap = l })
+	return poolOption("WithKeyCap", func(c *config) error {
+		c.keyCap = l
+		return l.validate()
+	})
 }
 
-// WithCalendarDay makes day windows (RPD, TPD) calendar days that reset at
-// hour o'clock in loc, as vendors that reset at midnight Pacific time do. The
-// default is a day that slides over the last 24 hours. A nil loc is UTC.
+// WithCalendarDay makes a Pool's day windows (RPD, TPD) calendar days that
+// reset at hour o'clock in loc, as vendors that reset at midnight Pacific
+// time do. The default is a day that slides over the last 24 hours. A nil loc
+// is UTC.
 func WithCalendarDay(hour int, loc *time.Location) Option {
-	return optionFunc(func(c *config) {
+	return poolOption("WithCalendarDay", func(c *config) error {
 		if hour < 0 || hour > 23 {
-			c.errs = append(c.errs, fmt.Errorf("calendar day hour %d is not in 0..23", hour))
-			return
+			return fmt.Errorf("hour %d is not in 0..23", hour)
 		}
 		if loc == nil {
 			loc = time.UTC
 		}
 		c.days = Calendar{Hour: hour, Loc: loc}
+		return nil
 	})
 }
 
-// OnEvict sets a function called each time a key is benched, after the bench
-// is recorded. It is called from the goroutine of the request that caused
-// the bench, possibly from several at once, and should return quickly.
+// OnEvict sets a function a Pool calls each time a key is benched, after the
+// bench is recorded. It is called from the goroutine of the request that
+// caused the bench, possibly from several at once, and should return
+// quickly.
 func OnEvict(f func(Eviction)) Option {
-	return optionFunc(func(c *config) {
+	return poolOption("OnEvict", func(c *config) error {
 		if f != nil {
 			c.onEvict = f
 		}
+		return nil
 	})
 }
 
-// OnRateLimit sets a function called once per answer — successes included —
-// whenever the answer reports a window (Reading.Window is never empty), so a
-// caller can warn when a window is 90% full. An account that reports no
-// window never triggers it. It is called from the request's goroutine and
-// should return quickly.
+// OnRateLimit sets a function a Pool calls once per answer — successes
+// included — whenever the answer reports a window (Reading.Window is never
+// empty), so a caller can warn when a window is 90% full. An account that
+// reports no window never triggers it. It is called from the request's
+// goroutine and should return quickly.
 func OnRateLimit(f func(Reading)) Option {
-	return optionFunc(func(c *config) {
+	return poolOption("OnRateLimit", func(c *config) error {
 		if f != nil {
 			c.onRateLimit = f
 		}
+		return nil
 	})
 }
 
-// BearerAuth puts a key on a request as "Authorization: Bearer <key>", as
-// OpenAI and most OpenAI-compatible vendors expect. It is the default.
+// OnStoreError sets a function a Pool tells when its store starts failing —
+// a call that returned an error, or a store whose Health method reports one
+// (the BadgerStore's writes behind, a Redis server that stopped answering) —
+// and, with nil, when it works again: once per spell, not once per call. A
+// spell ends when every kind of call that failed (taking a key, benching
+// one, settling tokens, the store's health) has succeeded again. The pool
+// keeps serving what it can meanwhile. It is called from a request's
+// goroutine and should return quickly. By default failures are not reported.
+func OnStoreError(f func(error)) Option {
+	return poolOption("OnStoreError", func(c *config) error {
+		if f != nil {
+			c.onStoreError = f
+		}
+		return nil
+	})
+}
+
+// WithHosts pins a Pool to its vendor's hosts: keys go only on requests to
+// them, and a request sent to any other host fails at once, with no key
+// and nothing sent. A host is a name with or without a port
+// ("api.openai.com", "localhost:8080"); without one it stands for both
+// default ports. Without WithHosts a key goes only to the host each request
+// was first sent to. Either way a redirect to another host is followed
+// without a key — as net/http does with credentials — and no caller's
+// CheckRedirect is needed to keep keys safe.
+func WithHosts(hosts ...string) Option {
+	return poolOption("WithHosts", func(c *config) error {
+		if len(hosts) == 0 {
+			return errors.New("needs at least one host")
+		}
+		c.hosts = map[string]bool{}
+		for _, h := range hosts {
+			keys, err := parseHost(h)
+			if err != nil {
+				return err
+			}
+			for _, k := range keys {
+				c.hosts[k] = true
+			}
+		}
+		return nil
+	})
+}
+
+// BearerAuth makes a Pool put a key on a request as "Authorization: Bearer
+// <key>", as OpenAI and most OpenAI-compatible vendors expect. It is the
+// default.
 func BearerAuth() Option {
-	return optionFunc(func(c *config) {
+	return poolOption("BearerAuth", func(c *config) error {
 		c.auth = auth{style: authHeader, name: "Authorization", prefix: "Bearer "}
+		return nil
 	})
 }
 
-// HeaderAuth puts a key on a request as the value of the header name, as
-// Anthropic ("x-api-key") and Gemini ("x-goog-api-key") expect.
+// HeaderAuth makes a Pool put a key on a request as the value of the header
+// name, as Anthropic ("x-api-key") and Gemini ("x-goog-api-key") expect.
 func HeaderAuth(name string) Option {
-	return optionFunc(func(c *config) {
+	return poolOption("HeaderAuth", func(c *config) error {
 		if name == "" {
-			c.errs = append(c.errs, fmt.Errorf("HeaderAuth needs a header name"))
-			return
+			return errors.New("needs a header name")
 		}
 		c.auth = auth{style: authHeader, name: http.CanonicalHeaderKey(name)}
+		return nil
 	})
 }
 
-// QueryAuth puts a key on a request as the URL query parameter param, as
-// Gemini's "key" parameter.
+// QueryAuth makes a Pool put a key on a request as the URL query parameter
+// param, as Gemini's "key" parameter.
 func QueryAuth(param string) Option {
-	return optionFunc(func(c *config) {
+	return poolOption("QueryAuth", func(c *config) error {
 		if param == "" {
-			c.errs = append(c.errs, fmt.Errorf("QueryAuth needs a parameter name"))
-			return
+			return errors.New("needs a parameter name")
 		}
 		c.auth = auth{style: authQuery, name: param, prefix: url.QueryEscape(param) + "="}
+		return nil
 	})
 }
 
-// WithModelFunc sets how the pool finds a request's model. The default reads
+// WithModelFunc sets how a Pool finds a request's model. The default reads
 // the model from the URL path (Gemini, Azure OpenAI) or from the JSON body's
 // "model" field (OpenAI, Anthropic).
 func WithModelFunc(f func(*http.Request) string) Option {
-	return optionFunc(func(c *config) {
+	return poolOption("WithModelFunc", func(c *config) error {
 		if f != nil {
 			c.modelFunc = f
 		}
+		return nil
 	})
 }
 
-// WithEstimator sets how the pool estimates a request's tokens before it is
+// WithEstimator sets how a Pool estimates a request's tokens before it is
 // sent, when a token limit applies. The default is DefaultEstimate; wrap it
 // to adjust it.
 func WithEstimator(f func(RequestInfo) int64) Option {
-	return optionFunc(func(c *config) {
+	return poolOption("WithEstimator", func(c *config) error {
 		if f != nil {
 			c.estimator = f
 		}
+		return nil
 	})
 }
 
-// WithBench sets how long an answer of kind k benches a key when the answer
-// says nothing of when its limit lifts: by default 1 minute for KindRate and
-// KindTransient, 12 hours for KindAuth. For KindQuota it sets the bench of a
-// billing condition (a spent balance, a 402), 12 hours by default; a quota
-// answer without a date and without a billing condition climbs the ladder of
-// WithQuotaLadder instead.
-func WithBench(k Kind, d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d <= 0 {
-			c.errs = append(c.errs, fmt.Errorf("bench for %s must be positive, not %v", k, d))
-			return
-		}
-		switch k {
-		case KindRate:
-			c.bench.rate = d
-		case KindQuota:
-			c.bench.billing = d
-		case KindAuth:
-			c.bench.auth = d
-		case KindTransient:
-			c.bench.transient = d
-		default:
-			c.errs = append(c.errs, fmt.Errorf("no bench for kind %s", k))
-		}
-	})
+// Benches say how long each kind of failure benches a key when its answer
+// does not date when the limit lifts (an answer that does benches the key
+// until then). A zero field keeps its default.
+type Benches struct {
+	// Rate is the bench of a throttle: 1 minute.
+	Rate time.Duration
+	// Transient is the bench of a server error without a Retry-After:
+	// 1 minute.
+	Transient time.Duration
+	// Auth is the bench of a revoked or unauthorized key: 12 hours.
+	Auth time.Duration
+	// Billing is the bench of a spent balance or credit, or a 402:
+	// 12 hours.
+	Billing time.Duration
+	// QuotaLevels are the benches of repeated quota answers: the first
+	// benches for QuotaLevels[0], the next for QuotaLevels[1] and so on,
+	// staying on the last; a success starts again at the first. Default:
+	// 2 minutes, 10 minutes, 1 hour, 12 hours.
+	QuotaLevels []time.Duration
+	// Max is the longest bench of any kind, dated or not: 12 hours. No
+	// bench is shorter than a second.
+	Max time.Duration
 }
 
-// WithQuotaLadder sets the benches of repeated quota answers that give no
-// date: the first hit benches for steps[0], the next for steps[1], and so on,
-// staying on the last step; a success starts the ladder again. The default
-// is 2 minutes, 10 minutes, 1 hour, 12 hours.
-func WithQuotaLadder(steps ...time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if len(steps) == 0 {
-			c.errs = append(c.errs, fmt.Errorf("quota ladder needs at least one step"))
-			return
-		}
-		for _, d := range steps {
-			if d <= 0 {
-				c.errs = append(c.errs, fmt.Errorf("quota ladder step %v must be positive", d))
-				return
+// WithBenches sets how long a Pool benches a key for each kind of failure
+// (see Benches). A negative duration, a Max under a second, or a quota level
+// that is not positive is an error.
+func WithBenches(b Benches) Option {
+	return poolOption("WithBenches", func(c *config) error {
+		for _, d := range []time.Duration{b.Rate, b.Transient, b.Auth, b.Billing, b.Max} {
+			if d < 0 {
+				return fmt.Errorf("negative bench %v", d)
 			}
 		}
-		c.bench.ladder = append([]time.Duration(nil), steps...)
-	})
-}
-
-// WithMaxBench sets the longest bench, 12 hours by default. No bench is
-// shorter than one second.
-func WithMaxBench(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d < time.Second {
-			c.errs = append(c.errs, fmt.Errorf("max bench %v is shorter than one second", d))
-			return
+		if b.Max != 0 && b.Max < time.Second {
+			return fmt.Errorf("the longest bench, %v, is shorter than one second", b.Max)
 		}
-		c.bench.max = d
+		for _, d := range b.QuotaLevels {
+			if d <= 0 {
+				return fmt.Errorf("quota level %v is not positive", d)
+			}
+		}
+		set := func(dst *time.Duration, d time.Duration) {
+			if d != 0 {
+				*dst = d
+			}
+		}
+		set(&c.bench.rate, b.Rate)
+		set(&c.bench.transient, b.Transient)
+		set(&c.bench.auth, b.Auth)
+		set(&c.bench.billing, b.Billing)
+		set(&c.bench.max, b.Max)
+		if len(b.QuotaLevels) > 0 {
+			c.bench.levels = append([]time.Duration(nil), b.QuotaLevels...)
+		}
+		return nil
 	})
 }
 
-// WithTracerProvider sets where the pool's spans go: one span per attempt,
+// WithTracerProvider sets where a Pool's spans go: one span per attempt,
 // named "keypool.attempt". The default is the global provider.
 func WithTracerProvider(tp trace.TracerProvider) Option {
-	return optionFunc(func(c *config) {
+	return poolOption("WithTracerProvider", func(c *config) error {
 		if tp != nil {
 			c.tracerProvider = tp
 		}
+		return nil
 	})
 }
 
-// WithMeterProvider sets where the pool's metrics go. The default is the
+// WithMeterProvider sets where a Pool's metrics go. The default is the
 // global provider.
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return optionFunc(func(c *config) {
+	return poolOption("WithMeterProvider", func(c *config) error {
 		if mp != nil {
 			c.meterProvider = mp
 		}
+		return nil
 	})
 }
 
-// WaitForKey makes a request that finds no key available wait — up to max,
-// and no longer than its context allows — for the soonest key to come back,
-// instead of failing at once. Requests for one model wait in arrival order.
-// When the soonest key returns later than max allows, the request fails at
-// once with a *NoAvailableKeyError. The default is not to wait.
+// WaitForKey makes a Pool's request that finds no key available wait — up
+// to max, and no longer than its context allows — for the soonest key to
+// come back, instead of failing at once. Requests for one model wait in
+// arrival order. A request that every key has failed waits too: when the
+// soonest bench ends it tries every key again. When the soonest key returns
+// later than max allows, the request fails at once with a
+// *NoAvailableKeyError; when the pool is closed, every waiting request
+// fails at once. The default is not to wait.
 func WaitForKey(max time.Duration) Option {
-	return optionFunc(func(c *config) {
+	return poolOption("WaitForKey", func(c *config) error {
 		if max < 0 {
-			c.errs = append(c.errs, fmt.Errorf("WaitForKey(%v): must not be negative", max))
-			return
+			return fmt.Errorf("%v is negative", max)
 		}
 		c.wait = max
+		return nil
 	})
 }

@@ -123,7 +123,7 @@ func TestTelemetryMetrics(t *testing.T) {
 	assert.Equal(t, map[string]float64{"keypool.provider=openai": 1}, points(t, reader, "keypool.keys.available"))
 	clock.Advance(time.Minute)
 	assert.Equal(t, map[string]float64{"keypool.provider=openai": 2}, points(t, reader, "keypool.keys.available"), "b is back")
-	require.NoError(t, p.Unbench("a"))
+	require.NoError(t, p.Unbench(t.Context(), "a"))
 	assert.Equal(t, map[string]float64{"keypool.provider=openai": 3}, points(t, reader, "keypool.keys.available"), "a unbenched")
 }
 
@@ -154,7 +154,7 @@ func TestTelemetryTokensAndUtilization(t *testing.T) {
 func TestTelemetryWaitHistogram(t *testing.T) {
 	p, _, reader := telemetryPool(t, []Key{{Secret: "sk-secret-a", ID: "a"}, {Secret: "sk-secret-b", ID: "b"}},
 		WaitForKey(time.Second))
-	require.NoError(t, p.Unbench("a"))
+	require.NoError(t, p.Unbench(t.Context(), "a"))
 	require.NoError(t, p.store.Bench(t.Context(), Bench{Provider: "openai", KeyID: "a", AllModels: true, Kind: KindRate, Until: time.Now().Add(50 * time.Millisecond)}))
 	require.NoError(t, p.store.Bench(t.Context(), Bench{Provider: "openai", KeyID: "b", AllModels: true, Kind: KindRate, Until: time.Now().Add(time.Hour)}))
 	require.NoError(t, p.Do(t.Context(), "m", func(context.Context, Key) error { return nil }))

@@ -92,7 +92,7 @@ func recordSeeds(tb testing.TB) (windowsRec, benchesRec []byte) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	for i, model := range []string{"gpt-4o", "gpt-4o-mini"} {
 		for j := range 3 {
-			_, err := s.Take(tb.Context(), Take{Provider: "p", KeyID: "k", Model: model, Tokens: 100,
+			_, err := s.Take(tb.Context(), Claim{Provider: "p", KeyID: "k", Model: model, Tokens: 100,
 				Limits: Limits{RPM: 10, RPD: 100, TPM: 1000}, Cap: Limits{RPD: 1000},
 				Now: now.Add(time.Duration(i*3+j) * 7 * time.Second)})
 			require.NoError(tb, err)
@@ -181,12 +181,14 @@ func FuzzStoreRecords(f *testing.F) {
 			models = append(models, name)
 		}
 		for _, model := range models {
-			take := Take{Provider: "p", KeyID: "k", Model: model, Tokens: 10,
+			take := Claim{Provider: "p", KeyID: "k", Model: model, Tokens: 10,
 				Limits: Limits{RPM: 5, RPD: 50, TPM: 500, TPD: 5000}, Cap: Limits{RPM: 10, RPD: 100}, Days: days, Now: now}
 			g, err := s.Take(t.Context(), take)
 			require.NoError(t, err)
-			require.NoError(t, s.Settle(t.Context(), take, g, 3))
-			require.NoError(t, s.Release(t.Context(), take, g))
+			if g.OK {
+				require.NoError(t, g.Reservation.Settle(t.Context(), 3))
+				require.NoError(t, g.Reservation.Release(t.Context()))
+			}
 		}
 		st, err := s.State(t.Context(), "p", "k", now)
 		require.NoError(t, err)

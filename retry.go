@@ -21,13 +21,28 @@ import (
 //	retry := keypool.Retry{MinWait: time.Second, MaxWait: 30 * time.Second}
 //	client := retryablehttp.NewClient()
 //	client.HTTPClient.Transport = pool.Transport(nil)
-//	client.RetryWaitMin, client.RetryWaitMax = retry.MinWait, retry.MaxWait
 //	client.CheckRetry, client.Backoff = retry.CheckRetry, retry.Backoff
 //
-// MinWait and MaxWait must be the client's RetryWaitMin and RetryWaitMax.
+// The waits are set here, once: Backoff uses MinWait and MaxWait, not the
+// client's RetryWaitMin and RetryWaitMax, which it is given but ignores.
 type Retry struct {
+	// MinWait is the shortest sleep between two tries; zero is one second.
 	MinWait time.Duration
+	// MaxWait is the longest: no retry waits for a key or a window that
+	// returns later. Zero is 30 seconds.
 	MaxWait time.Duration
+}
+
+// waits returns MinWait and MaxWait with their defaults.
+func (r Retry) waits() (lo, hi time.Duration) {
+	lo, hi = r.MinWait, r.MaxWait
+	if lo <= 0 {
+		lo = time.Second
+	}
+	if hi <= 0 {
+		hi = 30 * time.Second
+	}
+	return lo, max(lo, hi)
 }
 
 // CheckRetry reports whether a go-retryablehttp client should try a request
@@ -43,15 +58,12 @@ func (r Retry) CheckRetry(ctx context.Context, resp *http.Response, err error) (
 		}
 		return !permanent(err), nil
 	}
-	var head []byte
-	if resp.StatusCode >= 400 {
-		head, resp.Body = peek(resp.Body, maxFailureBody)
-	}
 	now := time.Now()
-	v := classify(resp.StatusCode, resp.Header, head, now)
+	v := classifyAnswer(resp, now)
+	_, maxWait := r.waits()
 	switch v.kind {
 	case KindRate:
-		if v.reset.Window == WindowNone && !v.reset.ResetAt.After(now.Add(r.MaxWait)) {
+		if v.reset.Window == WindowNone && !v.reset.ResetAt.After(now.Add(maxWait)) {
 			return true, nil
 		}
 		return false, providerError(resp, v)
@@ -66,11 +78,12 @@ func (r Retry) CheckRetry(ctx context.Context, resp *http.Response, err error) (
 // waitForKey sleeps until a key is back, less the MinWait that Backoff adds,
 // when that is within MaxWait.
 func (r Retry) waitForKey(ctx context.Context, na *NoAvailableKeyError, err error) (bool, error) {
+	minWait, maxWait := r.waits()
 	wait := time.Until(na.RetryAt)
-	if na.RetryAt.IsZero() || wait > r.MaxWait {
+	if na.RetryAt.IsZero() || wait > maxWait {
 		return false, err
 	}
-	if sleep := wait - r.MinWait; sleep > 0 {
+	if sleep := wait - minWait; sleep > 0 {
 		t := time.NewTimer(sleep)
 		defer t.Stop()
 		select {
@@ -84,11 +97,7 @@ func (r Retry) waitForKey(ctx context.Context, na *NoAvailableKeyError, err erro
 
 // providerError describes a failure retrying cannot mend.
 func providerError(resp *http.Response, v verdict) error {
-	host := ""
-	if resp.Request != nil && resp.Request.URL != nil {
-		host = resp.Request.URL.Host
-	}
-	return &ProviderError{Provider: host, Kind: v.kind, Status: resp.StatusCode,
+	return &ProviderError{Kind: v.kind, Status: resp.StatusCode,
 		RetryAfter: v.reset.RetryAfter, ResetAt: v.reset.ResetAt, Window: v.reset.Window}
 }
 
@@ -116,28 +125,30 @@ func permanent(err error) bool {
 
 // Backoff returns how long a go-retryablehttp client sleeps before trying a
 // request again: the answer's Retry-After (or retry-after-ms), else the
-// reset of its exhausted short window, else min·2^attempt — never more than
-// max. Without an answer (a transport error, or no key free, which
-// CheckRetry has already waited for) it is min.
-func (r Retry) Backoff(min, max time.Duration, attempt int, resp *http.Response) time.Duration {
+// reset of its exhausted short window, else MinWait·2^attempt — never more
+// than MaxWait. Without an answer (a transport error, or no key free, which
+// CheckRetry has already waited for) it is MinWait. The client's own waits,
+// passed as the first two arguments, are not used.
+func (r Retry) Backoff(_, _ time.Duration, attempt int, resp *http.Response) time.Duration {
+	lo, hi := r.waits()
 	if resp == nil {
-		return min
+		return lo
 	}
 	now := time.Now()
 	if d, ok := RetryAfterFromHeaders(resp.Header, now); ok {
-		return between(d, min, max)
+		return between(d, lo, hi)
 	}
 	if reset := ParseRateLimitReset(resp.Header, now); reset.exhausted(now) {
-		return between(reset.ResetAt.Sub(now), min, max)
+		return between(reset.ResetAt.Sub(now), lo, hi)
 	}
-	d := min
+	d := lo
 	for range attempt {
-		if d >= max {
+		if d >= hi {
 			break
 		}
 		d *= 2
 	}
-	return between(d, min, max)
+	return between(d, lo, hi)
 }
 
 // between returns d, raised to lo and lowered to hi.

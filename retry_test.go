@@ -23,7 +23,6 @@ func retryClient(pool *Pool, maxWait time.Duration) *retryablehttp.Client {
 	c.Logger = nil
 	c.HTTPClient.Transport = pool.Transport(nil)
 	c.RetryMax = 4
-	c.RetryWaitMin, c.RetryWaitMax = retry.MinWait, retry.MaxWait
 	c.CheckRetry, c.Backoff = retry.CheckRetry, retry.Backoff
 	return c
 }
@@ -146,10 +145,14 @@ func TestRetryBackoff(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := r.Backoff(r.MinWait, r.MaxWait, tt.attempt, tt.resp)
+			// The client's own waits (retryablehttp's defaults here) are
+			// not used: the waits are set once, in Retry.
+			got := r.Backoff(time.Second, 30*time.Minute, tt.attempt, tt.resp)
 			assert.InDelta(t, float64(tt.want), float64(got), float64(50*time.Millisecond), "Backoff = %v, want %v", got, tt.want)
 		})
 	}
+	assert.Equal(t, time.Second, Retry{}.Backoff(0, 0, 0, nil), "a zero MinWait is a second")
+	assert.Equal(t, 30*time.Second, Retry{}.Backoff(0, 0, 20, resp(nil)), "a zero MaxWait is 30 seconds")
 }
 
 func TestRetryCheckRetryStopsOnContext(t *testing.T) {

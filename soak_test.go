@@ -99,7 +99,7 @@ func soak(t *testing.T) string {
 	defer store.Close()
 	var ev evictions
 	pool, err := New("openai", keys, WithStore(store), WithClock(clock.Now), WithLimits(soakLimits),
-		WithBench(KindAuth, 3*time.Minute), OnEvict(ev.add))
+		WithBenches(Benches{Auth: 3 * time.Minute}), OnEvict(ev.add))
 	require.NoError(t, err)
 	defer pool.Close()
 	base := &http.Transport{MaxIdleConnsPerHost: soakWorkers}

@@ -16,39 +16,40 @@ import (
 //
 // The package's stores are the MemoryStore (the default), the BadgerStore
 // (state that survives restarts) and, in package redisstore, a store that
-// replicas share.
+// replicas share. Package storetest holds the conformance suite each of
+// them passes.
 type Store interface {
 	// Take admits one request for a key and model if no bench holds the key
 	// and its windows have room, and records it; otherwise it records
 	// nothing and says when the key could take the request.
-	Take(ctx context.Context, t Take) (Grant, error)
-	// Settle replaces the tokens a granted Take recorded by the tokens the
-	// request actually used.
-	Settle(ctx context.Context, t Take, g Grant, tokens int64) error
-	// Release gives back all that a granted Take recorded: the request
-	// never reached the vendor.
-	Release(ctx context.Context, t Take, g Grant) error
+	Take(ctx context.Context, c Claim) (Grant, error)
 	// Bench sets a key — for one model, or for all — aside until b.Until. A
-	// bench never shortens one already set. It records b.Level as the key's
-	// escalation level for the model.
+	// bench never shortens one already set. For one model it also records
+	// b.Level as the key's level for the model; a Bench with a zero Until
+	// sets only the level, as a success does when it sets it back to zero.
 	Bench(ctx context.Context, b Bench) error
-	// ResetLevel sets a key's escalation level for a model back to zero, as
-	// a success does.
-	ResetLevel(ctx context.Context, provider, keyID, model string) error
-	// Unbench lifts every bench of a key and resets its escalation levels.
+	// Unbench lifts every bench of a key and sets its levels back to zero.
 	Unbench(ctx context.Context, provider, keyID string) error
-	// State returns what the store holds for a key at now.
-	State(ctx context.Context, provider, keyID string, now time.Time) (KeyState, error)
+	// State returns what the store holds for a key at now: its benches,
+	// levels and usage. It fills Bench, Cap and Models (each with Model,
+	// Bench, Level and Usage); the pool fills the rest of KeyStats.
+	State(ctx context.Context, provider, keyID string, now time.Time) (KeyStats, error)
 	// Flush writes what the store holds only in memory to where it keeps
 	// state; a store that keeps nothing elsewhere returns nil.
 	Flush(ctx context.Context) error
 }
 
-// Take is one request a pool asks a store to admit.
-type Take struct {
+// Claim is one request a pool asks a store to admit.
+type Claim struct {
 	Provider string // the pool's provider name: several pools may share a store
 	KeyID    string
-	Model    string
+	// Model is the request's model: at most 256 bytes of UTF-8 without
+	// control characters (a store refuses others with an error).
+	Model string
+	// Named reports that the pool was configured for the model
+	// (WithModelLimits): a store that bounds the models it keeps per key
+	// keeps it whatever other models hold.
+	Named bool
 	// Tokens is the request's token estimate, never above the smallest token
 	// limit that applies.
 	Tokens int64
@@ -63,7 +64,7 @@ type Take struct {
 	Now time.Time
 }
 
-// Grant is a store's answer to a Take.
+// Grant is a store's answer to a Claim.
 type Grant struct {
 	// OK reports that the request was admitted and recorded.
 	OK bool
@@ -74,17 +75,24 @@ type Grant struct {
 	// that holds the key, or KindRate for a full minute window and KindQuota
 	// for a full day window.
 	Reason Kind
-	// Level is the key's escalation level for the model: the quota answers
-	// without a date it has had since its last success.
+	// Level is the key's level for the model: the quota answers without a
+	// date it has had since its last success.
 	Level int
-	// At is when the request was recorded, by the store's clock; Settle and
-	// Release use it to find what it recorded.
-	At time.Time
+	// Reservation is what an admitted request recorded, held by the store
+	// that made it; nil when the request was refused.
+	Reservation Reservation
+}
 
-	// key and model are the MemoryStore's own state for the take, so that
-	// settling it needs no lookup; other stores leave them nil.
-	key   *memKey
-	model *memModel
+// Reservation is what a store recorded for one admitted request, as
+// rate.Reservation is for x/time/rate. The pool settles or releases it once
+// the answer is known; one request uses it at a time.
+type Reservation interface {
+	// Settle replaces the tokens the request recorded by the tokens it
+	// used. A later Settle replaces those in turn.
+	Settle(ctx context.Context, tokens int64) error
+	// Release gives back all the request recorded: it never reached the
+	// vendor. A second Release does nothing.
+	Release(ctx context.Context) error
 }
 
 // Bench is a key set aside.
@@ -97,30 +105,13 @@ type Bench struct {
 	AllModels bool
 	Kind      Kind
 	Until     time.Time
-	// Level is the key's escalation level for Model after this bench.
+	// Level is the key's level for Model after this bench: how many quota
+	// answers without a date it has had since its last success.
 	Level int
 }
 
-// KeyState is what a store holds for one key.
-type KeyState struct {
-	// Bench is the bench of the whole key; zero when none holds it.
-	Bench BenchState
-	// Cap is what the key has used across all its models.
-	Cap Usage
-	// Models holds the key's state per model, in no particular order.
-	Models []ModelState
-}
-
-// ModelState is what a store holds for one key and model.
-type ModelState struct {
-	Model string
-	Bench BenchState
-	Level int
-	Usage Usage
-}
-
-// BenchState is a bench: its kind and when it ends. The zero BenchState is
-// no bench.
+// BenchState is a bench in force: its kind and when it ends. The zero
+// BenchState is no bench.
 type BenchState struct {
 	Kind  Kind
 	Until time.Time

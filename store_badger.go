@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"strings"
 	"sync"
@@ -281,33 +282,19 @@ func (s *BadgerStore) load() error {
 }
 
 // Take implements Store.
-func (s *BadgerStore) Take(ctx context.Context, t Take) (Grant, error) { return s.mem.Take(ctx, t) }
-
-// Settle implements Store.
-func (s *BadgerStore) Settle(ctx context.Context, t Take, g Grant, tokens int64) error {
-	return s.mem.Settle(ctx, t, g, tokens)
-}
-
-// Release implements Store.
-func (s *BadgerStore) Release(ctx context.Context, t Take, g Grant) error {
-	return s.mem.Release(ctx, t, g)
-}
+func (s *BadgerStore) Take(ctx context.Context, c Claim) (Grant, error) { return s.mem.Take(ctx, c) }
 
 // State implements Store.
-func (s *BadgerStore) State(ctx context.Context, provider, keyID string, now time.Time) (KeyState, error) {
+func (s *BadgerStore) State(ctx context.Context, provider, keyID string, now time.Time) (KeyStats, error) {
 	return s.mem.State(ctx, provider, keyID, now)
 }
 
-// Bench implements Store: the bench is written through.
+// Bench implements Store: the bench, or the level, is written through.
 func (s *BadgerStore) Bench(ctx context.Context, b Bench) error {
-	_ = s.mem.Bench(ctx, b)
+	if err := s.mem.Bench(ctx, b); err != nil {
+		return err
+	}
 	return s.writeBenches(keyRef{b.Provider, b.KeyID})
-}
-
-// ResetLevel implements Store: the level is written through.
-func (s *BadgerStore) ResetLevel(ctx context.Context, provider, keyID, model string) error {
-	_ = s.mem.ResetLevel(ctx, provider, keyID, model)
-	return s.writeBenches(keyRef{provider, keyID})
 }
 
 // Unbench implements Store: the change is written through.
@@ -501,17 +488,13 @@ func (b badgerLogger) Warningf(f string, v ...any) {
 func (badgerLogger) Infof(string, ...any)  {}
 func (badgerLogger) Debugf(string, ...any) {}
 
-// StoredKey names a key whose state a store holds.
-type StoredKey struct {
-	Provider string
-	KeyID    string
-}
-
-// Keys returns the keys the store holds state for, in no particular order.
-func (s *BadgerStore) Keys() []StoredKey {
-	var out []StoredKey
-	s.mem.each(func(ref keyRef, _ *memKey) {
-		out = append(out, StoredKey{Provider: ref.provider, KeyID: ref.keyID})
-	})
-	return out
+// Keys yields the provider and ID of each key the store holds state for,
+// in no particular order.
+func (s *BadgerStore) Keys() iter.Seq2[string, string] {
+	return func(yield func(provider, keyID string) bool) {
+		s.mem.keys.Range(func(ref, _ any) bool {
+			r := ref.(keyRef)
+			return yield(r.provider, r.keyID)
+		})
+	}
 }

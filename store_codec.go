@@ -57,7 +57,7 @@ func (k *memKey) decodeWindows(b []byte) error {
 		k.cap.decode(&r)
 	}
 	for n := r.uvarint(); n > 0 && r.err == nil; n-- {
-		m := k.model(r.string())
+		m := k.model(r.string(), k.last, true)
 		m.win = &windows{}
 		m.win.decode(&r)
 	}
@@ -108,7 +108,7 @@ func (k *memKey) decodeBenches(b []byte) error {
 	k.benchVer = r.uvarint()
 	k.bench.decode(&r)
 	for n := r.uvarint(); n > 0 && r.err == nil; n-- {
-		m := k.model(r.string())
+		m := k.model(r.string(), k.last, true)
 		m.bench.decode(&r)
 		m.level = int(r.uvarint())
 	}

@@ -2,6 +2,7 @@ package keypool
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -58,6 +59,14 @@ func (b benchState) public(now int64) BenchState {
 	return BenchState{Kind: b.kind, Until: time.Unix(0, b.until).UTC()}
 }
 
+// shiftBack moves a bench in force at the wrong clock d nanoseconds earlier,
+// never to before now.
+func (b *benchState) shiftBack(d, now int64) {
+	if b.until > now {
+		b.until = max(b.until-d, now)
+	}
+}
+
 // extend sets the bench to kind until until unless it already lasts longer.
 func (b *benchState) extend(kind Kind, until int64) {
 	if until > b.until {
@@ -80,13 +89,17 @@ func (s *MemoryStore) key(provider, keyID string) *memKey {
 	return k.(*memKey)
 }
 
-// model returns the key's state for a model, adding it when new. k.mu must
-// be held.
-func (k *memKey) model(name string) *memModel {
+// model returns the key's state for a model, adding it when new. A key
+// keeps at most maxModelsPerKey models: when it has as many, a new one takes
+// the place of an entry that holds nothing in force at now (see idle), and
+// when none does, it shares the overflow entry — unless it is named, a model
+// the pool was configured for, which always has an entry of its own. k.mu
+// must be held.
+func (k *memKey) model(name string, now int64, named bool) *memModel {
 	if m := k.models[name]; m != nil {
 		return m
 	}
-	if len(k.models) >= maxModelsPerKey {
+	if len(k.models) >= maxModelsPerKey && !named && !k.evictIdle(now) {
 		name = overflowModel
 		if m := k.models[name]; m != nil {
 			return m
@@ -97,22 +110,52 @@ func (k *memKey) model(name string) *memModel {
 	return m
 }
 
+// evictScan bounds the entries evictIdle looks at for one new model, so a
+// client naming endless models costs a bounded scan a request.
+const evictScan = 32
+
+// evictIdle removes one model entry that holds nothing in force at now, and
+// reports whether it found one. k.mu must be held.
+func (k *memKey) evictIdle(now int64) bool {
+	n := 0
+	for name, m := range k.models {
+		if n++; n > evictScan {
+			return false
+		}
+		if name != overflowModel && m.idle(now, k.days) {
+			delete(k.models, name)
+			k.dirty = true
+			return true
+		}
+	}
+	return false
+}
+
+// idle reports whether the entry holds nothing in force at now: no bench,
+// no level, windows that count nothing.
+func (m *memModel) idle(now int64, c Calendar) bool {
+	return m.bench.until <= now && m.level == 0 && (m.win == nil || m.win.usage(now, c) == Usage{})
+}
+
 // Take implements Store.
-func (s *MemoryStore) Take(_ context.Context, t Take) (Grant, error) {
+func (s *MemoryStore) Take(_ context.Context, t Claim) (Grant, error) {
+	if err := windowspec.CheckModel(t.Model); err != nil {
+		return Grant{}, fmt.Errorf("keypool: memory store: %w", err)
+	}
 	k := s.key(t.Provider, t.KeyID)
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	// A clock that steps back records at the latest time seen, so what is
 	// taken counts at least as long as it should. A step back of more than
 	// maxStepBack is a clock put right after running ahead: the key's
-	// windows, dated by the wrong clock, start again.
+	// windows and benches, dated by the wrong clock, move back with it.
 	if k.last-t.Now.UnixNano() > int64(maxStepBack) {
-		k.restart()
+		k.shiftBack(k.last-t.Now.UnixNano(), t.Now.UnixNano(), t.Days)
 	}
 	now := max(t.Now.UnixNano(), k.last)
 	k.last = now
 	k.days = t.Days
-	m := k.model(t.Model)
+	m := k.model(t.Model, now, t.Named)
 	if until, kind := latest(k.bench, m.bench); until > now {
 		return Grant{RetryAt: time.Unix(0, until).UTC(), Reason: kind, Level: m.level}, nil
 	}
@@ -144,20 +187,85 @@ func (s *MemoryStore) Take(_ context.Context, t Take) (Grant, error) {
 		k.cap.add(now, t.Cap, 1, t.Tokens, t.Days)
 	}
 	k.dirty = true
-	return Grant{OK: true, Level: m.level, At: time.Unix(0, now).UTC(), key: k, model: m}, nil
+	r := &memReservation{key: k, model: m, at: now, tokens: t.Tokens, limits: t.Limits, cap: t.Cap, days: t.Days}
+	return Grant{OK: true, Level: m.level, Reservation: r}, nil
+}
+
+// memReservation is what a MemoryStore recorded for one admitted request:
+// the key's and the model's state, so that settling looks nothing up, and
+// what the take counted.
+type memReservation struct {
+	key      *memKey
+	model    *memModel
+	at       int64 // when the take was recorded, Unix nanoseconds
+	tokens   int64 // the tokens it counts now
+	released bool
+	limits   Limits
+	cap      Limits
+	days     Calendar
+}
+
+// Settle implements Reservation.
+func (r *memReservation) Settle(_ context.Context, tokens int64) error {
+	r.key.mu.Lock()
+	defer r.key.mu.Unlock()
+	if !r.released {
+		tokens = max(tokens, 0)
+		r.add(0, tokens-r.tokens)
+		r.tokens = tokens
+	}
+	return nil
+}
+
+// Release implements Reservation.
+func (r *memReservation) Release(context.Context) error {
+	r.key.mu.Lock()
+	defer r.key.mu.Unlock()
+	if !r.released {
+		r.add(-1, -r.tokens)
+		r.released = true
+	}
+	return nil
+}
+
+// add changes what the take recorded by req requests and tok tokens.
+// r.key.mu must be held.
+func (r *memReservation) add(req, tok int64) {
+	if req == 0 && tok == 0 {
+		return
+	}
+	if r.model.win != nil {
+		r.model.win.add(r.at, r.limits, req, tok, r.days)
+	}
+	if r.key.cap != nil {
+		r.key.cap.add(r.at, r.cap, req, tok, r.days)
+	}
+	r.key.dirty = true
 }
 
 // maxStepBack is the longest step back of the clock a key's windows ride
 // out by counting at the latest time seen.
 const maxStepBack = time.Hour
 
-// restart empties the key's windows. k.mu must be held.
-func (k *memKey) restart() {
-	k.last, k.cap = 0, nil
-	for _, m := range k.models {
-		m.win = nil
+// shiftBack moves the key's windows and benches d nanoseconds earlier, to
+// now, after the clock that dated them was put back by d: what was taken
+// still counts, for as long as it should from the corrected clock, and a
+// bench ends as long after it began as it was meant to. k.mu must be held.
+func (k *memKey) shiftBack(d, now int64, c Calendar) {
+	shift := func(w *windows) {
+		if w != nil {
+			w.shiftBack(d, now, c)
+		}
 	}
+	shift(k.cap)
+	k.bench.shiftBack(d, now)
+	for _, m := range k.models {
+		shift(m.win)
+		m.bench.shiftBack(d, now)
+	}
+	k.last = now
 	k.dirty = true
+	k.benchVer++
 }
 
 // latest returns the end and kind of the later of two benches.
@@ -168,65 +276,26 @@ func latest(a, b benchState) (int64, Kind) {
 	return a.until, a.kind
 }
 
-// Settle implements Store.
-func (s *MemoryStore) Settle(_ context.Context, t Take, g Grant, tokens int64) error {
-	s.add(t, g, 0, max(tokens, 0)-t.Tokens)
-	return nil
-}
-
-// Release implements Store.
-func (s *MemoryStore) Release(_ context.Context, t Take, g Grant) error {
-	s.add(t, g, -1, -t.Tokens)
-	return nil
-}
-
-// add changes what a granted take recorded by req requests and tok tokens.
-func (s *MemoryStore) add(t Take, g Grant, req, tok int64) {
-	if !g.OK || (req == 0 && tok == 0) {
-		return
-	}
-	k, m := g.key, g.model
-	if k == nil {
-		k = s.key(t.Provider, t.KeyID)
-	}
-	at := g.At.UnixNano()
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if m == nil {
-		m = k.model(t.Model)
-	}
-	if m.win != nil {
-		m.win.add(at, t.Limits, req, tok, t.Days)
-	}
-	if k.cap != nil {
-		k.cap.add(at, t.Cap, req, tok, t.Days)
-	}
-	k.dirty = true
-}
-
 // Bench implements Store.
 func (s *MemoryStore) Bench(_ context.Context, b Bench) error {
+	if err := windowspec.CheckModel(b.Model); err != nil {
+		return fmt.Errorf("keypool: memory store: %w", err)
+	}
 	k := s.key(b.Provider, b.KeyID)
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.benchVer++
 	if b.AllModels {
-		k.bench.extend(b.Kind, b.Until.UnixNano())
+		if !b.Until.IsZero() {
+			k.bench.extend(b.Kind, b.Until.UnixNano())
+		}
 		return nil
 	}
-	m := k.model(b.Model)
-	m.bench.extend(b.Kind, b.Until.UnixNano())
+	m := k.model(b.Model, k.last, false)
+	if !b.Until.IsZero() {
+		m.bench.extend(b.Kind, b.Until.UnixNano())
+	}
 	m.level = b.Level
-	return nil
-}
-
-// ResetLevel implements Store.
-func (s *MemoryStore) ResetLevel(_ context.Context, provider, keyID, model string) error {
-	k := s.key(provider, keyID)
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.benchVer++
-	k.model(model).level = 0
 	return nil
 }
 
@@ -244,17 +313,17 @@ func (s *MemoryStore) Unbench(_ context.Context, provider, keyID string) error {
 }
 
 // State implements Store.
-func (s *MemoryStore) State(_ context.Context, provider, keyID string, now time.Time) (KeyState, error) {
+func (s *MemoryStore) State(_ context.Context, provider, keyID string, now time.Time) (KeyStats, error) {
 	k := s.key(provider, keyID)
 	n := now.UnixNano()
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	st := KeyState{Bench: k.bench.public(n), Models: make([]ModelState, 0, len(k.models))}
+	st := KeyStats{Bench: k.bench.public(n), Models: make([]ModelStats, 0, len(k.models))}
 	if k.cap != nil {
 		st.Cap = k.cap.usage(n, k.days)
 	}
 	for name, m := range k.models {
-		ms := ModelState{Model: name, Bench: m.bench.public(n), Level: m.level}
+		ms := ModelStats{Model: name, Bench: m.bench.public(n), Level: m.level}
 		if m.win != nil {
 			ms.Usage = m.win.usage(n, k.days)
 		}

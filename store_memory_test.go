@@ -1,6 +1,8 @@
 package keypool
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,13 +13,13 @@ import (
 func TestMemoryStoreClockSteppingBack(t *testing.T) {
 	s := NewMemoryStore()
 	now := time.Date(2026, 1, 1, 0, 1, 0, 0, time.UTC)
-	take := Take{Provider: "p", KeyID: "k", Model: "m", Limits: Limits{RPM: 2}}
+	take := Claim{Provider: "p", KeyID: "k", Model: "m", Limits: Limits{RPM: 2}}
 	for _, at := range []time.Time{now, now.Add(-30 * time.Second)} {
 		take.Now = at
 		g, err := s.Take(t.Context(), take)
 		require.NoError(t, err)
 		require.True(t, g.OK)
-		assert.Equal(t, now, g.At, "a take is recorded at the latest time seen")
+		assert.Equal(t, now.UnixNano(), g.Reservation.(*memReservation).at, "a take is recorded at the latest time seen")
 	}
 	take.Now = now.Add(50 * time.Second)
 	g, err := s.Take(t.Context(), take)
@@ -28,7 +30,7 @@ func TestMemoryStoreClockSteppingBack(t *testing.T) {
 
 func TestMemoryStoreBoundsModelsPerKey(t *testing.T) {
 	s := NewMemoryStore()
-	take := Take{Provider: "p", KeyID: "k", Now: time.Now(), Limits: Limits{RPM: 1_000_000}}
+	take := Claim{Provider: "p", KeyID: "k", Now: time.Now(), Limits: Limits{RPM: 1_000_000}}
 	for i := range maxModelsPerKey + 50 {
 		take.Model = string(rune('a'+i%26)) + time.Duration(i).String()
 		_, err := s.Take(t.Context(), take)
@@ -40,19 +42,117 @@ func TestMemoryStoreBoundsModelsPerKey(t *testing.T) {
 }
 
 func TestMemoryStoreClockPutRight(t *testing.T) {
-	s := NewMemoryStore()
 	ahead := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC) // a clock years ahead
-	take := Take{Provider: "p", KeyID: "k", Model: "m", Limits: Limits{RPM: 1}, Now: ahead}
-	g, err := s.Take(t.Context(), take)
+	right := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name   string
+		limits Limits
+		days   Calendar
+		takes  int
+		wait   time.Duration // how long after the clock is put right the key takes again
+	}{
+		{"minute", Limits{RPM: 1}, Calendar{}, 1, time.Minute},
+		{"sliding day", Limits{RPD: 5}, Calendar{}, 5, 24 * time.Hour},
+		{"calendar day", Limits{RPD: 5}, Calendar{Loc: time.UTC}, 5, 24 * time.Hour},
+		{"an hour and a second back", Limits{RPD: 3}, Calendar{}, 3, 24 * time.Hour},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := NewMemoryStore()
+			from := ahead
+			if tt.name == "an hour and a second back" {
+				from = right.Add(time.Hour + time.Second)
+			}
+			c := Claim{Provider: "p", KeyID: "k", Model: "m", Limits: tt.limits, Days: tt.days, Now: from}
+			for i := range tt.takes {
+				g, err := s.Take(t.Context(), c)
+				require.NoError(t, err)
+				require.True(t, g.OK, "take %d", i+1)
+			}
+			c.Now = right
+			g, err := s.Take(t.Context(), c)
+			require.NoError(t, err)
+			assert.False(t, g.OK, "what was taken under the wrong clock still counts: no second limit")
+			assert.True(t, !g.RetryAt.After(right.Add(tt.wait+time.Hour)), "the key is back within its window of the corrected clock, not years on: %v", g.RetryAt)
+			c.Now = right.Add(tt.wait + time.Hour)
+			g, err = s.Take(t.Context(), c)
+			require.NoError(t, err)
+			assert.True(t, g.OK, "back once its window has passed on the corrected clock")
+		})
+	}
+}
+
+func TestMemoryStoreClockPutRightMovesBenches(t *testing.T) {
+	s := NewMemoryStore()
+	ahead := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
+	right := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c := Claim{Provider: "p", KeyID: "k", Model: "m", Now: ahead}
+	_, err := s.Take(t.Context(), c)
 	require.NoError(t, err)
-	require.True(t, g.OK)
-	take.Now = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) // put right
-	g, err = s.Take(t.Context(), take)
+	require.NoError(t, s.Bench(t.Context(), Bench{Provider: "p", KeyID: "k", Model: "m", Kind: KindRate, Until: ahead.Add(time.Minute)}))
+	c.Now = right
+	g, err := s.Take(t.Context(), c)
 	require.NoError(t, err)
-	assert.True(t, g.OK, "windows dated by a clock years ahead do not hold the key")
-	assert.Equal(t, take.Now, g.At)
-	take.Now = take.Now.Add(time.Second)
-	g, err = s.Take(t.Context(), take)
+	assert.False(t, g.OK, "the bench still holds")
+	assert.Equal(t, right.Add(time.Minute), g.RetryAt, "for the minute it was set for")
+}
+
+func TestMemoryStoreEvictsIdleModels(t *testing.T) {
+	s := NewMemoryStore()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c := Claim{Provider: "p", KeyID: "k", Limits: Limits{RPM: 100}, Now: now}
+	for i := range maxModelsPerKey {
+		c.Model = fmt.Sprintf("m%d", i)
+		_, err := s.Take(t.Context(), c)
+		require.NoError(t, err)
+	}
+	// Every entry holds a take: a new model shares the overflow entry.
+	c.Model = "crowded"
+	_, err := s.Take(t.Context(), c)
 	require.NoError(t, err)
-	assert.False(t, g.OK, "and count again from the corrected clock")
+	named := c
+	named.Model, named.Named = "configured", true
+	_, err = s.Take(t.Context(), named)
+	require.NoError(t, err)
+	st, err := s.State(t.Context(), "p", "k", now)
+	require.NoError(t, err)
+	assert.True(t, hasModel(st, overflowModel), "a full key shares one entry")
+	assert.True(t, hasModel(st, "configured"), "a model the pool was configured for has its own entry")
+
+	// A minute on, the entries hold nothing in force: new models take
+	// their places, and a bench of one never holds another.
+	c.Now = now.Add(2 * time.Minute)
+	for _, m := range []string{"new-a", "new-b"} {
+		c.Model = m
+		g, err := s.Take(t.Context(), c)
+		require.NoError(t, err)
+		require.True(t, g.OK)
+	}
+	require.NoError(t, s.Bench(t.Context(), Bench{Provider: "p", KeyID: "k", Model: "new-a", Kind: KindRate, Until: c.Now.Add(time.Minute)}))
+	c.Model = "new-b"
+	g, err := s.Take(t.Context(), c)
+	require.NoError(t, err)
+	assert.True(t, g.OK, "a 429 for one model does not refuse another")
+	st, err = s.State(t.Context(), "p", "k", c.Now)
+	require.NoError(t, err)
+	assert.True(t, hasModel(st, "new-a") && hasModel(st, "new-b"), "new models have entries of their own")
+	assert.LessOrEqual(t, len(st.Models), maxModelsPerKey+2, "the bound holds: the overflow entry and the named model beyond it")
+}
+
+func TestMemoryStoreRefusesModelNamesItCannotKeep(t *testing.T) {
+	s := NewMemoryStore()
+	for _, name := range []string{strings.Repeat("m", 257), "bad\x00name", "\xff"} {
+		_, err := s.Take(t.Context(), Claim{Provider: "p", KeyID: "k", Model: name, Now: time.Now()})
+		assert.ErrorContains(t, err, "model name")
+		assert.ErrorContains(t, s.Bench(t.Context(), Bench{Provider: "p", KeyID: "k", Model: name, Until: time.Now()}), "model name")
+	}
+}
+
+func hasModel(st KeyStats, model string) bool {
+	for _, m := range st.Models {
+		if m.Model == model {
+			return true
+		}
+	}
+	return false
 }

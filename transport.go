@@ -8,6 +8,9 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
+
+	"github.com/keypool-go/keypool/internal/windowspec"
 )
 
 // The bounds of what the transport reads itself.
@@ -58,74 +61,145 @@ func (t *transport) CloseIdleConnections() {
 	}
 }
 
-// RoundTrip implements http.RoundTripper.
+// RoundTrip implements http.RoundTripper: a request goes to the first key in
+// order that can take it, then, while keys fail it and its body can be sent
+// again, to the next (see Transport).
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	p := t.pool
+	if err := p.usable(); err != nil {
+		closeRequestBody(req)
+		return nil, err
+	}
+	if keyless, err := p.keyless(req); err != nil || keyless {
+		if err != nil {
+			closeRequestBody(req)
+			return nil, err
+		}
+		return t.sendKeyless(req)
+	}
 	body, info, err := p.inspect(req)
 	if err != nil {
 		return nil, err
 	}
-	var estimate int64
+	r := request{req: req, body: body, model: info.Model}
 	if p.needTokens {
-		estimate = max(p.cfg.estimator(info), 0)
+		r.estimate = max(p.cfg.estimator(info), 0)
 	}
-	ctx := req.Context()
-	var c call
 	for attempt := 0; ; attempt++ {
-		l, err := p.take(ctx, &c, info.Model, estimate)
-		if err != nil {
-			body.discard()
-			return nil, err
+		resp, again, err := t.attempt(&r, attempt)
+		if !again {
+			return resp, err
 		}
-		actx, span := p.tel.startAttempt(ctx, l.key, info.Model, attempt)
-		out := req.Clone(actx)
-		if out.Body, err = body.next(); err != nil {
-			_ = p.store.Release(ctx, l.take, l.grant)
-			endAttempt(span, 0, verdict{}, 0, err)
-			return nil, err
+	}
+}
+
+// request is what one RoundTrip carries across its attempts.
+type request struct {
+	req      *http.Request
+	body     *replay
+	model    string
+	estimate int64
+	call
+}
+
+// attempt sends r once, with the next key that can take it. It returns the
+// answer or error for the caller, or again when the key failed with a
+// failure another key may not have and the request goes to the next key.
+func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again bool, err error) {
+	p := t.pool
+	ctx := r.req.Context()
+	l, err := p.take(ctx, &r.call, r.model, r.estimate)
+	if err != nil {
+		r.body.discard()
+		return nil, false, err
+	}
+	actx, span := p.tel.startAttempt(ctx, l.key, r.model, attempt)
+	out := r.req.Clone(actx)
+	if out.Body, err = r.body.next(); err != nil {
+		p.release(ctx, &l)
+		endAttempt(span, 0, verdict{}, 0, err)
+		return nil, false, err
+	}
+	out.GetBody = r.body.getBodyFunc()
+	p.cfg.auth.apply(out, l.key.auth)
+	l.key.sent.Add(1)
+	resp, err = t.base.RoundTrip(out)
+	if err == nil && resp == nil {
+		err = errors.New("keypool: base RoundTripper returned neither an answer nor an error")
+	}
+	if err != nil {
+		// No answer: nothing to bench. The request never counted —
+		// unless the caller gave up while the vendor had it, which the
+		// vendor may count: then its slot stays taken.
+		if ctx.Err() == nil {
+			p.release(ctx, &l)
 		}
-		out.GetBody = body.getBodyFunc()
-		p.cfg.auth.apply(out, l.key.auth)
-		p.sent(&l)
-		resp, err := t.base.RoundTrip(out)
-		if err == nil && resp == nil {
-			err = errors.New("keypool: base RoundTripper returned neither an answer nor an error")
+		err = p.redact(err, l.key)
+		v := verdict{}
+		if p.cfg.auth.refused(err) {
+			// The key itself could not go on a request: it is the key's
+			// fault, as a revoked key is.
+			v.kind = KindAuth
+			now := p.cfg.clock()
+			r.sooner(p.observe(ctx, &l, v, now))
 		}
-		if err == nil && resp.Body == nil {
-			resp.Body = http.NoBody // as http.Client reads a RoundTripper's nil Body
+		endAttempt(span, 0, v, 0, err)
+		if v.kind != KindNone && !p.single() && r.body.replayable() {
+			r.tried.add(l.key.index)
+			return nil, true, nil
 		}
-		if err != nil {
-			// No answer: nothing to bench. The request never counted —
-			// unless the caller gave up while the vendor had it, which the
-			// vendor may count: then its slot stays taken.
-			if ctx.Err() == nil {
-				_ = p.store.Release(ctx, l.take, l.grant)
-			}
-			err = p.redact(err, l.key)
-			endAttempt(span, 0, verdict{}, 0, err)
-			return nil, err
-		}
-		resp.Request = req // never hand out the clone that carries the key
-		var head []byte
-		if resp.StatusCode >= 400 {
-			head, resp.Body = peek(resp.Body, maxFailureBody)
-		}
-		now := p.cfg.clock()
-		v := classify(resp.StatusCode, resp.Header, head, now)
-		until := p.observe(ctx, &l, v, now)
-		c.sooner(until)
-		endAttempt(span, resp.StatusCode, v, max(until.Sub(now), 0), nil)
-		if v.kind == KindNone || p.single() || !body.replayable() {
-			p.settle(&l, resp)
-			return resp, nil
-		}
-		// A key-scoped failure: the vendor refused the request, so it used
-		// no tokens. Try the next key.
-		if p.needTokens {
-			_ = p.store.Settle(ctx, l.take, l.grant, 0)
-		}
-		c.tried.add(l.key.index)
-		drain(resp.Body)
+		return nil, false, err
+	}
+	resp.Request = r.req // never hand out the clone that carries the key
+	p.cfg.auth.unechoed(resp.Header, l.key.Secret)
+	now := p.cfg.clock()
+	v := classifyAnswer(resp, now)
+	until := p.observe(ctx, &l, v, now)
+	r.sooner(until)
+	endAttempt(span, resp.StatusCode, v, max(until.Sub(now), 0), nil)
+	if v.kind == KindNone || p.single() || !r.body.replayable() {
+		p.settle(&l, resp)
+		return resp, false, nil
+	}
+	// A key-scoped failure: the vendor refused the request, so it used
+	// no tokens. Try the next key.
+	p.settleTokens(ctx, &l, 0)
+	r.tried.add(l.key.index)
+	drain(resp.Body)
+	return nil, true, nil
+}
+
+// classifyAnswer classifies an answer at now, reading the start of a
+// failure's body, which the caller still reads whole.
+func classifyAnswer(resp *http.Response, now time.Time) verdict {
+	if resp.Body == nil {
+		resp.Body = http.NoBody // as http.Client reads a RoundTripper's nil Body
+	}
+	var head []byte
+	if resp.StatusCode >= 400 {
+		head, resp.Body = peek(resp.Body, maxFailureBody)
+	}
+	return classify(resp.StatusCode, resp.Header, head, now)
+}
+
+// closeRequestBody closes a request's body, as a RoundTripper must on every
+// path.
+func closeRequestBody(req *http.Request) {
+	if req.Body != nil {
+		_ = req.Body.Close()
+	}
+}
+
+// release gives back what a lease recorded: its request never reached the
+// vendor.
+func (p *Pool) release(ctx context.Context, l *lease) {
+	p.storeResult(opSettle, l.grant.Reservation.Release(ctx))
+}
+
+// settleTokens settles a lease at tokens, when the pool counts tokens.
+func (p *Pool) settleTokens(ctx context.Context, l *lease, tokens int64) {
+	if p.needTokens {
+		p.storeResult(opSettle, l.grant.Reservation.Settle(ctx, tokens))
 	}
 }
 
@@ -137,7 +211,7 @@ func (p *Pool) settle(l *lease, resp *http.Response) {
 		return
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		_ = p.store.Settle(resp.Request.Context(), l.take, l.grant, 0)
+		p.settleTokens(resp.Request.Context(), l, 0)
 		return
 	}
 	m := &meteredBody{pool: p, lease: *l}
@@ -158,7 +232,7 @@ func (m *meteredBody) settle(tokens int64, ok bool) {
 		return // the estimate stands
 	}
 	ctx := context.Background() // the request's context may be over by now
-	_ = m.pool.store.Settle(ctx, m.lease.take, m.lease.grant, tokens)
+	m.pool.settleTokens(ctx, &m.lease, tokens)
 	m.pool.tel.used(ctx, m.lease.key, tokens)
 }
 
@@ -226,7 +300,7 @@ func (p *Pool) inspect(req *http.Request) (*replay, RequestInfo, error) {
 		info.Model = modelFromPath(req.URL.Path)
 	}
 	if b.orig == nil || b.orig == http.NoBody || (info.Model != "" && !p.needTokens) {
-		return b, info, nil
+		return b, info, p.checkModel(info.Model, b)
 	}
 	data, err := b.read(bodyLength(req))
 	if err != nil {
@@ -235,11 +309,21 @@ func (p *Pool) inspect(req *http.Request) (*replay, RequestInfo, error) {
 	}
 	scanned := scanRequest(data, &p.models)
 	if rest := req.ContentLength - int64(len(data)); rest > 0 {
-		scanned.PromptChars += rest // a body longer than what was read counts as prompt
+		scanned.PromptBytes += rest // a body longer than what was read counts as prompt
 	}
 	if info.Model == "" {
 		info.Model = scanned.Model
 	}
 	scanned.Model = info.Model
-	return b, scanned, nil
+	return b, scanned, p.checkModel(info.Model, b)
+}
+
+// checkModel returns an error for a model name no store may keep (see
+// windowspec.CheckModel), closing the request's body.
+func (p *Pool) checkModel(model string, b *replay) error {
+	if err := windowspec.CheckModel(model); err != nil {
+		b.discard()
+		return fmt.Errorf("keypool: %s: %w", p.provider, err)
+	}
+	return nil
 }

@@ -155,7 +155,7 @@ func BenchmarkWindowSetMemory(b *testing.B) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		t := Take{Provider: "p", Model: "m", Limits: Limits{RPM: 100, RPD: 1000, TPM: 1e6, TPD: 1e7}, Tokens: 10, Now: time.Now()}
+		t := Claim{Provider: "p", Model: "m", Limits: Limits{RPM: 100, RPD: 1000, TPM: 1e6, TPD: 1e7}, Tokens: 10, Now: time.Now()}
 		for i := range sets {
 			t.KeyID = fmt.Sprintf("key-%05d", i)
 			_, _ = s.Take(context.Background(), t)

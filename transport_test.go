@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -38,6 +39,7 @@ func TestTransportPutsKeyOnRequest(t *testing.T) {
 		opt    Option
 		target string
 		header map[string]string
+		raw    map[string]string // set under names as given, not canonical
 		check  func(t *testing.T, r *http.Request)
 	}{
 		{
@@ -53,6 +55,20 @@ func TestTransportPutsKeyOnRequest(t *testing.T) {
 			check: func(t *testing.T, r *http.Request) {
 				assert.Equal(t, []string{"sk-a"}, r.Header.Values("X-Goog-Api-Key"))
 				assert.Empty(t, r.Header.Get("Authorization"))
+			},
+		},
+		{
+			name: "bearer over a header of another spelling", target: "/v1/chat",
+			raw: map[string]string{"authorization": "Bearer caller-token", "AUTHORIZATION": "Bearer other"},
+			check: func(t *testing.T, r *http.Request) {
+				assert.Equal(t, []string{"Bearer sk-a"}, spellings(r.Header, "Authorization"), "replaced, never doubled")
+			},
+		},
+		{
+			name: "header over a header of another spelling", opt: HeaderAuth("x-api-key"), target: "/v1/messages",
+			raw: map[string]string{"x-api-key": "caller-key"},
+			check: func(t *testing.T, r *http.Request) {
+				assert.Equal(t, []string{"sk-a"}, spellings(r.Header, "X-Api-Key"), "replaced, never doubled")
 			},
 		},
 		{
@@ -76,6 +92,9 @@ func TestTransportPutsKeyOnRequest(t *testing.T) {
 			for k, v := range tt.header {
 				req.Header.Set(k, v)
 			}
+			for k, v := range tt.raw {
+				req.Header[k] = []string{v}
+			}
 			before := req.Header.Clone()
 			beforeURL := req.URL.String()
 			resp, err := pool.Transport(base).RoundTrip(req)
@@ -87,6 +106,18 @@ func TestTransportPutsKeyOnRequest(t *testing.T) {
 			assert.Same(t, req, resp.Request, "resp.Request is not the caller's request")
 		})
 	}
+}
+
+// spellings returns the values of every header whose name is name in any
+// case: what goes on the wire under that name.
+func spellings(h http.Header, name string) []string {
+	var out []string
+	for k, vs := range h {
+		if strings.EqualFold(k, name) {
+			out = append(out, vs...)
+		}
+	}
+	return out
 }
 
 func TestTransportRoundRobinFreeThenPaid(t *testing.T) {
@@ -520,4 +551,28 @@ func TestTransportKeepsSlotWhenCallerGivesUp(t *testing.T) {
 	st := pool.Stats()[0]
 	require.Len(t, st.Models, 1)
 	assert.Equal(t, int64(1), st.Models[0].Usage.MinuteRequests, "the vendor may have counted it")
+}
+
+// A key net/http refuses to put on a request is the key's fault: it is
+// benched as a revoked key is, and the request goes to the next key.
+func TestTransportKeyTheTransportRefusesIsBenched(t *testing.T) {
+	var ev evictions
+	var sent []string
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if r.Header.Get("Authorization") == "Bearer sk-a" {
+			return nil, fmt.Errorf("net/http: invalid header field value for %q", "Authorization")
+		}
+		sent = append(sent, r.Header.Get("Authorization"))
+		return okResponse(r), nil
+	})
+	pool, err := New("test", []Key{{Secret: "sk-a", ID: "a"}, {Secret: "sk-b", ID: "b"}}, OnEvict(ev.add))
+	require.NoError(t, err)
+	req, _ := http.NewRequest(http.MethodGet, "http://vendor.test/v1/models", nil)
+	resp, err := pool.Transport(base).RoundTrip(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, []string{"Bearer sk-b"}, sent)
+	require.Len(t, ev.all(), 1)
+	assert.Equal(t, "a", ev.all()[0].KeyID)
+	assert.Equal(t, KindAuth, ev.all()[0].Kind)
 }

@@ -10,13 +10,13 @@ type RequestInfo struct {
 	// Model is the model the request body names in its top-level "model",
 	// or "" when it names none (Gemini and Azure name it in the path).
 	Model string
-	// PromptChars counts the request's text in bytes, as the JSON carries
+	// PromptBytes counts the request's text in bytes, as the JSON carries
 	// it (escapes not decoded): every string value except keys, the model,
 	// and image, audio, file and signature payloads. Bytes rather than
 	// runes: a byte count over four tracks tokens about as well for Latin
 	// scripts and better for scripts whose characters are several bytes
 	// and about one token each.
-	PromptChars int64
+	PromptBytes int64
 	// MaxOutput is the output the request reserves, in tokens: the largest
 	// of a top-level max_tokens or max_completion_tokens, and a
 	// max_output_tokens or maxOutputTokens at any depth (Gemini's
@@ -48,7 +48,7 @@ const (
 // per image. It is never negative: negative fields count as zero, and a sum
 // past math.MaxInt64 stays there. Wrap it to weigh a vendor differently.
 func DefaultEstimate(info RequestInfo) int64 {
-	prompt := max(info.PromptChars, 0)
+	prompt := max(info.PromptBytes, 0)
 	tokens := prompt / promptBytesPerToken
 	if prompt%promptBytesPerToken != 0 {
 		tokens++

@@ -52,7 +52,7 @@ const maxTrackedDepth = 64
 // calls, so the text may arrive in pieces of any size, and it allocates
 // nothing. It is lenient: it does not validate, accepts a sequence of
 // top-level values, and on a byte no JSON text holds it stops, ignoring the
-// rest of the input until reset. The zero value is ready to use. It holds no
+// rest of the input until it is zeroed. The zero value is ready to use. It holds no
 // locks and is not safe for concurrent use.
 type jsonLexer struct {
 	state lexState
@@ -77,7 +77,7 @@ type jsonLexer struct {
 }
 
 // reset readies l for a new JSON text.
-func (l *jsonLexer) reset() { *l = jsonLexer{} }
+func (l *jsonLexer) zero() { *l = jsonLexer{} }
 
 // inObject reports whether the innermost open container is an object.
 func (l *jsonLexer) inObject() bool {

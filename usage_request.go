@@ -3,6 +3,8 @@ package keypool
 import (
 	"bytes"
 	"strings"
+
+	"github.com/keypool-go/keypool/internal/windowspec"
 )
 
 // requestKey is what a key in a request body means to the pool.
@@ -58,6 +60,11 @@ func scanRequest(body []byte, in *names) RequestInfo {
 	}
 	for d := min(s.lex.depth, maxTrackedDepth); d >= 1; d-- {
 		s.close(d)
+	}
+	if len(s.model) > windowspec.MaxModelName {
+		// One byte over the bound is enough to refuse it, and copying
+		// a name of megabytes is what a hostile client would want.
+		s.model = s.model[:windowspec.MaxModelName+1]
 	}
 	if len(s.model) > 0 {
 		s.info.Model = in.get(s.model)
@@ -118,7 +125,7 @@ func (s *requestScanner) text(v []byte, d int) {
 	case key == keyType && isImageType(v):
 		s.flags[d] |= flagImage
 	default:
-		s.info.PromptChars += int64(len(v))
+		s.info.PromptBytes += int64(len(v))
 	}
 }
 

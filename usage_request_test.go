@@ -14,7 +14,7 @@ import (
 )
 
 // requestCases are request bodies and what scanRequest reads from them.
-// PromptChars is worked out by hand in each comment.
+// PromptBytes is worked out by hand in each comment.
 var requestCases = []struct {
 	name string
 	body string
@@ -24,42 +24,42 @@ var requestCases = []struct {
 		// "user" 4 + "Hello there" 11
 		name: "openai chat text",
 		body: `{"model":"gpt-4o","messages":[{"role":"user","content":"Hello there"}],"max_tokens":100}`,
-		want: RequestInfo{Model: "gpt-4o", PromptChars: 15, MaxOutput: 100},
+		want: RequestInfo{Model: "gpt-4o", PromptBytes: 15, MaxOutput: 100},
 	},
 	{
 		// "user" 4 + "text" 4 + "What is this?" 13 + "high" 4
 		name: "openai chat image url",
 		body: `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"text","text":"What is this?"},` +
 			`{"type":"image_url","image_url":{"url":"https://example.com/a.png","detail":"high"}}]}]}`,
-		want: RequestInfo{Model: "gpt-4o", PromptChars: 25, Images: 1},
+		want: RequestInfo{Model: "gpt-4o", PromptBytes: 25, Images: 1},
 	},
 	{
 		// "user" 4
 		name: "openai chat data url",
 		body: `{"model":"gpt-4o","messages":[{"role":"user","content":[` +
 			`{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}]}]}`,
-		want: RequestInfo{Model: "gpt-4o", PromptChars: 4, Images: 1},
+		want: RequestInfo{Model: "gpt-4o", PromptBytes: 4, Images: 1},
 	},
 	{
 		// "user" 4 + "input_text" 10 + "describe" 8
 		name: "responses input_image url",
 		body: `{"model":"gpt-4.1","input":[{"role":"user","content":[{"type":"input_text","text":"describe"},` +
 			`{"type":"input_image","image_url":"https://example.com/y.jpg"}]}],"max_output_tokens":300}`,
-		want: RequestInfo{Model: "gpt-4.1", PromptChars: 22, MaxOutput: 300, Images: 1},
+		want: RequestInfo{Model: "gpt-4.1", PromptBytes: 22, MaxOutput: 300, Images: 1},
 	},
 	{
 		// "user" 4
 		name: "responses input_image data url before its type",
 		body: `{"model":"gpt-4.1","input":[{"role":"user","content":[` +
 			`{"image_url":"data:image/jpeg;base64,/9j/4AAQ","type":"input_image"}]}]}`,
-		want: RequestInfo{Model: "gpt-4.1", PromptChars: 4, Images: 1},
+		want: RequestInfo{Model: "gpt-4.1", PromptBytes: 4, Images: 1},
 	},
 	{
 		// "user" 4 + "input_file" 10 + "a.pdf" 5
 		name: "responses file data url is no prompt",
 		body: `{"input":[{"role":"user","content":[` +
 			`{"type":"input_file","filename":"a.pdf","file_data":"data:application/pdf;base64,JVBERi0xLjQ="}]}]}`,
-		want: RequestInfo{PromptChars: 19},
+		want: RequestInfo{PromptBytes: 19},
 	},
 	{
 		// "user" 4 + "base64" 6 + "text" 4 + "Describe." 9
@@ -67,7 +67,7 @@ var requestCases = []struct {
 		body: `{"model":"claude-sonnet-4-5","max_tokens":1024,"messages":[{"role":"user","content":[` +
 			`{"type":"image","source":{"type":"base64","media_type":"image/jpeg","data":"/9j/4AAQSkZJRg=="}},` +
 			`{"type":"text","text":"Describe."}]}]}`,
-		want: RequestInfo{Model: "claude-sonnet-4-5", PromptChars: 23, MaxOutput: 1024, Images: 1},
+		want: RequestInfo{Model: "claude-sonnet-4-5", PromptBytes: 23, MaxOutput: 1024, Images: 1},
 	},
 	{
 		// "user" 4 + "url" 3 + "base64" 6
@@ -75,49 +75,49 @@ var requestCases = []struct {
 		body: `{"messages":[{"role":"user","content":[` +
 			`{"type":"image","source":{"type":"url","url":"https://example.com/a.png"}},` +
 			`{"type":"image","source":{"data":"iVBORw0KGgo=","media_type":"image/png","type":"base64"}}]}]}`,
-		want: RequestInfo{PromptChars: 13, Images: 2},
+		want: RequestInfo{PromptBytes: 13, Images: 2},
 	},
 	{
 		// "user" 4 + "document" 8 + "base64" 6
 		name: "anthropic pdf document",
 		body: `{"messages":[{"role":"user","content":[` +
 			`{"type":"document","source":{"type":"base64","media_type":"application/pdf","data":"JVBERi0xLjQ="}}]}]}`,
-		want: RequestInfo{PromptChars: 18},
+		want: RequestInfo{PromptBytes: 18},
 	},
 	{
 		// "user" 4 + "document" 8 + "text" 4 + "The grass is green." 19
 		name: "anthropic plain text document counts its data",
 		body: `{"messages":[{"role":"user","content":[` +
 			`{"type":"document","source":{"type":"text","media_type":"text/plain","data":"The grass is green."}}]}]}`,
-		want: RequestInfo{PromptChars: 35},
+		want: RequestInfo{PromptBytes: 35},
 	},
 	{
 		// "assistant" 9 + "thinking" 8 + "Let me think" 12
 		name: "anthropic thinking signature is no prompt",
 		body: `{"messages":[{"role":"assistant","content":[` +
 			`{"type":"thinking","thinking":"Let me think","signature":"EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxq"}]}]}`,
-		want: RequestInfo{PromptChars: 29},
+		want: RequestInfo{PromptBytes: 29},
 	},
 	{
 		// "What is in this picture?" 24
 		name: "gemini inline_data",
 		body: `{"generationConfig":{"maxOutputTokens":256},"contents":[{"parts":[{"text":"What is in this picture?"},` +
 			`{"inline_data":{"mime_type":"image/jpeg","data":"/9j/4AAQSkZJRg=="}}]}]}`,
-		want: RequestInfo{PromptChars: 24, MaxOutput: 256, Images: 1},
+		want: RequestInfo{PromptBytes: 24, MaxOutput: 256, Images: 1},
 	},
 	{
 		// "user" 4 + "Caption" 7
 		name: "gemini inlineData and fileData",
 		body: `{"contents":[{"role":"user","parts":[{"inlineData":{"mimeType":"image/png","data":"iVBORw0KGgo="}},` +
 			`{"fileData":{"mimeType":"image/jpeg","fileUri":"gs://bucket/a.jpg"}},{"text":"Caption"}]}]}`,
-		want: RequestInfo{PromptChars: 11, Images: 2},
+		want: RequestInfo{PromptBytes: 11, Images: 2},
 	},
 	{
 		// "Transcribe" 10
 		name: "gemini audio is no image and no prompt",
 		body: `{"contents":[{"parts":[{"text":"Transcribe"},{"inline_data":{"mime_type":"audio/mp3","data":"SUQzBAAAAA=="}}]}],` +
 			`"generation_config":{"max_output_tokens":77}}`,
-		want: RequestInfo{PromptChars: 10, MaxOutput: 77},
+		want: RequestInfo{PromptBytes: 10, MaxOutput: 77},
 	},
 	{
 		name: "data urls in an array count each",
@@ -133,25 +133,25 @@ var requestCases = []struct {
 		// "x" 1
 		name: "nested max_tokens and model are not the request's",
 		body: `{"metadata":{"max_tokens":5,"model":"x"}}`,
-		want: RequestInfo{PromptChars: 1},
+		want: RequestInfo{PromptBytes: 1},
 	},
 	{
 		// "100" 3
 		name: "reserve that is no non-negative integer",
 		body: `{"max_tokens":1.5,"max_completion_tokens":-4,"max_output_tokens":"100"}`,
-		want: RequestInfo{PromptChars: 3},
+		want: RequestInfo{PromptBytes: 3},
 	},
 	{
 		// a \ n b \ u 0 0 e 9: 10 bytes
 		name: "escapes counted as carried",
 		body: `{"messages":[{"content":"a\nb\u00e9"}]}`,
-		want: RequestInfo{PromptChars: 10},
+		want: RequestInfo{PromptBytes: 10},
 	},
 	{
 		// h é(2) l l o: 6 bytes; 日本: 6 bytes
 		name: "text counted in bytes",
 		body: `{"messages":[{"content":"héllo"},{"content":"日本"}]}`,
-		want: RequestInfo{PromptChars: 12},
+		want: RequestInfo{PromptBytes: 12},
 	},
 	{
 		name: "last model wins",
@@ -173,13 +173,13 @@ var requestCases = []struct {
 		name: "prefix cut inside an image payload",
 		body: `{"model":"claude-x","messages":[{"role":"user","content":[{"type":"image","source":` +
 			`{"type":"base64","media_type":"image/png","data":"iVBORw0KGgoAAAANSUhEUgAA`,
-		want: RequestInfo{Model: "claude-x", PromptChars: 10, Images: 1},
+		want: RequestInfo{Model: "claude-x", PromptBytes: 10, Images: 1},
 	},
 	{
 		// "gpt-" is cut: no model; "Hel" 3
 		name: "prefix cut inside the model",
 		body: `{"messages":[{"content":"Hel`,
-		want: RequestInfo{PromptChars: 3},
+		want: RequestInfo{PromptBytes: 3},
 	},
 	{
 		name: "prefix cut inside the model name",
@@ -193,8 +193,8 @@ var requestCases = []struct {
 	},
 	{name: "empty", body: ``, want: RequestInfo{}},
 	{name: "not json", body: `hello`, want: RequestInfo{}},
-	{name: "top-level array", body: `["ab","c"]`, want: RequestInfo{PromptChars: 3}},
-	{name: "keys are no prompt", body: `{"aaaa":"b"}`, want: RequestInfo{PromptChars: 1}},
+	{name: "top-level array", body: `["ab","c"]`, want: RequestInfo{PromptBytes: 3}},
+	{name: "keys are no prompt", body: `{"aaaa":"b"}`, want: RequestInfo{PromptBytes: 1}},
 }
 
 func TestScanRequest(t *testing.T) {
@@ -221,8 +221,8 @@ func TestScanRequestPrefixes(t *testing.T) {
 // checkRequestInfo fails t when info is not something body can hold.
 func checkRequestInfo(t *testing.T, body []byte, info RequestInfo) {
 	t.Helper()
-	if info.PromptChars < 0 || info.PromptChars > int64(len(body)) {
-		t.Errorf("scanRequest(%q).PromptChars = %d, want 0..%d", body, info.PromptChars, len(body))
+	if info.PromptBytes < 0 || info.PromptBytes > int64(len(body)) {
+		t.Errorf("scanRequest(%q).PromptBytes = %d, want 0..%d", body, info.PromptBytes, len(body))
 	}
 	if info.MaxOutput < 0 {
 		t.Errorf("scanRequest(%q).MaxOutput = %d, want >= 0", body, info.MaxOutput)
@@ -241,7 +241,7 @@ func TestScanRequestLargeImagePrefix(t *testing.T) {
 	body := `{"generationConfig":{"maxOutputTokens":512},"contents":[{"parts":[{"text":"What is this?"},` +
 		`{"inline_data":{"mime_type":"image/png","data":"` + strings.Repeat("iVBORw0K", 3<<20/8) + `"}}]}]}`
 	got := scanRequest([]byte(body)[:1<<20], nil)
-	want := RequestInfo{PromptChars: len64("What is this?"), MaxOutput: 512, Images: 1}
+	want := RequestInfo{PromptBytes: len64("What is this?"), MaxOutput: 512, Images: 1}
 	assert.Equal(t, want, got, "scanRequest(first MiB of a 3 MiB image request)")
 }
 

@@ -147,7 +147,7 @@ func (s *sseScanner) feed(p []byte) {
 			s.afterCR = false
 			if c == '\r' || c == '\n' {
 				// A blank line ends the event.
-				s.usage.reset()
+				s.usage.zero()
 				s.dataLines = 0
 				s.endLine(c)
 				p = p[1:]
@@ -260,8 +260,8 @@ type usageScanner struct {
 }
 
 // reset readies s for a new JSON text; the tally is kept.
-func (s *usageScanner) reset() {
-	s.lex.reset()
+func (s *usageScanner) zero() {
+	s.lex.zero()
 	s.root, s.top, s.holderUsage, s.inUsage, s.field = 0, usageKeyOther, false, 0, usageFieldNone
 }
 

@@ -12,15 +12,15 @@ func TestDefaultEstimate(t *testing.T) {
 		want int64
 	}{
 		{"nothing stated reserves the default output", RequestInfo{}, 1024},
-		{"one byte is a token", RequestInfo{PromptChars: 1}, 1 + 1024},
-		{"four bytes are a token", RequestInfo{PromptChars: 4}, 1 + 1024},
-		{"five bytes round up", RequestInfo{PromptChars: 5}, 2 + 1024},
-		{"stated output", RequestInfo{PromptChars: 400, MaxOutput: 50}, 100 + 50},
+		{"one byte is a token", RequestInfo{PromptBytes: 1}, 1 + 1024},
+		{"four bytes are a token", RequestInfo{PromptBytes: 4}, 1 + 1024},
+		{"five bytes round up", RequestInfo{PromptBytes: 5}, 2 + 1024},
+		{"stated output", RequestInfo{PromptBytes: 400, MaxOutput: 50}, 100 + 50},
 		{"stated output capped", RequestInfo{MaxOutput: 100000}, 32768},
 		{"images", RequestInfo{Images: 2, MaxOutput: 1}, 2000 + 1},
-		{"all together", RequestInfo{PromptChars: 4000, MaxOutput: 500, Images: 1}, 1000 + 500 + 1000},
-		{"negatives count as zero", RequestInfo{PromptChars: -9, MaxOutput: -9, Images: -9}, 1024},
-		{"huge prompt", RequestInfo{PromptChars: math.MaxInt64, MaxOutput: 1}, math.MaxInt64/4 + 1 + 1},
+		{"all together", RequestInfo{PromptBytes: 4000, MaxOutput: 500, Images: 1}, 1000 + 500 + 1000},
+		{"negatives count as zero", RequestInfo{PromptBytes: -9, MaxOutput: -9, Images: -9}, 1024},
+		{"huge prompt", RequestInfo{PromptBytes: math.MaxInt64, MaxOutput: 1}, math.MaxInt64/4 + 1 + 1},
 		{"huge image count saturates", RequestInfo{Images: math.MaxInt}, math.MaxInt64},
 		{"sum saturates", RequestInfo{Images: math.MaxInt64 / 1000, MaxOutput: 32768}, math.MaxInt64},
 	}

@@ -3,6 +3,7 @@ package keypool
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,26 +15,32 @@ import (
 // joins it rather than pass it.
 type waitLines struct {
 	waiting atomic.Int64 // requests in all lines; 0 lets requests skip the lock
-	mu      sync.Mutex   // guards byModel
+	mu      sync.Mutex   // guards byModel and closed
 	byModel map[string][]chan struct{}
+	// closed is closed by close: every waiter leaves at once.
+	closed chan struct{}
 }
 
 // join puts a request in its model's line and returns its turn signal,
-// closed when it reaches the head (at once if the line was empty).
-func (w *waitLines) join(model string) chan struct{} {
+// closed when it reaches the head (at once if the line was empty), and the
+// signal of the pool's close.
+func (w *waitLines) join(model string) (turn, closed chan struct{}) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.byModel == nil {
 		w.byModel = map[string][]chan struct{}{}
 	}
-	turn := make(chan struct{})
+	if w.closed == nil {
+		w.closed = make(chan struct{})
+	}
+	turn = make(chan struct{})
 	line := append(w.byModel[model], turn)
 	w.byModel[model] = line
 	if len(line) == 1 {
 		close(turn)
 	}
 	w.waiting.Add(1)
-	return turn
+	return turn, w.closed
 }
 
 // leave takes a request out of its model's line and, if it was the head,
@@ -60,6 +67,20 @@ func (w *waitLines) leave(model string, turn chan struct{}) {
 	w.waiting.Add(-1)
 }
 
+// close releases every waiter, now and later.
+func (w *waitLines) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed == nil {
+		w.closed = make(chan struct{})
+	}
+	select {
+	case <-w.closed:
+	default:
+		close(w.closed)
+	}
+}
+
 // queued reports whether requests for model are waiting.
 func (w *waitLines) queued(model string) bool {
 	if w.waiting.Load() == 0 {
@@ -69,6 +90,10 @@ func (w *waitLines) queued(model string) bool {
 	defer w.mu.Unlock()
 	return len(w.byModel[model]) > 0
 }
+
+// minPause is the shortest a waiting request sleeps between two tries for a
+// key: no wait ever turns into a loop that does not sleep.
+const minPause = 10 * time.Millisecond
 
 // take acquires a key as acquire does and, when the pool waits for keys
 // (WaitForKey), waits in line for one when none is free.
@@ -86,25 +111,34 @@ func (p *Pool) take(ctx context.Context, c *call, model string, tokens int64) (l
 	return p.wait(ctx, c, model, tokens, err)
 }
 
-// wait waits in line for a key: at its turn, until the soonest key returns,
-// then tries again; it gives up when that moment lies beyond the pool's
-// wait or the context's deadline.
+// wait waits in line for a key. At its turn it sleeps until the soonest key
+// returns, then tries again — every key, those that failed this request
+// included, since a key that comes back from a bench may serve it now. It
+// gives up, with the last *NoAvailableKeyError, when that moment lies beyond
+// the pool's wait or the context's deadline; it leaves at once when the
+// context ends or the pool is closed. Every try after the first sleeps at
+// least minPause.
 func (p *Pool) wait(ctx context.Context, c *call, model string, tokens int64, last error) (lease, error) {
 	start := time.Now()
-	deadline := start.Add(p.cfg.wait)
-	turn := p.lines.join(model)
+	if c.waitEnds.IsZero() {
+		// The bound is the request's, whatever it tried since it began to
+		// wait.
+		c.waitEnds = start.Add(p.cfg.wait)
+	}
+	deadline := c.waitEnds
+	turn, closed := p.lines.join(model)
 	defer p.lines.leave(model, turn)
-	select {
-	case <-turn:
-	case <-ctx.Done():
-		return lease{}, ctx.Err()
-	case <-time.After(time.Until(deadline)):
-		if last == nil {
-			last = &NoAvailableKeyError{Provider: p.provider}
+	if last == nil {
+		last = noKeyError(p.provider, time.Time{}, p.cfg.clock())
+	}
+	if err := sleepUntil(ctx, closed, turn, deadline, p.provider); err != nil {
+		if errors.Is(err, errWaitOver) {
+			return lease{}, last
 		}
-		return lease{}, last
+		return lease{}, err
 	}
 	for {
+		c.forget()
 		l, err := p.acquire(ctx, c, model, tokens)
 		var na *NoAvailableKeyError
 		if !errors.As(err, &na) {
@@ -113,21 +147,49 @@ func (p *Pool) wait(ctx context.Context, c *call, model string, tokens int64, la
 			}
 			return l, err
 		}
-		pause := na.RetryAt.Sub(p.cfg.clock())
-		if na.RetryAt.IsZero() || time.Now().Add(pause).After(deadline) {
+		if na.RetryAt.IsZero() {
 			return lease{}, err
 		}
-		if d, ok := ctx.Deadline(); ok && time.Now().Add(pause).After(d) {
+		wake := time.Now().Add(max(na.RetryAt.Sub(p.cfg.clock()), minPause))
+		if wake.After(deadline) {
 			return lease{}, err
 		}
-		t := time.NewTimer(max(pause, 0))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return lease{}, ctx.Err()
+		if d, ok := ctx.Deadline(); ok && wake.After(d) {
+			return lease{}, err
+		}
+		if err := sleepUntil(ctx, closed, nil, wake, p.provider); err != nil && !errors.Is(err, errWaitOver) {
+			return lease{}, err
 		}
 	}
+}
+
+// errWaitOver reports that a sleep reached its end.
+var errWaitOver = errors.New("wait over")
+
+// sleepUntil sleeps until the moment end (errWaitOver), or until turn is
+// closed (nil; a nil turn never is), the context ends (its error) or the pool
+// is closed.
+func sleepUntil(ctx context.Context, closed, turn chan struct{}, end time.Time, provider string) error {
+	t := time.NewTimer(time.Until(end))
+	defer t.Stop()
+	select {
+	case <-turn:
+		return nil
+	case <-t.C:
+		return errWaitOver
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-closed:
+		return fmt.Errorf("keypool: %s: pool is closed", provider)
+	}
+}
+
+// forget makes a request that waited try every key again: the keys that
+// failed it may be back, and the moments it saw have passed. The end of its
+// wait stays.
+func (c *call) forget() {
+	c.tried = keySet{}
+	c.soonest = time.Time{}
 }
 
 func isNoKey(err error) bool {

@@ -2,6 +2,7 @@ package keypool
 
 import (
 	"math"
+	"slices"
 	"time"
 
 	"github.com/keypool-go/keypool/internal/windowspec"
@@ -70,6 +71,29 @@ func (s *sliding) advance(b buckets, c int64) {
 		b.requests[slot], b.tokens[slot] = 0, 0
 	}
 	s.head = c
+}
+
+// shiftBack moves what the window holds m buckets earlier, as when the
+// clock that dated it is put back: bucket i becomes bucket i-m. Moving by
+// whole buckets no more than the clock moved keeps every take counted at
+// least as long as it should be.
+func (s *sliding) shiftBack(b buckets, m int64) {
+	m = min(m, s.head) // bucket indexes stay at or after the epoch
+	if m <= 0 {
+		return
+	}
+	n := int64(len(b.requests))
+	if r := int((m%n + n) % n); r != 0 {
+		// Slot i%n holds bucket i; bucket i-m goes to slot (i-m)%n: the
+		// slots turn left by m.
+		slices.Reverse(b.requests[:r])
+		slices.Reverse(b.requests[r:])
+		slices.Reverse(b.requests)
+		slices.Reverse(b.tokens[:r])
+		slices.Reverse(b.tokens[r:])
+		slices.Reverse(b.tokens)
+	}
+	s.head -= m
 }
 
 // fits reports whether the window, less freedReq requests and freedTok
@@ -171,6 +195,15 @@ func (f *fixed) add(at int64, req, tok int64) {
 	f.tokens = max(f.tokens+tok, 0)
 }
 
+// shiftBack carries what the period holds into the period that holds now,
+// when the clock that dated it is put back before it began: what was taken
+// then still counts.
+func (f *fixed) shiftBack(now int64, c Calendar) {
+	if f.end != 0 && now < f.start {
+		f.start, f.end = c.period(now)
+	}
+}
+
 // used returns what the period counts at now.
 func (f *fixed) used(now int64) (requests, tokens int64) {
 	if now >= f.end {
@@ -230,6 +263,15 @@ func (w *windows) room(now int64, lim Limits, tok int64, c Calendar) (ok bool, r
 		}
 	}
 	return ok, retryAt, dayFull
+}
+
+// shiftBack moves what the windows hold d nanoseconds earlier, as when the
+// clock that dated them is put back by d: by whole buckets, no more than d,
+// so that nothing taken stops counting sooner than it should.
+func (w *windows) shiftBack(d, now int64, c Calendar) {
+	w.minute.shiftBack(w.minuteBuckets(), d/minuteWidth)
+	w.day.shiftBack(w.dayBuckets(), d/dayWidth)
+	w.cal.shiftBack(now, c)
 }
 
 // add records req requests and tok tokens as taken at time at in every

@@ -209,3 +209,37 @@ func TestMaxInSpan(t *testing.T) {
 	assert.Equal(t, int64(3), req)
 	assert.Equal(t, int64(9), tok)
 }
+
+// Moving a window back by m buckets leaves it counting, at each moment m
+// buckets earlier, exactly what it counted before: every take still counts,
+// for as long as it did, and leaves the window when it did.
+func TestWindowShiftBackProperty(t *testing.T) {
+	for seed := range uint64(200) {
+		rng := rand.New(rand.NewPCG(seed, 13))
+		var w windows
+		lim := Limits{RPM: 1 << 20, TPM: 1 << 30, RPD: 1 << 20, TPD: 1 << 30}
+		now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+		for range rng.IntN(200) {
+			now += rng.Int64N(int64(3 * time.Second))
+			w.add(now, lim, 1, rng.Int64N(100), Calendar{})
+		}
+		before := w // the arrays are values: a copy
+		d := rng.Int64N(int64(5 * 365 * 24 * time.Hour))
+		w.shiftBack(d, now-d, Calendar{})
+		// Whole buckets of each window, no more than d.
+		m := (d / minuteWidth) * minuteWidth
+		md := (d / dayWidth) * dayWidth
+		for k := range int64(minuteBuckets + 2) {
+			at := now + k*minuteWidth
+			want, got := before.usage(at, Calendar{}), w.usage(at-m, Calendar{})
+			require.Equal(t, want.MinuteRequests, got.MinuteRequests, "seed %d: minute requests %d buckets on", seed, k)
+			require.Equal(t, want.MinuteTokens, got.MinuteTokens, "seed %d: minute tokens %d buckets on", seed, k)
+		}
+		for k := range int64(dayBuckets + 2) {
+			at := now + k*dayWidth
+			want, got := before.usage(at, Calendar{}), w.usage(at-md, Calendar{})
+			require.Equal(t, want.DayRequests, got.DayRequests, "seed %d: day requests %d buckets on", seed, k)
+			require.Equal(t, want.DayTokens, got.DayTokens, "seed %d: day tokens %d buckets on", seed, k)
+		}
+	}
+}

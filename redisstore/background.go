@@ -31,9 +31,6 @@ const (
 	// opTimeout bounds the store's own calls: the PING of New, probes,
 	// background sends.
 	opTimeout = 5 * time.Second
-	// localMark is the nanoseconds past a whole millisecond that mark a
-	// grant of the local windows: Redis's grants are on whole milliseconds.
-	localMark = 1
 )
 
 // evalCall is one call of the store's script.
@@ -94,7 +91,7 @@ func (s *Store) exec(ctx context.Context, calls []*evalCall, extra func(redis.Pi
 // adjustment is a settle or a release not yet sent: it changes what a take
 // recorded at server time at (Unix milliseconds) by requests and tokens.
 type adjustment struct {
-	take     keypool.Take
+	claim    keypool.Claim
 	at       int64
 	requests int64
 	tokens   int64
@@ -102,7 +99,7 @@ type adjustment struct {
 
 // adjustCall returns the adjust script's call for a.
 func (s *Store) adjustCall(a adjustment) *evalCall {
-	t := a.take
+	t := a.claim
 	n := names(s.cfg.prefix, t.Provider, t.KeyID)
 	cal := t.Days.Loc != nil
 	return call("adjust",
@@ -135,7 +132,7 @@ func (s *Store) queue(a adjustment) {
 	s.pending = append(s.pending, a)
 	s.mu.Unlock()
 	if report {
-		s.cfg.onError(fmt.Errorf("redisstore: over %d adjustments of tokens wait for redis: dropping the oldest", maxPending))
+		s.cfg.logger.Warn(fmt.Sprintf("redisstore: over %d adjustments of tokens wait for redis: dropping the oldest", maxPending))
 	}
 	s.poke()
 }
@@ -175,7 +172,7 @@ func (s *Store) checkCarried(ctx context.Context, calls []*evalCall) error {
 		return nil
 	}
 	err := s.fail(ctx, first)
-	s.cfg.onError(fmt.Errorf("redisstore: dropped %d adjustments of tokens: %w", failed, err))
+	s.cfg.logger.Warn(fmt.Sprintf("redisstore: dropped %d adjustments of tokens", failed), "err", err)
 	return err
 }
 
@@ -239,13 +236,18 @@ func (s *Store) keep(change func(context.Context) error) bool {
 	s.journal = append(s.journal, change)
 	s.mu.Unlock()
 	if report {
-		s.cfg.onError(fmt.Errorf("redisstore: over %d benches made during the outage: dropping the oldest", maxJournal))
+		s.cfg.logger.Warn(fmt.Sprintf("redisstore: over %d benches made during the outage: dropping the oldest", maxJournal))
 	}
 	return true
 }
 
 // unavailable returns ErrUnavailable, with its cause, while Redis is taken
 // as down; else nil.
+// Health returns nil while Redis answers, and otherwise why the store takes
+// it as unavailable, until a probe finds it back. The pool reads it to tell
+// OnStoreError.
+func (s *Store) Health() error { return s.unavailable() }
+
 func (s *Store) unavailable() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -285,11 +287,11 @@ func (s *Store) run() {
 		case <-s.kick:
 		}
 		if err := s.unavailable(); err != nil {
-			s.cfg.onStatus(false, err)
+			s.cfg.logger.Warn("redisstore: redis unavailable", "err", err)
 			if !s.recover() {
 				return
 			}
-			s.cfg.onStatus(true, nil)
+			s.cfg.logger.Info("redisstore: redis answers again")
 			continue
 		}
 		if !s.sleep(settleDelay) {
@@ -345,7 +347,7 @@ func (s *Store) replay(ctx context.Context) error {
 			switch {
 			case err == nil:
 			case !isUnavailable(err):
-				s.cfg.onError(fmt.Errorf("redisstore: writing a bench made during the outage: %w", err))
+				s.cfg.logger.Warn("redisstore: writing a bench made during the outage", "err", err)
 			default:
 				s.mu.Lock()
 				s.journal = append(batch[i:], s.journal...)

@@ -37,10 +37,10 @@ func BenchmarkTake(b *testing.B) {
 	}
 	lim := keypool.Limits{RPM: 1 << 40, TPM: 1 << 50, RPD: 1 << 40, TPD: 1 << 50}
 	request := func(b *testing.B, s keypool.Store) {
-		t := keypool.Take{Provider: "bench", KeyID: "k", Model: "m", Limits: lim, Tokens: 500, Now: time.Now()}
+		t := keypool.Claim{Provider: "bench", KeyID: "k", Model: "m", Limits: lim, Tokens: 500, Now: time.Now()}
 		g, err := s.Take(context.Background(), t)
 		if err == nil && g.OK {
-			err = s.Settle(context.Background(), t, g, 400)
+			err = g.Reservation.Settle(context.Background(), 400)
 		}
 		if err != nil || !g.OK {
 			b.Errorf("Take = %+v, %v", g, err) // not Fatal: RunParallel's goroutines call it too

@@ -53,7 +53,7 @@
 //	                 count, x when the expiry was set, m<model> for each model
 //	                 the key knows (at most 1024; more share "\x00other", as in
 //	                 the MemoryStore); expires 48 h after the latest take
-//	b:<key>          benches and escalation levels: * the bench of the whole
+//	b:<key>          benches and levels: * the bench of the whole
 //	                 key, b<model> a model's bench, as "<kind>:<end ms>";
 //	                 l<model> its level; expires a day after the latest bench
 //	                 ends, and its expiry only ever extends; Unbench deletes it

@@ -31,7 +31,7 @@ func ExampleNew() {
 		defer s.Close()
 		replicas = append(replicas, s)
 	}
-	t := keypool.Take{Provider: "openai", KeyID: "k1", Model: "gpt-4o-mini", Limits: keypool.Limits{RPM: 2}}
+	t := keypool.Claim{Provider: "openai", KeyID: "k1", Model: "gpt-4o-mini", Limits: keypool.Limits{RPM: 2}}
 	for i := range 4 {
 		t.Now = time.Now()
 		g, err := replicas[i%2].Take(context.Background(), t)

@@ -206,6 +206,6 @@ func ownRedis(t *testing.T) *redisServer {
 }
 
 // take is a take of key k for model m.
-func take(k, m string, lim keypool.Limits, tokens int64, now time.Time) keypool.Take {
-	return keypool.Take{Provider: "test", KeyID: k, Model: m, Limits: lim, Tokens: tokens, Now: now}
+func take(k, m string, lim keypool.Limits, tokens int64, now time.Time) keypool.Claim {
+	return keypool.Claim{Provider: "test", KeyID: k, Model: m, Limits: lim, Tokens: tokens, Now: now}
 }

@@ -52,7 +52,7 @@ func names(prefix, provider, keyID string) keyNames {
 // days count.
 func (n keyNames) index() string { return n.base + "i:" + n.key }
 
-// benches holds the key's benches and escalation levels.
+// benches holds the key's benches and levels.
 func (n keyNames) benches() string { return n.base + "b:" + n.key }
 
 // minute, day and calendar are the key's windows for a model: a sliding

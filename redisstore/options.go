@@ -7,23 +7,34 @@ import (
 	"strings"
 )
 
-// An Option configures a Store.
-type Option func(*config)
+// An Option configures a Store; a bad value is an error from New or Open.
+type Option interface {
+	apply(*config) error
+}
+
+type option func(*config) error
+
+func (f option) apply(c *config) error { return f(c) }
 
 // config is a Store's configuration.
 type config struct {
 	prefix   string
 	fallback bool // serve locally while Redis is down, rather than refuse
 	replicas int64
-	onStatus func(available bool, err error)
-	onError  func(error)
+	logger   *slog.Logger
 }
 
 // WithPrefix sets the first part of the name of every Redis key the store
 // writes, "keypool" by default, so that several applications can share one
 // Redis. It holds no ':' '{' or '}'.
 func WithPrefix(prefix string) Option {
-	return func(c *config) { c.prefix = prefix }
+	return option(func(c *config) error {
+		if prefix == "" || strings.ContainsAny(prefix, ":{}") {
+			return fmt.Errorf("WithPrefix(%q): want a non-empty prefix without ':', '{' or '}'", prefix)
+		}
+		c.prefix = prefix
+		return nil
+	})
 }
 
 // WithLocalFallback makes the store serve from windows in memory while
@@ -33,59 +44,42 @@ func WithPrefix(prefix string) Option {
 // kept in memory too, and written to Redis when it answers again. replicas
 // must be at least 1.
 func WithLocalFallback(replicas int) Option {
-	return func(c *config) { c.fallback, c.replicas = true, int64(replicas) }
+	return option(func(c *config) error {
+		if replicas < 1 {
+			return errors.New("WithLocalFallback: replicas must be at least 1")
+		}
+		c.fallback, c.replicas = true, int64(replicas)
+		return nil
+	})
 }
 
-// WithStatusFunc sets a function told when Redis stops answering (available
-// false, with the error) and when it answers again (true, nil). It is called
-// from the store's goroutine, one call at a time; it should return quickly.
-// By default the changes are logged with slog.Default().
-func WithStatusFunc(f func(available bool, err error)) Option {
-	return func(c *config) {
-		if f != nil {
-			c.onStatus = f
+// WithLogger sets where the store logs what it cannot return to a caller:
+// Redis stopping to answer and answering again (once each per outage), and
+// what failed off the request path — adjustments of tokens that could not be
+// written, benches made during an outage that had to be dropped. The default
+// is slog.Default(). A pool hears of outages through its OnStoreError, which
+// reads Health.
+func WithLogger(l *slog.Logger) Option {
+	return option(func(c *config) error {
+		if l != nil {
+			c.logger = l
 		}
-	}
-}
-
-// WithErrorFunc sets a function told of what failed off the request path:
-// adjustments of tokens that could not be written, benches made during an
-// outage that had to be dropped. By default they are logged with
-// slog.Default().
-func WithErrorFunc(f func(error)) Option {
-	return func(c *config) {
-		if f != nil {
-			c.onError = f
-		}
-	}
+		return nil
+	})
 }
 
 // newConfig returns the configuration opts make, and an error naming what
 // is wrong with it.
 func newConfig(opts []Option) (config, error) {
-	c := config{prefix: "keypool"}
+	c := config{prefix: "keypool", logger: slog.Default()}
+	var errs []error
 	for _, o := range opts {
 		if o != nil {
-			o(&c)
+			errs = append(errs, o.apply(&c))
 		}
 	}
-	if c.prefix == "" || strings.ContainsAny(c.prefix, ":{}") {
-		return config{}, fmt.Errorf("redisstore: prefix %q: want a non-empty prefix without ':', '{' or '}'", c.prefix)
-	}
-	if c.fallback && c.replicas < 1 {
-		return config{}, errors.New("redisstore: WithLocalFallback: replicas must be at least 1")
-	}
-	if c.onStatus == nil {
-		c.onStatus = func(available bool, err error) {
-			if available {
-				slog.Info("redisstore: redis answers again")
-				return
-			}
-			slog.Warn("redisstore: redis unavailable", "err", err)
-		}
-	}
-	if c.onError == nil {
-		c.onError = func(err error) { slog.Warn("redisstore: background write", "err", err) }
+	if err := errors.Join(errs...); err != nil {
+		return config{}, fmt.Errorf("redisstore: %w", err)
 	}
 	return c, nil
 }

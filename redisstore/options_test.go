@@ -18,9 +18,9 @@ func TestBadConfiguration(t *testing.T) {
 		opts []redisstore.Option
 		want string
 	}{
-		{"empty prefix", []redisstore.Option{redisstore.WithPrefix("")}, `redisstore: prefix ""`},
-		{"prefix with a colon", []redisstore.Option{redisstore.WithPrefix("a:b")}, `redisstore: prefix "a:b"`},
-		{"prefix with a brace", []redisstore.Option{redisstore.WithPrefix("a{b")}, `redisstore: prefix "a{b"`},
+		{"empty prefix", []redisstore.Option{redisstore.WithPrefix("")}, `redisstore: WithPrefix("")`},
+		{"prefix with a colon", []redisstore.Option{redisstore.WithPrefix("a:b")}, `redisstore: WithPrefix("a:b")`},
+		{"prefix with a brace", []redisstore.Option{redisstore.WithPrefix("a{b")}, `redisstore: WithPrefix("a{b")`},
 		{"no replicas", []redisstore.Option{redisstore.WithLocalFallback(0)}, "replicas must be at least 1"},
 	}
 	for _, tc := range cases {
@@ -35,7 +35,7 @@ func TestBadConfiguration(t *testing.T) {
 		assert.EqualError(t, err, "redisstore: nil client")
 	})
 	t.Run("nil options are ignored", func(t *testing.T) {
-		s, err := redisstore.New(c, nil, redisstore.WithStatusFunc(nil), redisstore.WithErrorFunc(nil))
+		s, err := redisstore.New(c, nil, redisstore.WithLogger(nil))
 		require.NoError(t, err)
 		require.NoError(t, s.Close())
 		require.NoError(t, s.Close(), "a second Close")

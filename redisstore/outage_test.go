@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -56,18 +57,29 @@ var servers = []struct {
 	{"redis-server", func(t *testing.T) server { return realServer{ownRedis(t)} }},
 }
 
-// statuses records what a store's WithStatusFunc is told.
+// statuses records what a store logs of Redis stopping to answer (false)
+// and answering again (true): it is the store's slog handler.
 type statuses struct {
 	mu     sync.Mutex
 	events []bool
-	errs   []error
 }
 
-func (s *statuses) record(available bool, err error) {
+func (s *statuses) logger() *slog.Logger { return slog.New(s) }
+
+func (s *statuses) Enabled(context.Context, slog.Level) bool { return true }
+func (s *statuses) WithAttrs([]slog.Attr) slog.Handler       { return s }
+func (s *statuses) WithGroup(string) slog.Handler            { return s }
+
+func (s *statuses) Handle(_ context.Context, r slog.Record) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.events = append(s.events, available)
-	s.errs = append(s.errs, err)
+	switch {
+	case strings.Contains(r.Message, "redis unavailable"):
+		s.events = append(s.events, false)
+	case strings.Contains(r.Message, "redis answers again"):
+		s.events = append(s.events, true)
+	}
+	return nil
 }
 
 func (s *statuses) get() []bool {
@@ -98,7 +110,7 @@ func load(s keypool.Store, r server, model string) (stop func() (granted int64, 
 				g, err := s.Take(context.Background(), tk)
 				if err == nil && g.OK {
 					granted.Add(1)
-					err = s.Settle(context.Background(), tk, g, 60)
+					err = g.Reservation.Settle(context.Background(), 60)
 				}
 				if err != nil && !errors.Is(err, redisstore.ErrUnavailable) && !r.spurious(err) {
 					mu.Lock()
@@ -128,7 +140,7 @@ func TestRedisDownRefuses(t *testing.T) {
 			c := redis.NewClient(&redis.Options{Addr: r.addr()})
 			t.Cleanup(func() { _ = c.Close() })
 			var st statuses
-			s := newStore(t, c, redisstore.WithStatusFunc(st.record))
+			s := newStore(t, c, redisstore.WithLogger(st.logger()))
 			ctx := t.Context()
 			stop := load(s, r, "m")
 
@@ -179,7 +191,7 @@ func TestRedisDownFallsBackToLocalWindows(t *testing.T) {
 			c := redis.NewClient(&redis.Options{Addr: r.addr()})
 			t.Cleanup(func() { _ = c.Close() })
 			var st statuses
-			s := newStore(t, c, redisstore.WithLocalFallback(2), redisstore.WithStatusFunc(st.record))
+			s := newStore(t, c, redisstore.WithLocalFallback(2), redisstore.WithLogger(st.logger()))
 			ctx := t.Context()
 			stop := load(s, r, "load")
 			lim := keypool.Limits{RPM: 10}
@@ -201,7 +213,7 @@ func TestRedisDownFallsBackToLocalWindows(t *testing.T) {
 			require.NoError(t, err)
 			assert.False(t, g.OK, "the sixth take of half of RPM 10")
 			assert.Equal(t, keypool.KindRate, g.Reason)
-			require.NoError(t, s.Release(ctx, tk, grants[0]))
+			require.NoError(t, grants[0].Reservation.Release(ctx))
 			state, err := s.State(ctx, "test", "k", time.Now())
 			require.NoError(t, err)
 			require.Len(t, state.Models, 1)

@@ -41,7 +41,7 @@ func TestSameAsMemoryStore(t *testing.T) {
 			ms := keypool.NewMemoryStore()
 			rng := rand.New(rand.NewPCG(uint64(i), 42))
 			type taken struct {
-				t      keypool.Take
+				t      keypool.Claim
 				rg, mg keypool.Grant
 			}
 			var grants []taken
@@ -57,7 +57,7 @@ func TestSameAsMemoryStore(t *testing.T) {
 				}
 				switch {
 				case op < 14:
-					tk := keypool.Take{Provider: "p", KeyID: "k", Model: model, Limits: c.lim, Cap: c.cap,
+					tk := keypool.Claim{Provider: "p", KeyID: "k", Model: model, Limits: c.lim, Cap: c.cap,
 						Days: c.days, Tokens: rng.Int64N(250), Now: now}
 					rg, err := rs.Take(t.Context(), tk)
 					require.NoError(t, err)
@@ -69,12 +69,12 @@ func TestSameAsMemoryStore(t *testing.T) {
 				case op < 17 && len(grants) > 0:
 					g := grants[rng.IntN(len(grants))]
 					if op == 16 {
-						require.NoError(t, rs.Release(t.Context(), g.t, g.rg))
-						require.NoError(t, ms.Release(t.Context(), g.t, g.mg))
+						require.NoError(t, g.rg.Reservation.Release(t.Context()))
+						require.NoError(t, g.mg.Reservation.Release(t.Context()))
 					} else {
 						tokens := rng.Int64N(400)
-						require.NoError(t, rs.Settle(t.Context(), g.t, g.rg, tokens))
-						require.NoError(t, ms.Settle(t.Context(), g.t, g.mg, tokens))
+						require.NoError(t, g.rg.Reservation.Settle(t.Context(), tokens))
+						require.NoError(t, g.mg.Reservation.Settle(t.Context(), tokens))
 					}
 				case op < 19:
 					b := keypool.Bench{Provider: "p", KeyID: "k", Model: model, AllModels: op == 18 && rng.IntN(3) == 0,
@@ -83,23 +83,25 @@ func TestSameAsMemoryStore(t *testing.T) {
 					require.NoError(t, rs.Bench(t.Context(), b))
 					require.NoError(t, ms.Bench(t.Context(), b))
 				default:
-					require.NoError(t, rs.ResetLevel(t.Context(), "p", "k", model))
-					require.NoError(t, ms.ResetLevel(t.Context(), "p", "k", model))
+					b := keypool.Bench{Provider: "p", KeyID: "k", Model: model}
+					require.NoError(t, rs.Bench(t.Context(), b))
+					require.NoError(t, ms.Bench(t.Context(), b))
 				}
 				rst, err := rs.State(t.Context(), "p", "k", now)
 				require.NoError(t, err)
 				mst, _ := ms.State(t.Context(), "p", "k", now)
-				slices.SortFunc(mst.Models, func(a, b keypool.ModelState) int { return cmp.Compare(a.Model, b.Model) })
+				slices.SortFunc(mst.Models, func(a, b keypool.ModelStats) int { return cmp.Compare(a.Model, b.Model) })
 				require.Equal(t, mst, rst, "%s: state", at)
 			}
 		})
 	}
 }
 
-// public returns what a grant says to its users: a store may keep state of
-// its own in it.
+// public returns what a grant says to its users, without the reservation
+// each store keeps for itself.
 func public(g keypool.Grant) keypool.Grant {
-	return keypool.Grant{OK: g.OK, RetryAt: g.RetryAt, Reason: g.Reason, Level: g.Level, At: g.At}
+	g.Reservation = nil
+	return g
 }
 
 // TestManyModelsShareOneEntry checks that a key tracks 1024 models, as the

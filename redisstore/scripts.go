@@ -32,7 +32,7 @@ const (
 	expiryRefresh = windowMargin / 2
 	// indexLife is how long a key's index lives after its last take.
 	indexLife = int64(48 * time.Hour / time.Millisecond)
-	// levelLife is how long a key's benches and escalation levels live
+	// levelLife is how long a key's benches and levels live
 	// after its latest bench ends.
 	levelLife = int64(24 * time.Hour / time.Millisecond)
 	// maxModels bounds the models a key tracks, as keypool.MemoryStore
@@ -40,6 +40,9 @@ const (
 	// entry, overflowModel.
 	maxModels     = windowspec.MaxModelsPerKey
 	overflowModel = windowspec.OverflowModel
+	// evictScan bounds the entries a take for a new model looks at to make
+	// room on a full key, as keypool.MemoryStore does.
+	evictScan = 32
 	// maxExact bounds limits and token counts: Lua numbers are doubles.
 	maxExact = int64(1) << 53
 	// reasonMinute and reasonDay are a take's refusals by a minute or a day
@@ -67,30 +70,54 @@ local function key(idx, m)
   local v = redis.call('HMGET', idx, 't', 'x', 'm' .. m)
   local last = tonumber(v[1]) or 0
   if last > now then now = last end
-  return now, v[3] and true or false, tonumber(v[2]) or 0
-end
--- model returns the name under which a key keeps model m: m itself once
--- the key knows it or while it knows fewer than max models, else over. With
--- add, the key learns it.
-local function model(idx, m, known, over, max, add)
-  if known then return m end
-  local n = redis.call('HLEN', idx)
-  for _, f in ipairs({'t', 'd', 'x'}) do n = n - redis.call('HEXISTS', idx, f) end
-  if n >= max then
-    m = over
-    if redis.call('HEXISTS', idx, 'm' .. m) == 1 then return m end
-  end
-  if add then
-    redis.call('HSET', idx, 'm' .. m, '1')
-    redis.call('PEXPIRE', idx, '$INDEXLIFE')
-  end
-  return m
+  return now, v[3] and true or false, tonumber(v[2]) or 0, tonumber(v[3]) or 0
 end
 -- bench reads a bench, "kind:end"; no bench is 0, 0.
 local function bench(v)
   if not v then return 0, 0 end
   local k, e = string.match(v, '^(%d+):(%d+)$')
   return tonumber(k) or 0, tonumber(e) or 0
+end
+-- evict removes from a full key one model entry that holds nothing in force
+-- at now — its field m<name> holds when its windows last count a take, and
+-- it has no bench in force and no level — looking at no more than
+-- EVICTSCAN entries from where the last look ended (field c). It reports
+-- whether it removed one. The entry's windows stay until they expire.
+local function evict(idx, benches, over, now)
+  local r = redis.call('HSCAN', idx, redis.call('HGET', idx, 'c') or '0', 'MATCH', 'm*', 'COUNT', $EVICTSCAN)
+  redis.call('HSET', idx, 'c', r[1])
+  local kv = r[2]
+  for j = 1, #kv, 2 do
+    local name = string.sub(kv[j], 2)
+    if name ~= over and (tonumber(kv[j + 1]) or 0) <= now then
+      local b = redis.call('HMGET', benches, 'b' .. name, 'l' .. name)
+      local _, e = bench(b[1])
+      if e <= now and (tonumber(b[2]) or 0) == 0 then
+        redis.call('HDEL', idx, kv[j])
+        redis.call('HDEL', benches, 'b' .. name, 'l' .. name)
+        return true
+      end
+    end
+  end
+  return false
+end
+-- model returns the name under which a key keeps model m: m itself once
+-- the key knows it, while it knows fewer than max models, when an idle
+-- entry makes room (evict), or when it is named (a model the pool was
+-- configured for); else over. With add, the key learns it.
+local function model(idx, benches, m, known, over, max, add, now, named)
+  if known then return m end
+  local n = redis.call('HLEN', idx)
+  for _, f in ipairs({'t', 'd', 'x', 'c'}) do n = n - redis.call('HEXISTS', idx, f) end
+  if n >= max and not named and not evict(idx, benches, over, now) then
+    m = over
+    if redis.call('HEXISTS', idx, 'm' .. m) == 1 then return m end
+  end
+  if add then
+    redis.call('HSET', idx, 'm' .. m, '0')
+    redis.call('PEXPIRE', idx, '$INDEXLIFE')
+  end
+  return m
 end
 -- sliding loads a sliding window: fields r<bucket> and t<bucket> hold the
 -- requests and tokens taken in a bucket, x when its expiry was last set.
@@ -199,8 +226,9 @@ end
 // windows. The day keys name calendar or sliding windows as ARGV says.
 //
 // ARGV, after the op: model, overflow model, max models, tokens, RPM, TPM, RPD, TPD, cap
-// RPM, cap TPM, cap RPD, cap TPD, and, for calendar days, the day's start and
-// end and the next day's end (0 0 0 for sliding days).
+// RPM, cap TPM, cap RPD, cap TPD, for calendar days the day's start and end
+// and the next day's end (0 0 0 for sliding days), and 1 for a named model
+// (0 otherwise).
 //
 // It returns {1, at, 0, level} for a take it recorded at server time at, and
 // {0, retryAt, reason, level} for one it refused: reason is the kind of the
@@ -208,8 +236,8 @@ end
 const takeSource = `
 ops.take = function()
 local idx = KEYS[1]
-local now, known, x = key(idx, ARGV[1])
-local m = model(idx, ARGV[1], known, ARGV[2], tonumber(ARGV[3]), true)
+local now, known, x, busy = key(idx, ARGV[1])
+local m = model(idx, KEYS[2], ARGV[1], known, ARGV[2], tonumber(ARGV[3]), true, now, ARGV[16] == '1')
 local mk, dk = KEYS[3], KEYS[4]
 if m == ARGV[2] then mk, dk = KEYS[5], KEYS[6] end
 local cs, ce, ce2 = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
@@ -256,6 +284,13 @@ for _, s in ipairs(sets) do
   if s.day then slidingAdd(s.day, 1, tok) end
   if s.cal then calendarAdd(s.cal, now, 1, tok) end
 end
+-- The entry holds the take for as long as its windows count it; a take
+-- needs the field written again only once that moment has moved on by
+-- REFRESH.
+local hold = now
+if sets[1].minute then hold = now + MW * MN end
+if sets[1].day or sets[1].cal then hold = now + DW * DN end
+if m ~= ARGV[2] and (not known or hold - busy > REFRESH) then redis.call('HSET', idx, 'm' .. m, int(hold)) end
 return {1, now, 0, level}
 end
 `
@@ -306,7 +341,7 @@ ops.bench = function()
 local now, known = key(KEYS[1], ARGV[1])
 local f = '*'
 if ARGV[4] ~= '1' then
-  local m = model(KEYS[1], ARGV[1], known, ARGV[2], tonumber(ARGV[3]), true)
+  local m = model(KEYS[1], KEYS[2], ARGV[1], known, ARGV[2], tonumber(ARGV[3]), true, now, false)
   f = 'b' .. m
   redis.call('HSET', KEYS[2], 'l' .. m, ARGV[7])
 end
@@ -327,14 +362,14 @@ return 1
 end
 `
 
-// resetLevelSource is the op "reset": it sets a key's escalation level for a model back to zero.
+// resetLevelSource is the op "reset": it sets a key's level for a model back to zero.
 //
 // KEYS: the key's index, its benches. ARGV, after the op: model,
 // overflow model, max models.
 const resetLevelSource = `
 ops.reset = function()
-local _, known = key(KEYS[1], ARGV[1])
-local m = model(KEYS[1], ARGV[1], known, ARGV[2], tonumber(ARGV[3]), true)
+local now, known = key(KEYS[1], ARGV[1])
+local m = model(KEYS[1], KEYS[2], ARGV[1], known, ARGV[2], tonumber(ARGV[3]), true, now, false)
 return redis.call('HDEL', KEYS[2], 'l' .. m)
 end
 `
@@ -360,6 +395,7 @@ var storeScript = func() *redis.Script {
 		"$REFRESH", strconv.FormatInt(expiryRefresh, 10),
 		"$INDEXLIFE", strconv.FormatInt(indexLife, 10),
 		"$LEVELLIFE", strconv.FormatInt(levelLife, 10),
+		"$EVICTSCAN", strconv.Itoa(evictScan),
 		"reasonMinute", strconv.Itoa(reasonMinute),
 		"reasonDay", strconv.Itoa(reasonDay),
 	)

@@ -15,7 +15,7 @@ import (
 // state reads a key's state in two round trips: the server's time, the
 // key's index, benches and cap windows (after the adjustments waiting),
 // then the windows of each of its models.
-func (s *Store) state(ctx context.Context, provider, keyID string) (keypool.KeyState, error) {
+func (s *Store) state(ctx context.Context, provider, keyID string) (keypool.KeyStats, error) {
 	n := names(s.cfg.prefix, provider, keyID)
 	var (
 		clock                      *redis.TimeCmd
@@ -33,7 +33,7 @@ func (s *Store) state(ctx context.Context, provider, keyID string) (keypool.KeyS
 	_ = s.checkCarried(ctx, carried) // reported there
 	for _, c := range []redis.Cmder{clock, index, benches, cm, cd, cc} {
 		if err := c.Err(); err != nil {
-			return keypool.KeyState{}, err
+			return keypool.KeyStats{}, err
 		}
 	}
 	idx, b := index.Val(), benches.Val()
@@ -46,7 +46,7 @@ func (s *Store) state(ctx context.Context, provider, keyID string) (keypool.KeyS
 	if cal {
 		capDay = cc
 	}
-	st := keypool.KeyState{Bench: benchState(b["*"], now), Cap: usage(cm.Val(), capDay.Val(), cal, now)}
+	st := keypool.KeyStats{Bench: benchState(b["*"], now), Cap: usage(cm.Val(), capDay.Val(), cal, now)}
 
 	var models []string
 	for f := range idx {
@@ -73,13 +73,13 @@ func (s *Store) state(ctx context.Context, provider, keyID string) (keypool.KeyS
 		}
 		return nil
 	})
-	st.Models = make([]keypool.ModelState, len(models))
+	st.Models = make([]keypool.ModelStats, len(models))
 	for i, m := range models {
 		if err := cmpErr(minutes[i].Err(), days[i].Err()); err != nil {
-			return keypool.KeyState{}, err
+			return keypool.KeyStats{}, err
 		}
 		level, _ := strconv.Atoi(b["l"+m])
-		st.Models[i] = keypool.ModelState{Model: m, Bench: benchState(b["b"+m], now), Level: level,
+		st.Models[i] = keypool.ModelStats{Model: m, Bench: benchState(b["b"+m], now), Level: level,
 			Usage: usage(minutes[i].Val(), days[i].Val(), cal, now)}
 	}
 	return st, nil

@@ -28,7 +28,7 @@ func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.e
 
 // Store is a keypool.Store kept in Redis, so that the pools of several
 // processes — replicas of a service — share each key's windows, benches and
-// escalation levels. See the package documentation for what it writes
+// levels. See the package documentation for what it writes
 // where. A Store is safe for concurrent use.
 type Store struct {
 	rdb   redis.UniversalClient
@@ -152,7 +152,10 @@ func (s *Store) Close() error {
 // Take implements keypool.Store: one script checks and records the request,
 // on the server's clock; t.Now only places calendar days. The adjustments
 // of earlier settles and releases not yet sent ride in the same round trip.
-func (s *Store) Take(ctx context.Context, t keypool.Take) (keypool.Grant, error) {
+func (s *Store) Take(ctx context.Context, t keypool.Claim) (keypool.Grant, error) {
+	if err := windowspec.CheckModel(t.Model); err != nil {
+		return keypool.Grant{}, fmt.Errorf("redisstore: %w", err)
+	}
 	if err := s.unavailable(); err != nil {
 		return s.takeLocal(ctx, t, err)
 	}
@@ -168,7 +171,8 @@ func (s *Store) Take(ctx context.Context, t keypool.Take) (keypool.Grant, error)
 		return s.takeLocal(ctx, t, s.fail(ctx, err))
 	}
 	if v[0] == 1 {
-		return keypool.Grant{OK: true, At: time.UnixMilli(v[1]).UTC(), Level: int(v[3])}, nil
+		r := &reservation{store: s, claim: t, at: v[1], tokens: exact(t.Tokens)}
+		return keypool.Grant{OK: true, Level: int(v[3]), Reservation: r}, nil
 	}
 	reason := keypool.Kind(v[2])
 	switch v[2] {
@@ -181,7 +185,7 @@ func (s *Store) Take(ctx context.Context, t keypool.Take) (keypool.Grant, error)
 }
 
 // takeCall returns the take script's call for t.
-func (s *Store) takeCall(t keypool.Take) *evalCall {
+func (s *Store) takeCall(t keypool.Claim) *evalCall {
 	n := names(s.cfg.prefix, t.Provider, t.KeyID)
 	cal := t.Days.Loc != nil
 	var start, end, next int64
@@ -196,41 +200,56 @@ func (s *Store) takeCall(t keypool.Take) *evalCall {
 		t.Model, overflowModel, maxModels, exact(t.Tokens),
 		exact(t.Limits.RPM), exact(t.Limits.TPM), exact(t.Limits.RPD), exact(t.Limits.TPD),
 		exact(t.Cap.RPM), exact(t.Cap.TPM), exact(t.Cap.RPD), exact(t.Cap.TPD),
-		start, end, next)
+		start, end, next, flag(t.Named))
 }
 
 // exact returns n within what a Lua number holds exactly, and never below
 // zero.
 func exact(n int64) int64 { return min(max(n, 0), maxExact) }
 
-// Settle implements keypool.Store. The adjustment is queued: the next take
-// carries it, or the store's goroutine sends it within settleDelay.
-func (s *Store) Settle(ctx context.Context, t keypool.Take, g keypool.Grant, tokens int64) error {
-	if !g.OK {
+// reservation is a take Redis admitted: settling or releasing it queues an
+// adjustment, which the next take carries, or the store's goroutine sends
+// within settleDelay.
+type reservation struct {
+	store    *Store
+	claim    keypool.Claim
+	at       int64 // when Redis recorded the take, Unix milliseconds
+	tokens   int64 // the tokens it counts now
+	mu       sync.Mutex
+	released bool
+}
+
+// Settle implements keypool.Reservation.
+func (r *reservation) Settle(_ context.Context, tokens int64) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.released {
 		return nil
 	}
-	if s.isLocal(g) {
-		return s.local.Settle(ctx, s.localTake(t), g, tokens)
-	}
-	s.queue(adjustment{take: t, at: g.At.UnixMilli(), tokens: max(tokens, 0) - exact(t.Tokens)})
+	tokens = exact(tokens)
+	r.store.queue(adjustment{claim: r.claim, at: r.at, tokens: tokens - r.tokens})
+	r.tokens = tokens
 	return nil
 }
 
-// Release implements keypool.Store, as Settle does.
-func (s *Store) Release(ctx context.Context, t keypool.Take, g keypool.Grant) error {
-	if !g.OK {
+// Release implements keypool.Reservation.
+func (r *reservation) Release(context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.released {
 		return nil
 	}
-	if s.isLocal(g) {
-		return s.local.Release(ctx, s.localTake(t), g)
-	}
-	s.queue(adjustment{take: t, at: g.At.UnixMilli(), requests: -1, tokens: -exact(t.Tokens)})
+	r.released = true
+	r.store.queue(adjustment{claim: r.claim, at: r.at, requests: -1, tokens: -r.tokens})
 	return nil
 }
 
 // Bench implements keypool.Store. The bench's end is kept in Unix
 // milliseconds, rounded up.
 func (s *Store) Bench(ctx context.Context, b keypool.Bench) error {
+	if err := windowspec.CheckModel(b.Model); err != nil {
+		return fmt.Errorf("redisstore: %w", err)
+	}
 	ends := max(b.Until.UnixMilli(), 0)
 	if b.Until.Nanosecond()%int(time.Millisecond) != 0 {
 		ends++
@@ -242,14 +261,11 @@ func (s *Store) Bench(ctx context.Context, b keypool.Bench) error {
 	}
 	c := call("bench", []string{n.index(), n.benches()},
 		b.Model, overflowModel, maxModels, all, int(b.Kind), ends, b.Level)
+	if b.Until.IsZero() && b.Level == 0 && !b.AllModels {
+		// Only the level, back to zero: a success after quota answers.
+		c = call("reset", []string{n.index(), n.benches()}, b.Model, overflowModel, maxModels)
+	}
 	return s.change(ctx, c.run(s.rdb), func() error { return s.local.Bench(ctx, b) })
-}
-
-// ResetLevel implements keypool.Store.
-func (s *Store) ResetLevel(ctx context.Context, provider, keyID, model string) error {
-	n := names(s.cfg.prefix, provider, keyID)
-	c := call("reset", []string{n.index(), n.benches()}, model, overflowModel, maxModels)
-	return s.change(ctx, c.run(s.rdb), func() error { return s.local.ResetLevel(ctx, provider, keyID, model) })
 }
 
 // Unbench implements keypool.Store.
@@ -261,17 +277,17 @@ func (s *Store) Unbench(ctx context.Context, provider, keyID string) error {
 
 // State implements keypool.Store, on the server's clock: now is ignored. It
 // sends the adjustments not yet sent first.
-func (s *Store) State(ctx context.Context, provider, keyID string, now time.Time) (keypool.KeyState, error) {
+func (s *Store) State(ctx context.Context, provider, keyID string, now time.Time) (keypool.KeyStats, error) {
 	if err := s.unavailable(); err != nil {
 		if !s.fallback(err) {
-			return keypool.KeyState{}, err
+			return keypool.KeyStats{}, err
 		}
 		return s.local.State(ctx, provider, keyID, now)
 	}
 	st, err := s.state(ctx, provider, keyID)
 	if err != nil {
 		if err = s.fail(ctx, err); !s.fallback(err) {
-			return keypool.KeyState{}, err
+			return keypool.KeyStats{}, err
 		}
 		return s.local.State(ctx, provider, keyID, now)
 	}
@@ -328,7 +344,7 @@ func (s *Store) fallback(err error) bool {
 
 // takeLocal answers a take that Redis could not, with err: from the local
 // windows with WithLocalFallback, else with err.
-func (s *Store) takeLocal(ctx context.Context, t keypool.Take, err error) (keypool.Grant, error) {
+func (s *Store) takeLocal(ctx context.Context, t keypool.Claim, err error) (keypool.Grant, error) {
 	if !s.fallback(err) {
 		return keypool.Grant{}, err
 	}
@@ -336,21 +352,14 @@ func (s *Store) takeLocal(ctx context.Context, t keypool.Take, err error) (keypo
 }
 
 // localTake returns t as the local windows take it: each limit divided
-// among the replicas, the estimate within the smallest token limit, and the
-// time marked so that Settle and Release know the grant for a local one.
-func (s *Store) localTake(t keypool.Take) keypool.Take {
+// among the replicas, and the estimate within the smallest token limit. The
+// local windows' grant settles and releases itself.
+func (s *Store) localTake(t keypool.Claim) keypool.Claim {
 	t.Limits, t.Cap = divide(t.Limits, s.cfg.replicas), divide(t.Cap, s.cfg.replicas)
 	if lim := windowspec.Tighter(windowspec.Tighter(t.Limits.TPM, t.Limits.TPD), windowspec.Tighter(t.Cap.TPM, t.Cap.TPD)); lim > 0 {
 		t.Tokens = min(t.Tokens, lim)
 	}
-	t.Now = t.Now.Truncate(time.Millisecond).Add(localMark)
 	return t
-}
-
-// isLocal reports whether the local windows granted g. Redis's grants are
-// on whole milliseconds; local ones are marked.
-func (s *Store) isLocal(g keypool.Grant) bool {
-	return s.local != nil && g.At.Nanosecond()%int(time.Millisecond) == localMark
 }
 
 // divide returns each limit of l divided by n, rounded down, at least 1.

@@ -5,6 +5,8 @@ package storetest
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -52,10 +54,13 @@ func Run(t *testing.T, h Harness) {
 		{"BenchOfAllModels", benchOfAllModels, false},
 		{"BenchNeverShortens", benchNeverShortens, false},
 		{"BenchEnds", benchEnds, false},
-		{"EscalationLevel", escalationLevel, false},
+		{"Level", level, false},
 		{"Unbench", unbench, false},
 		{"KeysAreSeparate", keysAreSeparate, false},
 		{"Restart", restart, false},
+		{"FullKeyKeepsNamedModels", fullKeyKeepsNamedModels, false},
+		{"IdleModelsMakeRoom", idleModelsMakeRoom, true},
+		{"RefusesModelNamesItCannotKeep", refusesBadModelNames, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -70,11 +75,11 @@ func Run(t *testing.T, h Harness) {
 var ctx = context.Background()
 
 // take builds a take of key k for model m at the store's time.
-func take(h Harness, k, m string, lim keypool.Limits, tokens int64) keypool.Take {
-	return keypool.Take{Provider: "suite", KeyID: k, Model: m, Limits: lim, Tokens: tokens, Now: h.Now()}
+func take(h Harness, k, m string, lim keypool.Limits, tokens int64) keypool.Claim {
+	return keypool.Claim{Provider: "suite", KeyID: k, Model: m, Limits: lim, Tokens: tokens, Now: h.Now()}
 }
 
-func mustTake(t *testing.T, s keypool.Store, tk keypool.Take) keypool.Grant {
+func mustTake(t *testing.T, s keypool.Store, tk keypool.Claim) keypool.Grant {
 	t.Helper()
 	g, err := s.Take(ctx, tk)
 	require.NoError(t, err)
@@ -93,7 +98,7 @@ func usage(t *testing.T, s keypool.Store, h Harness, key, model string) keypool.
 	return keypool.Usage{}
 }
 
-func modelState(t *testing.T, s keypool.Store, h Harness, key, model string) keypool.ModelState {
+func modelState(t *testing.T, s keypool.Store, h Harness, key, model string) keypool.ModelStats {
 	t.Helper()
 	st, err := s.State(ctx, "suite", key, h.Now())
 	require.NoError(t, err)
@@ -102,7 +107,7 @@ func modelState(t *testing.T, s keypool.Store, h Harness, key, model string) key
 			return m
 		}
 	}
-	return keypool.ModelState{}
+	return keypool.ModelStats{}
 }
 
 func takeRefusesWhenFull(t *testing.T, h Harness) {
@@ -149,14 +154,21 @@ func settleAndRelease(t *testing.T, h Harness) {
 	g1 := mustTake(t, s, first)
 	require.True(t, g1.OK)
 	require.False(t, mustTake(t, s, take(h, "k", "m", lim, 50)).OK, "60 + 50 > 100")
-	require.NoError(t, s.Settle(ctx, first, g1, 10))
+	require.NoError(t, g1.Reservation.Settle(ctx, 10))
 	assert.Equal(t, int64(10), usage(t, s, h, "k", "m").MinuteTokens)
+	require.NoError(t, g1.Reservation.Settle(ctx, 20))
+	assert.Equal(t, int64(20), usage(t, s, h, "k", "m").MinuteTokens, "a second settle replaces the first")
+	require.NoError(t, g1.Reservation.Settle(ctx, 10))
 	second := take(h, "k", "m", lim, 50)
 	g2 := mustTake(t, s, second)
 	require.True(t, g2.OK, "10 + 50 <= 100 after settling")
-	require.NoError(t, s.Release(ctx, second, g2))
+	require.NoError(t, g2.Reservation.Release(ctx))
+	require.NoError(t, g2.Reservation.Release(ctx))
 	u := usage(t, s, h, "k", "m")
-	assert.Equal(t, keypool.Usage{MinuteRequests: 1, MinuteTokens: 10}, u, "a released take leaves nothing")
+	assert.Equal(t, keypool.Usage{MinuteRequests: 1, MinuteTokens: 10}, u, "a released take leaves nothing, however often released")
+	refused := mustTake(t, s, take(h, "k", "m", keypool.Limits{TPM: 100}, 100))
+	require.False(t, refused.OK)
+	assert.Nil(t, refused.Reservation, "a refusal reserves nothing")
 }
 
 func takeIsAtomic(t *testing.T, h Harness) {
@@ -179,7 +191,7 @@ func takeIsAtomic(t *testing.T, h Harness) {
 
 func capCountsEveryModel(t *testing.T, h Harness) {
 	s := h.Open(t)
-	tk := func(model string) keypool.Take {
+	tk := func(model string) keypool.Claim {
 		x := take(h, "k", model, keypool.Limits{}, 0)
 		x.Cap = keypool.Limits{RPD: 3}
 		return x
@@ -249,7 +261,7 @@ func benchEnds(t *testing.T, h Harness) {
 	assert.Zero(t, modelState(t, s, h, "k", "m").Bench, "no bench is reported after its end")
 }
 
-func escalationLevel(t *testing.T, h Harness) {
+func level(t *testing.T, h Harness) {
 	s := h.Open(t)
 	require.NoError(t, s.Bench(ctx, keypool.Bench{Provider: "suite", KeyID: "k", Model: "m", Kind: keypool.KindQuota,
 		Until: h.Now().Add(time.Second), Level: 2}))
@@ -257,8 +269,10 @@ func escalationLevel(t *testing.T, h Harness) {
 	g := mustTake(t, s, take(h, "k", "m", keypool.Limits{}, 0))
 	require.True(t, g.OK)
 	assert.Equal(t, 2, g.Level, "the level outlives the bench")
-	require.NoError(t, s.ResetLevel(ctx, "suite", "k", "m"))
-	assert.Equal(t, 0, mustTake(t, s, take(h, "k", "m", keypool.Limits{}, 0)).Level)
+	require.NoError(t, s.Bench(ctx, keypool.Bench{Provider: "suite", KeyID: "k", Model: "m"}))
+	g = mustTake(t, s, take(h, "k", "m", keypool.Limits{}, 0))
+	assert.True(t, g.OK, "a bench with no end sets only the level")
+	assert.Equal(t, 0, g.Level, "a success sets the level back to zero")
 }
 
 func unbench(t *testing.T, h Harness) {
@@ -312,4 +326,63 @@ func restart(t *testing.T, h Harness) {
 		require.True(t, mustTake(t, s, take(h, "k", "m", lim, 100)).OK)
 	}
 	assert.False(t, mustTake(t, s, take(h, "k", "m", lim, 100)).OK, "the window kept counting across the restart")
+}
+
+// maxModels is the bound on the models a store keeps for one key.
+const maxModels = 1024
+
+// fill takes one request for each of maxModels models of key k, so that
+// every entry holds a take for a minute.
+func fill(t *testing.T, s keypool.Store, h Harness, k string) {
+	t.Helper()
+	for i := range maxModels {
+		require.True(t, mustTake(t, s, take(h, k, fmt.Sprintf("m%d", i), keypool.Limits{RPM: 100}, 0)).OK)
+	}
+}
+
+func hasModel(t *testing.T, s keypool.Store, h Harness, key, model string) bool {
+	t.Helper()
+	st, err := s.State(ctx, "suite", key, h.Now())
+	require.NoError(t, err)
+	for _, m := range st.Models {
+		if m.Model == model {
+			return true
+		}
+	}
+	return false
+}
+
+func fullKeyKeepsNamedModels(t *testing.T, h Harness) {
+	s := h.Open(t)
+	fill(t, s, h, "k")
+	crowded := take(h, "k", "crowded", keypool.Limits{RPM: 100}, 0)
+	require.True(t, mustTake(t, s, crowded).OK)
+	assert.False(t, hasModel(t, s, h, "k", "crowded"), "a full key shares one entry among new models")
+	named := take(h, "k", "configured", keypool.Limits{RPM: 1}, 0)
+	named.Named = true
+	require.True(t, mustTake(t, s, named).OK)
+	assert.True(t, hasModel(t, s, h, "k", "configured"), "a named model always has its own entry")
+	assert.False(t, mustTake(t, s, named).OK, "with windows of its own: RPM 1")
+}
+
+func idleModelsMakeRoom(t *testing.T, h Harness) {
+	s := h.Open(t)
+	fill(t, s, h, "k")
+	h.Advance(t, 2*time.Minute) // every entry's minute has passed
+	for _, m := range []string{"new-a", "new-b"} {
+		require.True(t, mustTake(t, s, take(h, "k", m, keypool.Limits{RPM: 100}, 0)).OK)
+		assert.True(t, hasModel(t, s, h, "k", m), "%s takes the place of an idle entry", m)
+	}
+	require.NoError(t, s.Bench(ctx, keypool.Bench{Provider: "suite", KeyID: "k", Model: "new-a", Kind: keypool.KindRate, Until: h.Now().Add(time.Hour)}))
+	assert.True(t, mustTake(t, s, take(h, "k", "new-b", keypool.Limits{RPM: 100}, 0)).OK, "a bench of one new model never holds another")
+}
+
+func refusesBadModelNames(t *testing.T, h Harness) {
+	s := h.Open(t)
+	for _, name := range []string{strings.Repeat("m", 257), "a\x00b", "\xff\xfe"} {
+		_, err := s.Take(ctx, take(h, "k", name, keypool.Limits{}, 0))
+		assert.Error(t, err, "a model name of %d bytes", len(name))
+		assert.Error(t, s.Bench(ctx, keypool.Bench{Provider: "suite", KeyID: "k", Model: name, Kind: keypool.KindRate, Until: h.Now().Add(time.Minute)}))
+	}
+	assert.True(t, mustTake(t, s, take(h, "k", strings.Repeat("m", 256), keypool.Limits{}, 0)).OK, "256 bytes is a name")
 }

@@ -140,7 +140,7 @@ func newDemo(o demoOptions) (*demo, error) {
 	}
 	pool, err := keypool.New("openai", keys,
 		keypool.WithStore(store),
-		keypool.WithBench(keypool.KindTransient, 5*time.Second),
+		keypool.WithBenches(keypool.Benches{Transient: 5 * time.Second}),
 		keypool.OnEvict(d.evicted))
 	if err != nil {
 		_ = store.Close()

@@ -122,8 +122,8 @@ func newServerWith(s *settings, log *slog.Logger, store keypool.Store, closer io
 	srv.redact = newRedactor(secrets)
 	srv.fallback, err = keypool.NewFallback(routes, keypool.OnRoute(func(e keypool.RouteEvent) {
 		for _, sk := range e.Skipped {
-			if sk.Reason != "resting" {
-				log.Info("route skipped", "route", sk.Route, "reason", sk.Reason, "until", sk.Until.Format(time.RFC3339))
+			if !sk.Earlier {
+				log.Info("route benched", "route", sk.Route, "kind", sk.Kind.String(), "until", sk.Until.Format(time.RFC3339))
 			}
 		}
 	}))
@@ -167,14 +167,7 @@ func upstreamTransport(r routeSettings) *http.Transport {
 func openState(s *settings, log *slog.Logger) (keypool.Store, io.Closer, error) {
 	if isRedisURL(s.state) {
 		opts := []redisstore.Option{
-			redisstore.WithStatusFunc(func(up bool, err error) {
-				if up {
-					log.Info("redis available again")
-				} else {
-					log.Warn("redis unavailable", "err", err)
-				}
-			}),
-			redisstore.WithErrorFunc(func(err error) { log.Warn("redis", "err", err) }),
+			redisstore.WithLogger(log),
 		}
 		if s.replicas > 0 {
 			opts = append(opts, redisstore.WithLocalFallback(s.replicas))

@@ -451,9 +451,9 @@ upstreams:
 	routes, err := fetchStatus(t.Context(), base, proxyToken)
 	require.NoError(t, err)
 	require.Len(t, routes, 2)
-	soonest := routes[0].RestingUntil
-	if routes[1].RestingUntil.Before(soonest) {
-		soonest = routes[1].RestingUntil
+	soonest := routes[0].BenchedUntil
+	if routes[1].BenchedUntil.Before(soonest) {
+		soonest = routes[1].BenchedUntil
 	}
 	want := int64(time.Until(soonest).Seconds())
 	got, err := strconv.ParseInt(resp.Header.Get("Retry-After"), 10, 64)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -71,8 +72,8 @@ func printRoutes(w io.Writer, routes []keypool.RouteStatus, now time.Time) {
 	fmt.Fprintln(tw, "ROUTE\tKEY\tTIER\tSTATE\tSENT\tMODEL\tMINUTE REQ/TOK\tDAY REQ/TOK")
 	for _, r := range routes {
 		name := r.Name
-		if r.RestingUntil.After(now) {
-			name += " (resting " + until(r.RestingUntil, now) + ")"
+		if r.BenchedUntil.After(now) {
+			name += " (benched " + until(r.BenchedUntil, now) + ")"
 		}
 		for _, k := range r.Keys {
 			tier := "free"
@@ -131,24 +132,25 @@ func printState(ctx context.Context, w io.Writer, dir string) error {
 	defer store.Close()
 	now := time.Now()
 	byProvider := map[string][]keypool.KeyStats{}
-	keys := store.Keys()
-	slices.SortFunc(keys, func(a, b keypool.StoredKey) int {
-		return strings.Compare(a.Provider+"\x00"+a.KeyID, b.Provider+"\x00"+b.KeyID)
+	type stored struct{ provider, keyID string }
+	var keys []stored
+	for provider, keyID := range store.Keys() {
+		keys = append(keys, stored{provider, keyID})
+	}
+	slices.SortFunc(keys, func(a, b stored) int {
+		return cmp.Or(strings.Compare(a.provider, b.provider), strings.Compare(a.keyID, b.keyID))
 	})
 	var order []string
 	for _, k := range keys {
-		st, err := store.State(ctx, k.Provider, k.KeyID, now)
+		ks, err := store.State(ctx, k.provider, k.keyID, now)
 		if err != nil {
 			return err
 		}
-		ks := keypool.KeyStats{ID: k.KeyID, Bench: st.Bench, Cap: st.Cap}
-		for _, m := range st.Models {
-			ks.Models = append(ks.Models, keypool.ModelStats{Model: m.Model, Bench: m.Bench, Level: m.Level, Usage: m.Usage})
+		ks.ID = k.keyID
+		if _, seen := byProvider[k.provider]; !seen {
+			order = append(order, k.provider)
 		}
-		if _, seen := byProvider[k.Provider]; !seen {
-			order = append(order, k.Provider)
-		}
-		byProvider[k.Provider] = append(byProvider[k.Provider], ks)
+		byProvider[k.provider] = append(byProvider[k.provider], ks)
 	}
 	var routes []keypool.RouteStatus
 	for _, p := range order {

@@ -4,7 +4,12 @@
 // and the Redis store count the same way, bucket for bucket.
 package windowspec
 
-import "time"
+import (
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+)
 
 // The bucket counts of the two sliding windows: a minute of 0.75 s buckets,
 // a day of one-hour buckets. A sliding window of n buckets admits at least
@@ -30,6 +35,30 @@ const (
 	MaxModelsPerKey = 1024
 	OverflowModel   = "\x00other"
 )
+
+// MaxModelName bounds a model name, in bytes: names come from requests, and
+// every store keeps them. The longest real names (a Bedrock inference
+// profile's ARN, a Hugging Face repository with a revision) stay well
+// within it.
+const MaxModelName = 256
+
+// CheckModel returns an error saying why a model name cannot be kept: longer
+// than MaxModelName, not UTF-8, or holding a control character. It never
+// quotes the name.
+func CheckModel(name string) error {
+	if len(name) > MaxModelName {
+		return fmt.Errorf("a model name of %d bytes is longer than %d", len(name), MaxModelName)
+	}
+	if !utf8.ValidString(name) {
+		return errors.New("a model name is not UTF-8")
+	}
+	for i, r := range name {
+		if r < ' ' || r == 0x7f {
+			return fmt.Errorf("a model name has a control character at byte %d", i)
+		}
+	}
+	return nil
+}
 
 // CalendarDay returns the calendar day that holds now: it starts at hour
 // o'clock in loc and ends at the same hour the next day (23 or 25 hours

@@ -1,0 +1,98 @@
+package keypool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/keypool-go/keypool/internal/windowspec"
+)
+
+// Do calls fn with a key of the pool, in the same order, with the same
+// windows and benches as the Transport, for clients that are not HTTP.
+//
+// When the pool has token limits, a call counts the pool's estimate for a
+// request naming model (WithEstimator) until fn says what it used: fn calls
+// Settle(ctx, tokens) with the context Do gave it, once the vendor has
+// reported its usage. When fn never calls Settle, the estimate stands.
+//
+// When fn returns an error that is (or wraps) a *ProviderError of a failing
+// kind, the key is benched by that error and, if another key can take the
+// call, fn is called again with it, each key at most once; a failed call
+// counts no tokens. Any other error benches nothing and is returned as is.
+// When no key can take the call, Do returns a *NoAvailableKeyError that also
+// wraps the last error of fn.
+func (p *Pool) Do(ctx context.Context, model string, fn func(ctx context.Context, k Key) error) error {
+	if err := windowspec.CheckModel(model); err != nil {
+		return fmt.Errorf("keypool: %s: %w", p.provider, err)
+	}
+	var estimate int64
+	if p.usable() == nil && p.needTokens {
+		estimate = max(p.cfg.estimator(RequestInfo{Model: model}), 0)
+	}
+	var c call
+	var last error
+	used := &doUsage{}
+	fctx := context.WithValue(ctx, doUsageKey{}, used)
+	for {
+		l, err := p.take(ctx, &c, model, estimate)
+		if err != nil {
+			var na *NoAvailableKeyError
+			if errors.As(err, &na) && last != nil {
+				na.last = last
+			}
+			return err
+		}
+		l.key.sent.Add(1)
+		*used = doUsage{}
+		err = fn(fctx, l.key.Key)
+		now := p.cfg.clock()
+		v := verdictOf(err, now)
+		c.sooner(p.observe(ctx, &l, v, now))
+		switch {
+		case v.kind != KindNone && !p.single():
+			p.settleTokens(ctx, &l, 0)
+			c.tried.add(l.key.index)
+			last = err
+			continue
+		case v.kind != KindNone:
+			p.settleTokens(ctx, &l, 0)
+		case used.settled:
+			p.settleTokens(ctx, &l, used.tokens)
+			p.tel.used(ctx, l.key, used.tokens)
+		}
+		return err
+	}
+}
+
+// Settle tells the pool, from inside the function Pool.Do calls, how many
+// tokens the call used, as the vendor reported them; ctx is the context Do
+// gave the function. The last call counts. Outside Pool.Do it does nothing.
+func Settle(ctx context.Context, tokens int64) {
+	if u, ok := ctx.Value(doUsageKey{}).(*doUsage); ok {
+		u.tokens, u.settled = max(tokens, 0), true
+	}
+}
+
+// doUsage is what the function of one Pool.Do attempt settled.
+type doUsage struct {
+	tokens  int64
+	settled bool
+}
+
+type doUsageKey struct{}
+
+// verdictOf reads the verdict of an error from Pool.Do's function at now.
+func verdictOf(err error, now time.Time) verdict {
+	var pe *ProviderError
+	if err == nil || !errors.As(err, &pe) {
+		return verdict{}
+	}
+	v := verdict{kind: pe.Kind, billing: pe.Kind == KindQuota && pe.Status == 402}
+	v.reset = Reset{RetryAfter: pe.RetryAfter, HasRetryAfter: pe.RetryAfter > 0, ResetAt: pe.ResetAt, Window: pe.Window}
+	if v.reset.ResetAt.IsZero() && v.reset.HasRetryAfter {
+		v.reset.ResetAt = now.Add(pe.RetryAfter)
+	}
+	return v
+}

@@ -1,0 +1,70 @@
+package keypool
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// failingStore is a MemoryStore whose benches fail while failBench is set,
+// and whose Health reports health.
+type failingStore struct {
+	*MemoryStore
+	failBench atomic.Bool
+	mu        sync.Mutex // guards health
+	health    error
+}
+
+func (s *failingStore) Bench(ctx context.Context, b Bench) error {
+	if s.failBench.Load() {
+		return errDiskFull
+	}
+	return s.MemoryStore.Bench(ctx, b)
+}
+
+func (s *failingStore) Health() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.health
+}
+
+func (s *failingStore) setHealth(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.health = err
+}
+
+func TestOnStoreErrorOncePerSpell(t *testing.T) {
+	store := &failingStore{MemoryStore: NewMemoryStore()}
+	var told []error
+	p, err := New("x", threeKeys(), WithStore(store), OnStoreError(func(err error) { told = append(told, err) }))
+	require.NoError(t, err)
+	fail := func(context.Context, Key) error { return &ProviderError{Kind: KindRate, Status: 429} }
+	ok := func(context.Context, Key) error { return nil }
+
+	store.failBench.Store(true)
+	_ = p.Do(t.Context(), "m", fail) // three keys fail: three benches fail to be written
+	require.Len(t, told, 1, "a spell of failures is told once")
+	assert.ErrorIs(t, told[0], errDiskFull)
+
+	store.failBench.Store(false)
+	require.NoError(t, p.Do(t.Context(), "other", ok))
+	require.Len(t, told, 1, "reads that succeed do not end a spell of failed writes")
+	_ = p.Do(t.Context(), "other", fail)
+	require.Len(t, told, 2, "a write that succeeds ends it, told once")
+	assert.NoError(t, told[1])
+
+	store.setHealth(errDiskFull) // a write behind fails: the store says so
+	require.NoError(t, p.Do(t.Context(), "third", ok))
+	require.NoError(t, p.Do(t.Context(), "third", ok))
+	require.Len(t, told, 3, "a store's own failure is told at the next call")
+	assert.ErrorIs(t, told[2], errDiskFull)
+	store.setHealth(nil)
+	require.NoError(t, p.Do(t.Context(), "third", ok))
+	require.Len(t, told, 4)
+	assert.NoError(t, told[3])
+}
