@@ -66,6 +66,18 @@ func (rec *recorder) requests() []string {
 	return append([]string(nil), rec.seen...)
 }
 
+// recordingUpstream starts an upstream that records each request and
+// answers "{}".
+func recordingUpstream(t *testing.T) (*recorder, *httptest.Server) {
+	rec := &recorder{}
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec.add(r)
+		_, _ = io.WriteString(w, "{}")
+	}))
+	t.Cleanup(upstream.Close)
+	return rec, upstream
+}
+
 // rawExchange writes a raw request to addr and returns all that comes back
 // before the connection closes or wait passes.
 func rawExchange(t *testing.T, addr, request string, wait time.Duration) string {
@@ -190,12 +202,7 @@ func TestProxyNeverHandsOutTheUpstreamKey(t *testing.T) {
 }
 
 func TestProxyStripsEveryCopyOfTheToken(t *testing.T) {
-	rec := &recorder{}
-	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rec.add(r)
-		_, _ = io.WriteString(w, "{}")
-	}))
-	t.Cleanup(upstream.Close)
+	rec, upstream := recordingUpstream(t)
 	for _, auth := range []string{"bearer", "query:key", "header:x-goog-api-key"} {
 		t.Run(auth, func(t *testing.T) {
 			base, _ := startProxy(t, oneUpstream(t, upstream.URL, fmt.Sprintf("auth: %q, keys: [{secret: sk-upstream-key}]", auth)))
@@ -226,12 +233,7 @@ func TestProxyStripsEveryCopyOfTheToken(t *testing.T) {
 }
 
 func TestProxyRefusesPathsOutsideTheRoute(t *testing.T) {
-	rec := &recorder{}
-	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rec.add(r)
-		_, _ = io.WriteString(w, "{}")
-	}))
-	t.Cleanup(upstream.Close)
+	rec, upstream := recordingUpstream(t)
 	addr := serveReal(t, oneUpstream(t, upstream.URL+"/openai", "auth: 'query:key', keys: [{secret: sk-route-key}]"))
 	paths := []string{
 		"/v1/%2e%2e/%2e%2e/admin",

@@ -368,7 +368,7 @@ func TestConfigWarnsOfReadableSecrets(t *testing.T) {
 
 func TestConfigKeysFromEnvAndFile(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "keys.txt")
-	require.NoError(t, os.WriteFile(file, []byte("# keys\nsk-file-1\n\nsk-file-2\n"), 0o600))
+	require.NoError(t, os.WriteFile(file, []byte("# keys\n  sk-file-1 \r\n\n\tsk-file-2\n"), 0o600))
 	var c config
 	require.NoError(t, yaml.Unmarshal([]byte(`
 proxy_tokens: ["env:PROXY"]
@@ -378,38 +378,17 @@ upstreams:
       - {env: KEY_ONE, id: one}
       - {file: `+file+`, id: f, paid: true}
 `), &c))
-	env := map[string]string{"PROXY": "pt", "KEY_ONE": "sk-env"}
+	env := map[string]string{"PROXY": "pt\n", "KEY_ONE": "sk-env\n"}
 	s, err := c.resolve(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 	require.NoError(t, err)
 	require.Len(t, s.routes, 1)
 	keys := s.routes[0].keys
 	require.Len(t, keys, 3)
-	assert.Equal(t, "sk-env", keys[0].Secret)
+	assert.Equal(t, []string{"sk-env", "sk-file-1", "sk-file-2"}, []string{keys[0].Secret, keys[1].Secret, keys[2].Secret},
+		"a key read from the environment or a file loses the whitespace around it")
 	assert.Equal(t, []string{"one", "f-1", "f-2"}, []string{keys[0].ID, keys[1].ID, keys[2].ID})
 	assert.True(t, keys[2].Paid)
 	assert.Equal(t, "api.example.com", s.routes[0].name)
-	assert.Equal(t, [][]byte{[]byte("pt")}, s.tokens)
-}
-
-func TestConfigTrimsKeys(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "keys.txt")
-	require.NoError(t, os.WriteFile(file, []byte("  sk-file-1 \r\n\tsk-file-2\n"), 0o600))
-	var c config
-	require.NoError(t, yaml.Unmarshal([]byte(`
-proxy_tokens: ["env:PROXY"]
-upstreams:
-  - url: https://api.example.com
-    keys:
-      - {env: KEY_ONE}
-      - {file: `+file+`}
-`), &c))
-	env := map[string]string{"PROXY": "pt\n", "KEY_ONE": "sk-env\n"}
-	s, err := c.resolve(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
-	require.NoError(t, err)
-	keys := s.routes[0].keys
-	require.Len(t, keys, 3)
-	assert.Equal(t, []string{"sk-env", "sk-file-1", "sk-file-2"}, []string{keys[0].Secret, keys[1].Secret, keys[2].Secret},
-		"a key read from the environment or a file loses the whitespace around it")
 	assert.Equal(t, [][]byte{[]byte("pt")}, s.tokens)
 
 	for name, value := range map[string]string{"a control character": "sk-env\x1bkey", "only whitespace": " \n"} {
@@ -463,11 +442,7 @@ upstreams:
 }
 
 func TestREADMEConfigExample(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	require.NoError(t, err)
-	_, rest, ok := strings.Cut(string(readme), "```yaml\n")
-	require.True(t, ok, "the README has a YAML example")
-	example, _, _ := strings.Cut(rest, "```")
+	example := readmeYAML(t, "")
 	keys := filepath.Join(t.TempDir(), "openrouter-keys")
 	require.NoError(t, os.WriteFile(keys, []byte("sk-or-1\nsk-or-2\n"), 0o600))
 	example = strings.ReplaceAll(example, "/run/secrets/openrouter-keys", keys)
@@ -482,13 +457,21 @@ func TestREADMEConfigExample(t *testing.T) {
 	assert.True(t, s.routes[2].keys[0].Paid, "the paid vendor is last")
 }
 
-func TestREADMEDefaults(t *testing.T) {
+// readmeYAML returns the README's first YAML block after the text after.
+func readmeYAML(t *testing.T, after string) string {
+	t.Helper()
 	readme, err := os.ReadFile("../../README.md")
 	require.NoError(t, err)
-	_, rest, ok := strings.Cut(string(readme), "### Every setting, with its default\n")
-	require.True(t, ok, "the README lists every setting")
-	_, rest, _ = strings.Cut(rest, "```yaml\n")
+	_, rest, ok := strings.Cut(string(readme), after)
+	require.True(t, ok, "the README has %q", after)
+	_, rest, ok = strings.Cut(rest, "```yaml\n")
+	require.True(t, ok, "the README has a YAML block after %q", after)
 	block, _, _ := strings.Cut(rest, "```")
+	return block
+}
+
+func TestREADMEDefaults(t *testing.T) {
+	block := readmeYAML(t, "### Every setting, with its default\n")
 	resolve := func(text string) *settings {
 		var c config
 		dec := yaml.NewDecoder(strings.NewReader(text))

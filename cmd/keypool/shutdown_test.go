@@ -80,8 +80,13 @@ func startServe(t *testing.T, conf string) *process {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "keypool.yaml")
 	require.NoError(t, os.WriteFile(path, []byte("listen: 127.0.0.1:0\n"+conf), 0o600))
-	p := &process{stderr: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(keypoolBinary(t), "serve", "-config", path)
+	return startCommand(t, exec.Command(keypoolBinary(t), "serve", "-config", path))
+}
+
+// startCommand starts cmd, keypool serve, and waits until it serves.
+func startCommand(t *testing.T, cmd *exec.Cmd) *process {
+	t.Helper()
+	p := &process{cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd.Stderr = p.stderr
 	require.NoError(t, p.cmd.Start())
 	go func() {
@@ -318,23 +323,7 @@ func TestServeProcessAnswersThroughAConnectionFlood(t *testing.T) {
 		proxyToken, t.TempDir(), upstream.URL), 0o600))
 	// 256 file descriptors, as a small container has, and a flood of
 	// connections that never send a request.
-	p := &process{stderr: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command("sh", "-c", `ulimit -n 256 && exec "$0" serve -config "$1"`, keypoolBinary(t), path)
-	p.cmd.Stderr = p.stderr
-	require.NoError(t, p.cmd.Start())
-	go func() {
-		_ = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	})
-	require.Eventually(t, func() bool {
-		_, rest, ok := strings.Cut(p.stderr.String(), "addr=")
-		p.addr, _, _ = strings.Cut(rest, " ")
-		return ok
-	}, 20*time.Second, 10*time.Millisecond, "keypool serve did not start: %s", p.stderr.String())
+	p := startCommand(t, exec.Command("sh", "-c", `ulimit -n 256 && exec "$0" serve -config "$1"`, keypoolBinary(t), path))
 	var flood []net.Conn
 	for range 600 {
 		c, err := net.Dial("tcp", p.addr)
