@@ -243,9 +243,9 @@ func (s *stuckStore) Health() error {
 func (s *stuckStore) Close() error { return nil }
 
 // serveWithStore runs the proxy for conf over store, as serve does, and
-// returns its address and a function that stops it and returns what serve
-// returned, with how long the stop took.
-func serveWithStore(t *testing.T, conf string, store *stuckStore) (addr string, stop func() (error, time.Duration)) {
+// returns its address and a function that stops it and returns how long
+// the stop took, with what serve returned.
+func serveWithStore(t *testing.T, conf string, store *stuckStore) (addr string, stop func() (time.Duration, error)) {
 	t.Helper()
 	var c config
 	require.NoError(t, yaml.Unmarshal([]byte(conf), &c))
@@ -258,15 +258,15 @@ func serveWithStore(t *testing.T, conf string, store *stuckStore) (addr string, 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.serve(ctx, ln) }()
-	stop = func() (error, time.Duration) {
+	stop = func() (time.Duration, error) {
 		start := time.Now()
 		cancel()
 		select {
 		case err := <-done:
-			return err, time.Since(start)
+			return time.Since(start), err
 		case <-time.After(10 * time.Second):
 			t.Fatal("serve did not return")
-			return nil, 0
+			return 0, nil
 		}
 	}
 	return ln.Addr().String(), stop
@@ -276,7 +276,7 @@ func TestServeNamesStateNotSavedInTime(t *testing.T) {
 	store := &stuckStore{MemoryStore: keypool.NewMemoryStore(), release: make(chan struct{})}
 	defer close(store.release)
 	_, stop := serveWithStore(t, "shutdown_timeout: 600ms\nproxy_tokens: [t]\nupstreams: [{name: groq, url: 'http://127.0.0.1:1', keys: [{secret: s}]}, {name: openai, url: 'http://127.0.0.1:1', keys: [{secret: s2}]}]\n", store)
-	err, took := stop()
+	took, err := stop()
 	t.Logf("%v after the signal: %v", took.Round(time.Millisecond), err)
 	require.Error(t, err)
 	assert.Equal(t, "shutdown_timeout (600ms) passed: not saved: the windows and benches of groq, openai", err.Error())
