@@ -12,8 +12,11 @@
 // that rotates — and the table shows medians, so that the noise of a shared
 // machine falls on all alike.
 //
-//	go run ./scripts/bench/proxy                   # about six minutes
-//	go run ./scripts/bench/proxy -runs 5 -before main
+//	go run ./scripts/bench/proxy                   # about three minutes
+//	go run ./scripts/bench/proxy -runs 7 -before main
+//
+// The ratios are medians of each round's ratio, the two measured moments
+// apart; requests per second and CPU are medians over the rounds.
 package main
 
 import (
@@ -306,10 +309,18 @@ func bench(before string, runs, requests, streams int) error {
 		strings.TrimSpace(beforeRev), strings.TrimSpace(afterRev), runs, runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU())
 	fmt.Printf("load average %s at the start, %s at the end; %s in all.\n\n", load0, loadavg(), time.Since(began).Round(time.Second))
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
+	// A ratio is the median of each round's: the two were measured
+	// moments apart, under the same load.
+	ratio := func(a, b key) float64 {
+		r := make([]float64, len(rps[a]))
+		for i := range r {
+			r[i] = rps[a][i] / rps[b][i]
+		}
+		return median(r)
+	}
 	fmt.Fprintln(tw, "ANSWERS\tCLIENTS\tTARGET\tREQ/S\tCPU µs/REQ\tAFTER/BEFORE\tAFTER/FLOOR")
 	for _, mode := range []string{"json", "stream"} {
 		for _, c := range []int{1, 32} {
-			after := median(rps[key{targets[2].name, mode, c}])
 			for _, t := range targets {
 				k := key{t.name, mode, c}
 				cpuCol := fmt.Sprintf("%.0f", median(cpu[k]))
@@ -318,7 +329,7 @@ func bench(before string, runs, requests, streams int) error {
 				}
 				ratios := "\t"
 				if t == targets[2] {
-					ratios = fmt.Sprintf("%.2f×\t%.2f×", after/median(rps[key{targets[1].name, mode, c}]), after/median(rps[key{targets[3].name, mode, c}]))
+					ratios = fmt.Sprintf("%.2f×\t%.2f×", ratio(k, key{targets[1].name, mode, c}), ratio(k, key{targets[3].name, mode, c}))
 				}
 				fmt.Fprintf(tw, "%s\t%d\t%s\t%.0f\t%s\t%s\n", mode, c, t.name, median(rps[k]), cpuCol, ratios)
 			}
