@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"compress/gzip"
 	"context"
 	"fmt"
 	"io"
@@ -128,6 +129,16 @@ func echoVendor(rec *recorder) http.Handler {
 			w.Header().Set("Trailer", "X-Echo-Key")
 			_, _ = io.WriteString(w, `{"ok":true}`)
 			w.Header().Set("X-Echo-Key", key)
+		case strings.HasSuffix(r.URL.Path, "/gzip") && strings.Contains(r.Header.Get("Accept-Encoding"), "gzip"):
+			w.Header().Set("Content-Encoding", "gzip")
+			w.WriteHeader(http.StatusBadRequest)
+			zw := gzip.NewWriter(w)
+			_, _ = fmt.Fprintf(zw, `{"error":{"message":"bad request to %s"}}`, u)
+			_ = zw.Close()
+		case strings.HasSuffix(r.URL.Path, "/brotli"):
+			w.Header().Set("Content-Encoding", "br") // not brotli: the key as is, unreadable to a proxy that trusts the name
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = fmt.Fprintf(w, `{"error":{"message":"bad request to %s"}}`, u)
 		case strings.HasSuffix(r.URL.Path, "/masked"):
 			w.WriteHeader(http.StatusUnauthorized)
 			_, _ = fmt.Fprintf(w, `{"error":{"message":"Incorrect API key provided: %s***%s. You can find your API key at https://vendor.test."}}`, key[:6], key[len(key)-4:])
@@ -180,11 +191,14 @@ func TestProxyNeverHandsOutTheUpstreamKey(t *testing.T) {
 				{"a mux's trailing-slash redirect", http.MethodGet, "/v1/models?limit=5", 0, ""},
 				{"headers, early hints and trailers", http.MethodPost, "/v1/x/headers", http.StatusOK, ""},
 				{"an error quoting the URL", http.MethodPost, "/v1/nowhere", http.StatusNotFound, ""},
+				{"a gzipped error quoting the URL", http.MethodPost, "/v1/x/gzip", http.StatusBadRequest, "bad request to "},
+				{"an error in an encoding the proxy cannot read", http.MethodPost, "/v1/x/brotli", http.StatusBadRequest, "which the proxy cannot check for keys; withheld"},
 				{"a masked echo", http.MethodPost, "/v1/x/masked", http.StatusUnauthorized, "Incorrect API key provided: [redacted:live]. You"},
 			}
 			for _, tt := range tests {
 				t.Run(tt.name, func(t *testing.T) {
-					view, resp := clientView(t, tt.method, base+tt.path, http.Header{"Authorization": {"Bearer " + proxyToken}})
+					// The client takes gzip, and reads what it gets as it is.
+					view, resp := clientView(t, tt.method, base+tt.path, http.Header{"Authorization": {"Bearer " + proxyToken}, "Accept-Encoding": {"gzip"}})
 					if tt.status != 0 {
 						assert.Equal(t, tt.status, resp.StatusCode, view)
 					}

@@ -429,7 +429,7 @@ const maxFailureBody = 256 << 10
 // success's body — a stream, or a completion — passes as it comes, unread.
 func (s *server) modifyResponse(resp *http.Response) error {
 	s.redact.header(resp.Header)
-	if resp.StatusCode < 300 || resp.StatusCode == http.StatusNotModified || resp.Request.Method == http.MethodHead {
+	if resp.StatusCode < 300 || resp.StatusCode == http.StatusNotModified || resp.Request != nil && resp.Request.Method == http.MethodHead {
 		return nil // a success, or no body
 	}
 	var body []byte
