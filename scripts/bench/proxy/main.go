@@ -58,6 +58,7 @@ func main() {
 	runs := flag.Int("runs", 3, "interleaved rounds; the table shows medians")
 	requests := flag.Int("requests", 20000, "requests a measurement sends with 32 clients (a quarter of it with 1)")
 	streams := flag.Int("streams", 1000, "streams held at once for the memory measurement")
+	pin := flag.Bool("pin", true, "with 2 CPUs or more and taskset: the load generator on CPU 0, the upstream and the proxies on CPU 1")
 	flag.Parse()
 	var err error
 	switch *role {
@@ -66,7 +67,7 @@ func main() {
 	case "floor":
 		err = serveFloor(*upstreamURL)
 	case "":
-		err = bench(*before, *runs, *requests, *streams)
+		err = bench(*before, *runs, *requests, *streams, *pin)
 	default:
 		err = fmt.Errorf("unknown role %q", *role)
 	}
@@ -189,7 +190,7 @@ type target struct {
 }
 
 // bench builds and starts everything, measures, and prints the table.
-func bench(before string, runs, requests, streams int) error {
+func bench(before string, runs, requests, streams int, pin bool) error {
 	tmp, err := os.MkdirTemp("", "keypool-proxy-bench-")
 	if err != nil {
 		return err
@@ -223,7 +224,22 @@ func bench(before string, runs, requests, streams int) error {
 			_ = p.Wait()
 		}
 	}()
+	pinned := "no: the load generator, the upstream and the proxies share the CPUs"
+	if _, err := exec.LookPath("taskset"); pin && err == nil && runtime.NumCPU() >= 2 {
+		// The proxy under test and the upstream on one core, the load
+		// generator alone on another: the proxy's core is the one that
+		// fills, so its requests per second follow its cost.
+		if out, err := exec.Command("taskset", "-a", "-p", "1", strconv.Itoa(os.Getpid())).CombinedOutput(); err != nil {
+			return fmt.Errorf("taskset: %v: %s", err, out)
+		}
+		pinned = "the load generator on CPU 0; the upstream and the proxy under test on CPU 1"
+	} else {
+		pin = false
+	}
 	start := func(name string, args ...string) (*exec.Cmd, string, error) {
+		if pin {
+			name, args = "taskset", append([]string{"-c", "1", name}, args...)
+		}
 		cmd, addr, err := startProcess(name, args...)
 		if cmd != nil {
 			procs = append(procs, cmd)
@@ -307,7 +323,7 @@ func bench(before string, runs, requests, streams int) error {
 
 	fmt.Printf("keypool serve before (%s) and after (%s), %d interleaved rounds, medians; %s, GOMAXPROCS %d, %d CPUs;\n",
 		strings.TrimSpace(beforeRev), strings.TrimSpace(afterRev), runs, runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU())
-	fmt.Printf("load average %s at the start, %s at the end; %s in all.\n\n", load0, loadavg(), time.Since(began).Round(time.Second))
+	fmt.Printf("pinned: %s; load average %s at the start, %s at the end; %s in all.\n\n", pinned, load0, loadavg(), time.Since(began).Round(time.Second))
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
 	// A ratio is the median of each round's: the two were measured
 	// moments apart, under the same load.
