@@ -70,6 +70,7 @@ type server struct {
 	metrics  http.Handler
 	meters   *sdkmetric.MeterProvider
 	redact   *redactor
+	tokens   []string // the proxy tokens, to find in what goes upstream
 	inFlight inFlight
 
 	saveOnce sync.Once
@@ -90,6 +91,9 @@ func newServer(s *settings, log *slog.Logger) (*server, error) {
 // closer closes.
 func newServerWith(s *settings, log *slog.Logger, store keypool.Store, closer io.Closer) (*server, error) {
 	srv := &server{settings: s, log: log, store: store, state: closer}
+	for _, t := range s.tokens {
+		srv.tokens = append(srv.tokens, string(t))
+	}
 	registry := prometheus.NewRegistry()
 	exporter, err := otelprom.New(otelprom.WithRegisterer(registry))
 	if err != nil {
@@ -390,13 +394,21 @@ func (s *server) stripQuery(raw string) string {
 	if raw == "" {
 		return raw
 	}
-	kept := make([]string, 0, strings.Count(raw, "&")+1)
+	var kept []string // nil while every part is kept
+	i := 0
 	for part := range strings.SplitSeq(raw, "&") {
 		name, _, _ := strings.Cut(part, "=")
-		if strings.EqualFold(unescapeQuery(name), "key") || s.holdsToken(part) || s.holdsToken(unescapeQuery(part)) {
-			continue
+		strip := strings.EqualFold(unescapeQuery(name), "key") || s.holdsToken(part) || s.holdsToken(unescapeQuery(part))
+		switch {
+		case strip && kept == nil:
+			kept = strings.Split(raw, "&")[:i]
+		case !strip && kept != nil:
+			kept = append(kept, part)
 		}
-		kept = append(kept, part)
+		i++
+	}
+	if kept == nil {
+		return raw
 	}
 	return strings.Join(kept, "&")
 }
@@ -412,8 +424,8 @@ func unescapeQuery(s string) string {
 
 // holdsToken reports whether v holds one of the proxy tokens.
 func (s *server) holdsToken(v string) bool {
-	for _, t := range s.settings.tokens {
-		if strings.Contains(v, string(t)) {
+	for _, t := range s.tokens {
+		if strings.Contains(v, t) {
 			return true
 		}
 	}
