@@ -179,8 +179,8 @@ type Pool struct {
 	// learned from the vendor — so requests are estimated and answers
 	// settled.
 	tokens atomic.Bool
-	closed     atomic.Bool
-	tel        *telemetry
+	closed atomic.Bool
+	tel    *telemetry
 	// health reads the store's Health, when it has one; storeFailing
 	// holds the kinds of store call (storeOp) failing now.
 	health       func() error

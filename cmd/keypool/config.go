@@ -9,8 +9,10 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"go.yaml.in/yaml/v3"
 
@@ -34,6 +36,28 @@ type config struct {
 	Replicas int `yaml:"replicas"`
 	// Upstreams are the vendors, in fallback order.
 	Upstreams []upstream `yaml:"upstreams"`
+
+	// MaxRequestBody bounds a client's request body: a number of bytes, or
+	// a size such as 32MiB; default 32MiB. A longer body is answered 413.
+	MaxRequestBody string `yaml:"max_request_body"`
+	// HeaderTimeout bounds how long a client may take to send a request's
+	// headers, from the first byte of the connection or the end of the last
+	// answer; default 10s.
+	HeaderTimeout string `yaml:"header_timeout"`
+	// BodyTimeout bounds how long a client may take to send a request's
+	// body; default 1m.
+	BodyTimeout string `yaml:"body_timeout"`
+	// IdleTimeout is how long a client's connection may sit idle between
+	// requests before the proxy closes it; default 2m.
+	IdleTimeout string `yaml:"idle_timeout"`
+	// WriteTimeout bounds how long one write of a forwarded answer may
+	// stall — a client that stops reading — and the whole answer of
+	// /status and /metrics; default 1m. Waiting for the upstream and a
+	// stream's pauses do not count.
+	WriteTimeout string `yaml:"write_timeout"`
+	// ShutdownTimeout bounds a shutdown: requests in flight get two thirds
+	// of it to finish, saving the state the rest; default 15s.
+	ShutdownTimeout string `yaml:"shutdown_timeout"`
 }
 
 // upstream is one vendor the proxy forwards to.
@@ -48,6 +72,18 @@ type upstream struct {
 	CalendarDay *calendarDay      `yaml:"calendar_day"`
 	Models      map[string]string `yaml:"models"`
 	Wait        string            `yaml:"wait"`
+	// IdleConns is how many idle connections to the upstream the proxy
+	// keeps for reuse: at least the requests it expects at once; default
+	// 256.
+	IdleConns *int `yaml:"idle_conns"`
+	// DialTimeout bounds connecting to the upstream; default 10s.
+	DialTimeout string `yaml:"dial_timeout"`
+	// TLSTimeout bounds the TLS handshake with the upstream; default 10s.
+	TLSTimeout string `yaml:"tls_timeout"`
+	// AnswerTimeout bounds the wait for the head of the upstream's answer
+	// once the request is sent; default 10m, as long as a completion that
+	// does not stream may take.
+	AnswerTimeout string `yaml:"answer_timeout"`
 }
 
 // keyRef is one key entry: its secret inline, from an environment variable,
@@ -90,6 +126,13 @@ type settings struct {
 	routes    []routeSettings
 	warnings  []string
 	inlineKey bool // some secret is written in the file itself
+
+	maxBody         int64 // bytes of a request body
+	headerTimeout   time.Duration
+	bodyTimeout     time.Duration
+	idleTimeout     time.Duration
+	writeTimeout    time.Duration
+	shutdownTimeout time.Duration
 }
 
 type routeSettings struct {
@@ -98,7 +141,34 @@ type routeSettings struct {
 	keys    []keypool.Key
 	options []keypool.Option
 	models  map[string]string
+
+	idleConns     int
+	dialTimeout   time.Duration
+	tlsTimeout    time.Duration
+	answerTimeout time.Duration
 }
+
+// The defaults of the configuration's limits, in one place.
+const (
+	// defaultMaxBody is the largest request body Anthropic's Messages API
+	// takes (https://docs.anthropic.com/en/api/overview, "Request size
+	// limits"); base64 images make bodies of megabytes.
+	defaultMaxBody         = 32 << 20
+	defaultHeaderTimeout   = 10 * time.Second
+	defaultBodyTimeout     = time.Minute
+	defaultIdleTimeout     = 2 * time.Minute
+	defaultWriteTimeout    = time.Minute
+	defaultShutdownTimeout = 15 * time.Second
+
+	defaultIdleConns     = 256
+	defaultDialTimeout   = 10 * time.Second
+	defaultTLSTimeout    = 10 * time.Second
+	defaultAnswerTimeout = 10 * time.Minute
+
+	// maxIdleConns bounds idle_conns: each idle connection holds a file
+	// descriptor and buffers.
+	maxIdleConns = 1 << 16
+)
 
 // configError is one mistake in the configuration, naming its field.
 type configError struct {
@@ -176,6 +246,9 @@ func (c *config) resolve(env func(string) (string, bool)) (*settings, error) {
 	if c.Replicas > 0 && !isRedisURL(s.state) {
 		return nil, fieldErr("replicas", "needs a redis:// state to share")
 	}
+	if err := c.resolveLimits(s); err != nil {
+		return nil, err
+	}
 	if len(c.ProxyTokens) == 0 {
 		return nil, fieldErr("proxy_tokens", "at least one token is required: clients present it instead of an upstream key")
 	}
@@ -207,18 +280,99 @@ func (c *config) resolve(env func(string) (string, bool)) (*settings, error) {
 	return s, nil
 }
 
+// resolveLimits reads the server's size and time limits into s.
+func (c *config) resolveLimits(s *settings) error {
+	s.maxBody = defaultMaxBody
+	if c.MaxRequestBody != "" {
+		n, err := parseSize(c.MaxRequestBody)
+		if err != nil {
+			return &configError{field: "max_request_body", err: err}
+		}
+		s.maxBody = n
+	}
+	return readDurations("", []durationField{
+		{"header_timeout", c.HeaderTimeout, defaultHeaderTimeout, &s.headerTimeout},
+		{"body_timeout", c.BodyTimeout, defaultBodyTimeout, &s.bodyTimeout},
+		{"idle_timeout", c.IdleTimeout, defaultIdleTimeout, &s.idleTimeout},
+		{"write_timeout", c.WriteTimeout, defaultWriteTimeout, &s.writeTimeout},
+		{"shutdown_timeout", c.ShutdownTimeout, defaultShutdownTimeout, &s.shutdownTimeout},
+	})
+}
+
+// durationField is a duration of the configuration: its field, its text,
+// its default when the text is empty, and where it goes.
+type durationField struct {
+	field, value string
+	def          time.Duration
+	to           *time.Duration
+}
+
+// readDurations reads each field, which must hold a positive duration;
+// prefix goes before the field's name in errors.
+func readDurations(prefix string, fields []durationField) error {
+	for _, f := range fields {
+		*f.to = f.def
+		if f.value == "" {
+			continue
+		}
+		d, err := time.ParseDuration(f.value)
+		if err != nil || d <= 0 {
+			return fieldErr(prefix+f.field, "%q is not a positive duration such as 10s", f.value)
+		}
+		*f.to = d
+	}
+	return nil
+}
+
+// parseSize reads a size: a number of bytes, or a number with a unit — B,
+// KB, MB, GB (powers of 1000) or KiB, MiB, GiB (powers of 1024). It is
+// positive and at most 1 TiB.
+func parseSize(v string) (int64, error) {
+	num := strings.TrimRightFunc(v, func(r rune) bool { return r < '0' || r > '9' })
+	unit := strings.TrimSpace(v[len(num):])
+	scale, ok := map[string]int64{"": 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9,
+		"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[unit]
+	n, err := strconv.ParseInt(num, 10, 64)
+	if !ok || err != nil || n <= 0 || n > (1<<40)/scale {
+		return 0, fmt.Errorf("%q is not a size such as 32MiB", v)
+	}
+	return n * scale, nil
+}
+
 func (t secretRef) value(env func(string) (string, bool)) (v string, inline bool, err error) {
 	if name, ok := strings.CutPrefix(string(t), "env:"); ok {
-		v, ok := env(name)
-		if !ok || v == "" {
-			return "", false, fmt.Errorf("environment variable %s is not set", name)
-		}
-		return v, false, nil
+		v, err := fromEnv(env, name)
+		return v, false, err
 	}
 	if t == "" {
 		return "", false, errors.New("empty token")
 	}
-	return string(t), true, nil
+	return string(t), true, checkSecret(string(t))
+}
+
+// fromEnv returns the secret in the environment variable name, without
+// the whitespace around it: a value written from a file often ends in a
+// line break.
+func fromEnv(env func(string) (string, bool), name string) (string, error) {
+	v, ok := env(name)
+	if !ok || v == "" {
+		return "", fmt.Errorf("environment variable %s is not set", name)
+	}
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return "", fmt.Errorf("environment variable %s holds only whitespace", name)
+	}
+	return v, checkSecret(v)
+}
+
+// checkSecret returns an error, which never quotes the secret, if it holds
+// a control character: no vendor issues such a key, and one in a header
+// would end it.
+func checkSecret(secret string) error {
+	if strings.ContainsFunc(secret, unicode.IsControl) {
+		return errors.New("the secret holds a control character")
+	}
+	return nil
 }
 
 func (u upstream) resolve(field string, env func(string) (string, bool)) (routeSettings, bool, error) {
@@ -263,6 +417,20 @@ func (u upstream) resolve(field string, env func(string) (string, bool)) (routeS
 			return r, false, fieldErr(field+".wait", "%q is not a duration such as 30s", u.Wait)
 		}
 		r.options = append(r.options, keypool.WaitForKey(d))
+	}
+	r.idleConns = defaultIdleConns
+	if u.IdleConns != nil {
+		if *u.IdleConns < 1 || *u.IdleConns > maxIdleConns {
+			return r, false, fieldErr(field+".idle_conns", "%d is not in 1..%d", *u.IdleConns, maxIdleConns)
+		}
+		r.idleConns = *u.IdleConns
+	}
+	if err := readDurations(field+".", []durationField{
+		{"dial_timeout", u.DialTimeout, defaultDialTimeout, &r.dialTimeout},
+		{"tls_timeout", u.TLSTimeout, defaultTLSTimeout, &r.tlsTimeout},
+		{"answer_timeout", u.AnswerTimeout, defaultAnswerTimeout, &r.answerTimeout},
+	}); err != nil {
+		return r, false, err
 	}
 	inline := false
 	for j, k := range u.Keys {
@@ -319,11 +487,11 @@ func (k keyRef) resolve(env func(string) (string, bool)) (keys []keypool.Key, in
 	switch {
 	case k.Secret != "":
 		key.Secret = k.Secret
-		return []keypool.Key{key}, true, nil
+		return []keypool.Key{key}, true, checkSecret(k.Secret)
 	case k.Env != "":
-		v, ok := env(k.Env)
-		if !ok || v == "" {
-			return nil, false, fmt.Errorf("environment variable %s is not set", k.Env)
+		v, err := fromEnv(env, k.Env)
+		if err != nil {
+			return nil, false, err
 		}
 		key.Secret = v
 		return []keypool.Key{key}, false, nil
@@ -338,6 +506,9 @@ func (k keyRef) resolve(env func(string) (string, bool)) (keys []keypool.Key, in
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
+		}
+		if checkSecret(line) != nil {
+			return nil, false, fmt.Errorf("line %d of %s holds a control character", n, k.File)
 		}
 		fk := key
 		fk.Secret = line

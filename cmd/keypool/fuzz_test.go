@@ -15,7 +15,8 @@ import (
 )
 
 // configField matches the fields configuration errors name.
-var configField = regexp.MustCompile(`^(config|listen|state|proxy_tokens(\[\d+\])?|upstreams(\[\d+\](\.(name|url|auth|keys|wait|calendar_day\.(zone|hour))|\.keys\[\d+\]\.(secret|env|file))?)?)$`)
+var configField = regexp.MustCompile(`^(config|listen|state|replicas|max_request_body|(header|body|idle|write|shutdown)_timeout|proxy_tokens(\[\d+\])?|` +
+	`upstreams(\[\d+\](\.(name|url|auth|keys|wait|idle_conns|(dial|tls|answer)_timeout|calendar_day\.(zone|hour))|\.keys\[\d+\]\.(secret|env|file))?)?)$`)
 
 // The secrets a fuzzed configuration gets from its environment and its key
 // file; the marks stand for the secrets it writes inline.
@@ -42,6 +43,7 @@ func FuzzConfig(f *testing.F) {
 		"proxy_tokens: [t]\nupstreams: [{url: 'https://x', limits: {rpm: -1}, keys: [{secret: s, limits: {tpd: 5}}]}]\n",
 		"proxy_tokens: [t]\nupstreams: [{url: 'https://x', calendar_day: {hour: 25, zone: UTC}, wait: 1s, keys: [{secret: s}]}]\n",
 		"proxy_tokens: [t]\nupstreams: [{url: 'https://x', model_limits: {m: {rpd: 3}}, key_cap: {rpd: 1}, keys: [{secret: s}]}]\n",
+		"max_request_body: 8MiB\nheader_timeout: 5s\nshutdown_timeout: 1s\nproxy_tokens: [t]\nupstreams: [{url: 'https://x', idle_conns: 64, answer_timeout: 2m, keys: [{secret: s}]}]\n",
 		"proxy_tokens: ['']\n", "listen: ':0'\nstate: /tmp/x\n", "upstreams: [{keys: [{secret: s, env: E}]}]\n", "",
 	} {
 		f.Add([]byte(seed))

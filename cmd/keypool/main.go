@@ -29,8 +29,21 @@ func main() {
 	// and the proxy write their state and clean up.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
+	// The first signal ends ctx; a second one exits at once.
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-signals
+		<-signals
+		fmt.Fprintln(os.Stderr, "keypool: a second signal: exiting at once, without finishing the shutdown")
+		os.Exit(exitInterrupted)
+	}()
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
+
+// exitInterrupted is the exit status after a second signal: 128 + SIGINT's
+// number, as a shell reports a command Ctrl-C ended.
+const exitInterrupted = 130
 
 // command is one subcommand of keypool.
 type command struct {

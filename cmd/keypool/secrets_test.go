@@ -38,9 +38,11 @@ const (
 	secretQuery     = "qk-SECRET-query-2be57a10"
 	secretFromEnv   = "sk-SECRET-env-5a1d9c77"
 	secretProxy     = "kp-SECRET-proxy-e03b8d41"
+	secretEchoQuery = "ek-SECRET-echo-query-7d2c0f19"
+	secretEchoHead  = "ek-SECRET-echo-header-3a9b6e54"
 )
 
-var allSecrets = []string{secretLive, secretRevoked, secretThrottled, secretQuery, secretFromEnv, secretProxy}
+var allSecrets = []string{secretLive, secretRevoked, secretThrottled, secretQuery, secretFromEnv, secretProxy, secretEchoQuery, secretEchoHead}
 
 // outputs collects what the scenario shows the world, by where it shows
 // it, for a scan for the secrets.
@@ -52,8 +54,9 @@ func (o outputs) addf(where, format string, args ...any) {
 	o.add(where, fmt.Appendf(nil, format, args...))
 }
 
-// scan fails t for every output that holds a secret, whole or its last
-// twelve characters.
+// scan fails t for every output that holds a secret: whole, its last twelve
+// characters, or its last four after a mask, as a vendor's masked echo
+// shows them.
 func (o outputs) scan(t *testing.T) {
 	t.Helper()
 	size := 0
@@ -63,7 +66,8 @@ func (o outputs) scan(t *testing.T) {
 	t.Logf("scanning %d outputs, %d bytes, for %d secrets", len(o), size, len(allSecrets))
 	for where, data := range o {
 		for _, s := range allSecrets {
-			for _, part := range []string{s, s[len(s)-12:]} {
+			last4 := s[len(s)-4:]
+			for _, part := range []string{s, s[len(s)-12:], "*" + last4, "." + last4, "…" + last4} {
 				if bytes.Contains(data, []byte(part)) {
 					t.Errorf("%s shows the secret %q: %s", where, s, excerpt(data, part))
 				}
@@ -183,6 +187,7 @@ upstreams:
 	out.addf("proxy answer with the vendor gone", "%d %v %s", rec.Code, rec.Header(), rec.Body.Bytes())
 	goneSrv.close()
 
+	echoingVendor(t, out, log)
 	directClients(t, out, openai.URL(), gone.URL)
 	configErrors(t, out)
 	printed(t, out)
@@ -208,6 +213,45 @@ upstreams:
 	}))
 	require.Positive(t, files, "files in the state directory")
 	out.scan(t)
+}
+
+// echoingVendor sends requests through the proxy to a vendor that gives
+// back the key it got in every way it can — redirects, headers naming
+// URLs, cookies, early hints, trailers, error bodies quoting the URL or
+// masking the key — with the key in the query and in a header, and adds
+// what the proxy's clients saw to out.
+func echoingVendor(t *testing.T, out outputs, log *slog.Logger) {
+	rec := &recorder{}
+	vendor := httptest.NewServer(echoVendor(rec))
+	defer vendor.Close()
+	for auth, secret := range map[string]string{"query:key": secretEchoQuery, "header:x-api-key": secretEchoHead} {
+		conf := fmt.Sprintf("proxy_tokens: [%q]\nstate: %s\nupstreams: [{name: echo, url: %q, auth: %q, keys: [{id: echo, secret: %s}]}]\n",
+			secretProxy, t.TempDir(), vendor.URL, auth, secret)
+		c, err := parseConfig([]byte(conf), "echo.yaml")
+		require.NoError(t, err)
+		s, err := c.resolve(os.LookupEnv)
+		require.NoError(t, err)
+		srv, err := newServer(s, log)
+		require.NoError(t, err)
+		hs := httptest.NewServer(srv.handler())
+		for _, r := range []struct{ method, path string }{
+			{http.MethodGet, "/v1/x/redirect"},
+			{http.MethodGet, "/v1/models?limit=5&KEY=" + secretProxy},
+			{http.MethodPost, "/v1/x/headers?Key=" + secretProxy},
+			{http.MethodPost, "/v1/nowhere"},
+			{http.MethodPost, "/v1/x/masked"}, // a 401: the route rests after it
+		} {
+			view, _ := clientView(t, r.method, hs.URL+r.path, http.Header{"Authorization": {"Bearer " + secretProxy}})
+			path, _, _ := strings.Cut(r.path, "?")
+			out.add(fmt.Sprintf("proxy answer (%s) to %s %s from a vendor that echoes", auth, r.method, path), []byte(view))
+		}
+		hs.Close()
+		srv.close()
+	}
+	received := strings.Join(rec.requests(), "\n")
+	require.Contains(t, received, secretEchoQuery, "the vendor got its keys")
+	require.Contains(t, received, secretEchoHead)
+	require.NotContains(t, received, secretProxy, "the vendor never got the proxy token")
 }
 
 // directClients sends requests through pools of the secrets, as library

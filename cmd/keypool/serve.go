@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -12,8 +13,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -46,9 +50,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	defer srv.close()
 	ln, err := net.Listen("tcp", s.listen)
 	if err != nil {
+		srv.close()
 		return usageError{fieldErr("listen", "%v", err)}
 	}
 	return srv.serve(ctx, ln)
@@ -58,6 +62,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 type server struct {
 	settings *settings
 	log      *slog.Logger
+	store    keypool.Store
 	state    io.Closer
 	pools    []*keypool.Pool
 	fallback *keypool.Fallback
@@ -65,17 +70,31 @@ type server struct {
 	metrics  http.Handler
 	meters   *sdkmetric.MeterProvider
 	events   eventRing // for the status page
+	redact   *redactor
+	tokens   []string // the proxy tokens, to find in what goes upstream
+	inFlight inFlight
+
+	saveOnce sync.Once
+	saveErr  error
 }
 
 // newServer opens the state and builds the pools, the fallback over them and
 // the handlers.
 func newServer(s *settings, log *slog.Logger) (*server, error) {
-	srv := &server{settings: s, log: log}
 	store, closer, err := openState(s, log)
 	if err != nil {
 		return nil, err
 	}
-	srv.state = closer
+	return newServerWith(s, log, store, closer)
+}
+
+// newServerWith builds the server over a state store already open, which
+// closer closes.
+func newServerWith(s *settings, log *slog.Logger, store keypool.Store, closer io.Closer) (*server, error) {
+	srv := &server{settings: s, log: log, store: store, state: closer}
+	for _, t := range s.tokens {
+		srv.tokens = append(srv.tokens, string(t))
+	}
 	registry := prometheus.NewRegistry()
 	exporter, err := otelprom.New(otelprom.WithRegisterer(registry))
 	if err != nil {
@@ -85,6 +104,7 @@ func newServer(s *settings, log *slog.Logger) (*server, error) {
 	srv.meters = sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
 	srv.metrics = promhttp.HandlerFor(registry, promhttp.HandlerOpts{})
 	var routes []keypool.Route
+	var secrets []secretKey
 	for _, r := range s.routes {
 		opts := append([]keypool.Option{
 			keypool.WithStore(store),
@@ -100,8 +120,12 @@ func newServer(s *settings, log *slog.Logger) (*server, error) {
 			return nil, &configError{field: "upstreams." + r.name, err: err}
 		}
 		srv.pools = append(srv.pools, pool)
-		routes = append(routes, keypool.Route{Name: r.name, Pool: pool, URL: r.url, Models: r.models})
+		routes = append(routes, keypool.Route{Name: r.name, Pool: pool, URL: r.url, Models: r.models, Base: upstreamTransport(r)})
+		for i, ks := range pool.Stats() { // in the order the keys were given
+			secrets = append(secrets, secretKey{secret: r.keys[i].Secret, id: ks.ID})
+		}
 	}
+	srv.redact = newRedactor(secrets)
 	srv.fallback, err = keypool.NewFallback(routes, keypool.OnRoute(func(e keypool.RouteEvent) {
 		srv.routed(e)
 		for _, sk := range e.Skipped {
@@ -115,12 +139,34 @@ func newServer(s *settings, log *slog.Logger) (*server, error) {
 		return nil, err
 	}
 	srv.proxy = &httputil.ReverseProxy{
-		Rewrite:       rewrite,
-		Transport:     srv.fallback,
-		FlushInterval: -1, // streams pass through as they come
-		ErrorHandler:  srv.proxyError,
+		Rewrite:        srv.rewrite,
+		Transport:      srv.fallback,
+		FlushInterval:  -1, // streams pass through as they come
+		ErrorHandler:   srv.proxyError,
+		ModifyResponse: srv.modifyResponse,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	return srv, nil
+}
+
+// upstreamTransport returns the transport of a route: one of its own, kept
+// apart from other routes', that keeps as many idle connections to the
+// upstream as the route expects requests at once — Go's default keeps 2, so
+// that under load most requests would open a connection — and speaks
+// HTTP/2 where the upstream offers it.
+func upstreamTransport(r routeSettings) *http.Transport {
+	dialer := &net.Dialer{Timeout: r.dialTimeout, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           dialer.DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          r.idleConns,
+		MaxIdleConnsPerHost:   r.idleConns,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   r.tlsTimeout,
+		ResponseHeaderTimeout: r.answerTimeout,
+		ExpectContinueTimeout: time.Second,
+	}
 }
 
 // openState opens the pools' store: a Badger directory, or a Redis server
@@ -149,9 +195,20 @@ func openState(s *settings, log *slog.Logger) (keypool.Store, io.Closer, error) 
 	return store, store, nil
 }
 
-// serve answers on ln until ctx ends, then shuts down gracefully.
+// serve answers on ln until ctx ends, then shuts down within the shutdown
+// timeout.
 func (s *server) serve(ctx context.Context, ln net.Listener) error {
-	hs := &http.Server{Handler: s.handler(), ReadHeaderTimeout: 30 * time.Second}
+	st := s.settings
+	hs := &http.Server{
+		Handler:           s.handler(),
+		ReadHeaderTimeout: st.headerTimeout,
+		IdleTimeout:       st.idleTimeout,
+		// No ReadTimeout: it would cancel a request whose answer comes
+		// after it; forward bounds the body instead. No WriteTimeout: it
+		// would run from the request's arrival, and an upstream may think
+		// for minutes; each handler sets its own.
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
 	names := make([]string, 0, len(s.settings.routes))
 	for _, r := range s.settings.routes {
 		names = append(names, fmt.Sprintf("%s (%d keys)", r.name, len(r.keys)))
@@ -161,41 +218,110 @@ func (s *server) serve(ctx context.Context, ln net.Listener) error {
 	go func() { errc <- hs.Serve(ln) }()
 	select {
 	case err := <-errc:
+		s.close()
 		return err
 	case <-ctx.Done():
 	}
-	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	err := hs.Shutdown(shutdown)
-	<-errc
-	s.log.Info("stopped")
-	return err
+	s.fallback.CloseIdleConnections()
+	return s.shutdown(hs, errc)
 }
 
-// close flushes the pools and closes the state and the meters.
+// close saves the state within the shutdown timeout, and logs what it
+// could not save.
 func (s *server) close() {
-	for _, p := range s.pools {
-		if err := p.Close(); err != nil {
-			s.log.Warn("closing pool", "err", err)
-		}
-	}
-	if s.state != nil {
-		if err := s.state.Close(); err != nil {
-			s.log.Warn("closing state", "err", err)
-		}
-	}
-	if s.meters != nil {
-		_ = s.meters.Shutdown(context.Background())
+	if err := s.save(time.Now().Add(s.settings.shutdownTimeout)); err != nil {
+		s.log.Warn("closing", "err", err)
 	}
 }
 
 // handler routes the proxy's own endpoints and forwards the rest.
 func (s *server) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /healthz", s.healthz)
 	s.handleOwn(mux) // the status page, /status, /metrics, unbench
-	mux.Handle("/", forwardable(s.guard(s.proxy)))
-	return mux
+	mux.Handle("/", forwardable(s.guard(http.HandlerFunc(s.forward))))
+	return s.inFlight.track(mux)
+}
+
+// writeWithin gives next's whole answer write_timeout to be written.
+func (s *server) writeWithin(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.settings.writeTimeout))
+		next.ServeHTTP(w, r)
+	})
+}
+
+// healthz answers 200 for a load balancer, with "ok", or "degraded: " and
+// the reason when the state store reports a failure — the proxy serves on
+// from memory, or refuses requests while Redis is down, as configured.
+func (s *server) healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	if h, ok := s.store.(interface{ Health() error }); ok {
+		if err := h.Health(); err != nil {
+			_, _ = fmt.Fprintf(w, "degraded: state store: %s\n", s.reason(err))
+			return
+		}
+	}
+	_, _ = io.WriteString(w, "ok\n")
+}
+
+// maxReason bounds the text of a reason /healthz shows.
+const maxReason = 300
+
+// reason returns the text of err for an open endpoint: one line, bounded,
+// without the password of a redis:// state URL or any secret.
+func (s *server) reason(err error) string {
+	msg := s.redact.String(oneLine.Replace(err.Error()))
+	if u, perr := url.Parse(s.settings.state); perr == nil && u.User != nil {
+		if pw, ok := u.User.Password(); ok && pw != "" {
+			msg = strings.ReplaceAll(msg, pw, "xxxxx")
+		}
+	}
+	if len(msg) > maxReason {
+		msg = strings.ToValidUTF8(msg[:maxReason], "") + "…"
+	}
+	return msg
+}
+
+// forward sends a request upstream through the fallback, within the limits
+// of limits.go.
+func (s *server) forward(w http.ResponseWriter, r *http.Request) {
+	if escapesRoute(r.URL.Path) {
+		w.Header().Set("Connection", "close")
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "keypool: the path holds a dot segment or is not in its clean form", nil)
+		return
+	}
+	if r.ContentLength > s.settings.maxBody {
+		s.tooLarge(w)
+		return
+	}
+	// Writing the answer has a deadline that each write moves on:
+	// waiting for the upstream never counts.
+	rc := http.NewResponseController(w)
+	aw := &answerWriter{ResponseWriter: w, rc: rc, redact: s.redact, writeTimeout: s.settings.writeTimeout}
+	if r.Body != nil && r.Body != http.NoBody {
+		// A body too long to hold is sent as it arrives, and an upstream
+		// may answer before it has read it all: without full duplex, the
+		// server would close the body as the answer starts, the transport
+		// would then fail to send the rest and close the upstream's
+		// connection, cutting the answer (golang/go#40747).
+		_ = rc.EnableFullDuplex()
+		_ = rc.SetReadDeadline(time.Now().Add(s.settings.bodyTimeout)) // cleared once the body is in
+		aw.body = &requestBody{ReadCloser: http.MaxBytesReader(w, r.Body, s.settings.maxBody), rc: rc}
+		r.Body = aw.body
+	}
+	s.proxy.ServeHTTP(aw, r)
+	if hasTrailers(w.Header()) {
+		s.redact.header(w.Header()) // trailers go out after the handler returns
+	}
+}
+
+// tooLarge answers a request whose body is over max_request_body.
+func (s *server) tooLarge(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	writeError(w, http.StatusRequestEntityTooLarge, "request_too_large",
+		fmt.Sprintf("keypool: the request body is over max_request_body (%d bytes)", s.settings.maxBody), nil)
 }
 
 // guard lets through requests that present a proxy token: as a bearer
@@ -204,10 +330,10 @@ func (s *server) handler() http.Handler {
 func (s *server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		presented := []string{
-			strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "),
+			bearerToken(r.Header.Get("Authorization")),
 			r.Header.Get("X-Api-Key"),
 			r.Header.Get("X-Goog-Api-Key"),
-			r.URL.Query().Get("key"),
+			queryKey(r.URL.RawQuery),
 		}
 		for _, p := range presented {
 			for _, t := range s.settings.tokens {
@@ -217,30 +343,155 @@ func (s *server) guard(next http.Handler) http.Handler {
 				}
 			}
 		}
+		// A client without the token gets nothing more on this connection.
+		w.Header().Set("Connection", "close")
 		writeError(w, http.StatusUnauthorized, "authentication_error", "keypool: this proxy needs its proxy token, not an upstream key", nil)
 	})
 }
 
-// rewrite strips the client's credentials — its proxy token — from a
-// forwarded request; the pool puts an upstream key on it, and the fallback
-// its upstream URL.
-func rewrite(pr *httputil.ProxyRequest) {
-	out := pr.Out
-	out.Header.Del("Authorization")
-	out.Header.Del("X-Api-Key")
-	out.Header.Del("X-Goog-Api-Key")
-	if q := out.URL.Query(); q.Has("key") {
-		q.Del("key")
-		out.URL.RawQuery = q.Encode()
+// queryKey returns the value of the first key parameter of a raw query,
+// without parsing the rest.
+func queryKey(raw string) string {
+	for part := range strings.SplitSeq(raw, "&") {
+		if v, ok := strings.CutPrefix(part, "key="); ok {
+			return unescapeQuery(v)
+		}
 	}
+	return ""
+}
+
+// bearerToken returns the token of an Authorization header's Bearer
+// scheme, whose name is in any case.
+func bearerToken(h string) string {
+	if len(h) > len("Bearer ") && strings.EqualFold(h[:len("Bearer ")], "Bearer ") {
+		return h[len("Bearer "):]
+	}
+	return ""
+}
+
+// rewrite strips the client's credentials — every copy of its proxy token —
+// from a forwarded request; the pool puts an upstream key on it, and the
+// fallback its upstream URL.
+func (s *server) rewrite(pr *httputil.ProxyRequest) {
+	out := pr.Out
+	for _, name := range []string{"Authorization", "Proxy-Authorization", "X-Api-Key", "X-Goog-Api-Key"} {
+		delete(out.Header, name)
+	}
+	for name, values := range out.Header {
+		if slices.ContainsFunc(values, s.holdsToken) {
+			delete(out.Header, name)
+		}
+	}
+	// The transport asks for gzip itself and decompresses the answer, so
+	// that the proxy can read what it redacts.
+	delete(out.Header, "Accept-Encoding")
+	out.URL.RawQuery = s.stripQuery(out.URL.RawQuery)
 	out.URL.Scheme, out.URL.Host, out.Host = "http", "upstream.invalid", ""
 }
 
+// stripQuery returns a query without its key parameters, whatever their
+// case, and without any parameter that holds a proxy token; the rest keep
+// their order and encoding.
+func (s *server) stripQuery(raw string) string {
+	if raw == "" {
+		return raw
+	}
+	var kept []string // nil while every part is kept
+	i := 0
+	for part := range strings.SplitSeq(raw, "&") {
+		name, _, _ := strings.Cut(part, "=")
+		strip := strings.EqualFold(unescapeQuery(name), "key") || s.holdsToken(part) || s.holdsToken(unescapeQuery(part))
+		switch {
+		case strip && kept == nil:
+			kept = strings.Split(raw, "&")[:i]
+		case !strip && kept != nil:
+			kept = append(kept, part)
+		}
+		i++
+	}
+	if kept == nil {
+		return raw
+	}
+	return strings.Join(kept, "&")
+}
+
+// unescapeQuery returns s with its query escapes decoded, or s when it
+// has none that decode.
+func unescapeQuery(s string) string {
+	if u, err := url.QueryUnescape(s); err == nil {
+		return u
+	}
+	return s
+}
+
+// holdsToken reports whether v holds one of the proxy tokens.
+func (s *server) holdsToken(v string) bool {
+	for _, t := range s.tokens {
+		if strings.Contains(v, t) {
+			return true
+		}
+	}
+	return false
+}
+
+// maxFailureBody bounds the body of a failure the proxy reads to redact:
+// vendors' error bodies are a few KiB; what is beyond is cut.
+const maxFailureBody = 256 << 10
+
+// modifyResponse redacts an upstream's answer before the client has it:
+// every header, and the body of an answer that is not a success. A
+// success's body — a stream, or a completion — passes as it comes, unread.
+func (s *server) modifyResponse(resp *http.Response) error {
+	s.redact.header(resp.Header)
+	if resp.StatusCode < 300 || resp.StatusCode == http.StatusNotModified || resp.Request != nil && resp.Request.Method == http.MethodHead {
+		return nil // a success, or no body
+	}
+	var body []byte
+	if ce := resp.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		// Not one the transport asked for and decoded: unreadable, so
+		// withheld.
+		_ = resp.Body.Close()
+		body = fmt.Appendf(nil, `{"error":{"type":"api_error","message":"keypool: the upstream answered %d with a body in %q encoding, which the proxy cannot check for keys; withheld"}}`,
+			resp.StatusCode, s.redact.String(ce))
+		resp.Header.Set("Content-Type", "application/json")
+		resp.Header.Del("Content-Encoding")
+	} else {
+		var err error
+		body, err = io.ReadAll(io.LimitReader(resp.Body, maxFailureBody+1))
+		_ = resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		if len(body) > maxFailureBody {
+			s.log.Warn("an upstream's failure body is over the bound the proxy reads: cut", "status", resp.StatusCode, "bytes", maxFailureBody)
+			body = body[:maxFailureBody]
+		}
+		if text := string(body); s.redact.String(text) != text {
+			body = []byte(s.redact.String(text))
+		}
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.ContentLength = int64(len(body))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	resp.TransferEncoding = nil
+	return nil
+}
+
 // proxyError answers a request the proxy could not forward: 429 with a
-// Retry-After when no key is free, 502 otherwise.
+// Retry-After when no key is free; 413 or 408 for a body too long or too
+// slow; 502 otherwise.
 func (s *server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	var na *keypool.NoAvailableKeyError
+	var body *requestBody
+	if aw, ok := w.(*answerWriter); ok {
+		body = aw.body
+	}
 	switch {
+	case body != nil && body.tooLarge:
+		s.tooLarge(w)
+	case body != nil && body.timedOut:
+		w.Header().Set("Connection", "close")
+		writeError(w, http.StatusRequestTimeout, "invalid_request_error", "keypool: the request body did not arrive within body_timeout", nil)
 	case errors.As(err, &na):
 		extra := map[string]any{}
 		if !na.RetryAt.IsZero() {
@@ -252,8 +503,9 @@ func (s *server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	case r.Context().Err() != nil:
 		// The client went away.
 	default:
-		s.log.Warn("forwarding failed", "path", r.URL.Path, "err", err)
-		writeError(w, http.StatusBadGateway, "api_error", "keypool: "+err.Error(), nil)
+		msg := s.redact.String(err.Error())
+		s.log.Warn("forwarding failed", "path", r.URL.Path, "err", msg)
+		writeError(w, http.StatusBadGateway, "api_error", "keypool: "+msg, nil)
 	}
 }
 

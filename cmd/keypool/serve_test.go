@@ -62,7 +62,7 @@ func chat(t *testing.T, base string, stream bool) (*http.Response, error) {
 
 // oneUpstream is a configuration of one upstream named up at url, with the
 // rest of its fields as given, in a fresh state directory.
-func oneUpstream(t *testing.T, url, fields string) string {
+func oneUpstream(t testing.TB, url, fields string) string {
 	return fmt.Sprintf("proxy_tokens: [%q]\nstate: %s\nupstreams:\n  - {name: up, url: %s, %s}\n", proxyToken, t.TempDir(), url, fields)
 }
 
@@ -289,6 +289,8 @@ func TestProxyMetrics(t *testing.T) {
 func TestConfigErrors(t *testing.T) {
 	dir := t.TempDir()
 	unreadable := filepath.Join(dir, "missing-keys.txt")
+	controlFile := filepath.Join(dir, "control-keys.txt")
+	require.NoError(t, os.WriteFile(controlFile, []byte("# keys\nsk-fine-1\nsk-bro\x00ken\n"), 0o600))
 	tests := []struct {
 		name, yaml, want string
 	}{
@@ -306,6 +308,24 @@ func TestConfigErrors(t *testing.T) {
 		{"bad listen", "listen: nowhere\nproxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n", `listen: "nowhere" is not host:port`},
 		{"replicas without redis", "proxy_tokens: [t]\nreplicas: 2\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n", "replicas: needs a redis:// state to share"},
 		{"bad zone", "proxy_tokens: [t]\nupstreams: [{url: 'https://x', calendar_day: {zone: Mars/Olympus}, keys: [{secret: s}]}]\n", "upstreams[0].calendar_day.zone"},
+		{"control character in a key file", "proxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{file: " + controlFile + "}]}]\n",
+			"upstreams[0].keys[0].file: line 3 of " + controlFile + " holds a control character"},
+		{"control character inline", "proxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{secret: \"sk-in\\aline\"}]}]\n",
+			"upstreams[0].keys[0].secret: the secret holds a control character"},
+		{"control character in a token", "proxy_tokens: [\"kp-\\tab\"]\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n",
+			"proxy_tokens[0]: the secret holds a control character"},
+		{"bad body size", "max_request_body: 12 parsecs\nproxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n",
+			`max_request_body: "12 parsecs" is not a size such as 32MiB`},
+		{"body size of nothing", "max_request_body: 0\nproxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n",
+			`max_request_body: "0" is not a size`},
+		{"negative timeout", "header_timeout: -1s\nproxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n",
+			`header_timeout: "-1s" is not a positive duration such as 10s`},
+		{"bad shutdown timeout", "shutdown_timeout: soon\nproxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n",
+			`shutdown_timeout: "soon" is not a positive duration`},
+		{"no idle connections", "proxy_tokens: [t]\nupstreams: [{url: 'https://x', idle_conns: 0, keys: [{secret: s}]}]\n",
+			"upstreams[0].idle_conns: 0 is not in 1..65536"},
+		{"bad answer timeout", "proxy_tokens: [t]\nupstreams: [{url: 'https://x', answer_timeout: 0s, keys: [{secret: s}]}]\n",
+			`upstreams[0].answer_timeout: "0s" is not a positive duration`},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -348,7 +368,7 @@ func TestConfigWarnsOfReadableSecrets(t *testing.T) {
 
 func TestConfigKeysFromEnvAndFile(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "keys.txt")
-	require.NoError(t, os.WriteFile(file, []byte("# keys\nsk-file-1\n\nsk-file-2\n"), 0o600))
+	require.NoError(t, os.WriteFile(file, []byte("# keys\n  sk-file-1 \r\n\n\tsk-file-2\n"), 0o600))
 	var c config
 	require.NoError(t, yaml.Unmarshal([]byte(`
 proxy_tokens: ["env:PROXY"]
@@ -358,17 +378,28 @@ upstreams:
       - {env: KEY_ONE, id: one}
       - {file: `+file+`, id: f, paid: true}
 `), &c))
-	env := map[string]string{"PROXY": "pt", "KEY_ONE": "sk-env"}
+	env := map[string]string{"PROXY": "pt\n", "KEY_ONE": "sk-env\n"}
 	s, err := c.resolve(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 	require.NoError(t, err)
 	require.Len(t, s.routes, 1)
 	keys := s.routes[0].keys
 	require.Len(t, keys, 3)
-	assert.Equal(t, "sk-env", keys[0].Secret)
+	assert.Equal(t, []string{"sk-env", "sk-file-1", "sk-file-2"}, []string{keys[0].Secret, keys[1].Secret, keys[2].Secret},
+		"a key read from the environment or a file loses the whitespace around it")
 	assert.Equal(t, []string{"one", "f-1", "f-2"}, []string{keys[0].ID, keys[1].ID, keys[2].ID})
 	assert.True(t, keys[2].Paid)
 	assert.Equal(t, "api.example.com", s.routes[0].name)
 	assert.Equal(t, [][]byte{[]byte("pt")}, s.tokens)
+
+	for name, value := range map[string]string{"a control character": "sk-env\x1bkey", "only whitespace": " \n"} {
+		t.Run(name, func(t *testing.T) {
+			env["KEY_ONE"] = value
+			_, err := c.resolve(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+			require.Error(t, err)
+			assert.True(t, strings.HasPrefix(err.Error(), "upstreams[0].keys[0].env: "), "%v", err)
+			assert.NotContains(t, err.Error(), "sk-env", "the error never shows the key")
+		})
+	}
 }
 
 func TestProxyFallsBackAcrossVendors(t *testing.T) {
@@ -411,11 +442,7 @@ upstreams:
 }
 
 func TestREADMEConfigExample(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	require.NoError(t, err)
-	_, rest, ok := strings.Cut(string(readme), "```yaml\n")
-	require.True(t, ok, "the README has a YAML example")
-	example, _, _ := strings.Cut(rest, "```")
+	example := readmeYAML(t, "")
 	keys := filepath.Join(t.TempDir(), "openrouter-keys")
 	require.NoError(t, os.WriteFile(keys, []byte("sk-or-1\nsk-or-2\n"), 0o600))
 	example = strings.ReplaceAll(example, "/run/secrets/openrouter-keys", keys)
@@ -428,6 +455,36 @@ func TestREADMEConfigExample(t *testing.T) {
 	require.Len(t, s.routes, 3)
 	assert.Equal(t, []string{"groq", "openrouter", "openai"}, []string{s.routes[0].name, s.routes[1].name, s.routes[2].name})
 	assert.True(t, s.routes[2].keys[0].Paid, "the paid vendor is last")
+}
+
+// readmeYAML returns the README's first YAML block after the text after.
+func readmeYAML(t *testing.T, after string) string {
+	t.Helper()
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	_, rest, ok := strings.Cut(string(readme), after)
+	require.True(t, ok, "the README has %q", after)
+	_, rest, ok = strings.Cut(rest, "```yaml\n")
+	require.True(t, ok, "the README has a YAML block after %q", after)
+	block, _, _ := strings.Cut(rest, "```")
+	return block
+}
+
+func TestREADMEDefaults(t *testing.T) {
+	block := readmeYAML(t, "### Every setting, with its default\n")
+	resolve := func(text string) *settings {
+		var c config
+		dec := yaml.NewDecoder(strings.NewReader(text))
+		dec.KnownFields(true)
+		require.NoError(t, dec.Decode(&c))
+		s, err := c.resolve(func(string) (string, bool) { return "", false })
+		require.NoError(t, err)
+		return s
+	}
+	documented := resolve(block)
+	defaults := resolve("proxy_tokens: [t]\nupstreams: [{url: 'https://api.example.com', keys: [{secret: s}]}]\n")
+	documented.routes[0].options, defaults.routes[0].options = nil, nil // functions: never equal
+	assert.Equal(t, defaults, documented, "the README's values are the defaults")
 }
 
 // syncBuffer is a bytes.Buffer safe for a writer and a reader at once.

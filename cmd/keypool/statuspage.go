@@ -58,8 +58,8 @@ func (s *server) handleOwn(mux *http.ServeMux) {
 	mux.Handle("GET /ui/style.css", page("web/style.css"))
 	mux.Handle("POST /login", cop.Handler(http.HandlerFunc(s.login)))
 	mux.Handle("POST /logout", cop.Handler(http.HandlerFunc(logout)))
-	mux.Handle("GET /status", s.own(http.HandlerFunc(s.statusJSON)))
-	mux.Handle("GET /metrics", s.own(s.metrics))
+	mux.Handle("GET /status", s.own(s.writeWithin(http.HandlerFunc(s.statusJSON))))
+	mux.Handle("GET /metrics", s.own(s.writeWithin(s.metrics)))
 	mux.Handle("POST /keys/{route}/{key}/unbench", cop.Handler(s.own(http.HandlerFunc(s.unbench))))
 }
 
@@ -73,12 +73,12 @@ func forwardable(next http.Handler) http.Handler {
 			return
 		}
 		writeError(w, http.StatusNotFound, "not_found_error",
-			"keypool: the proxy's own endpoints are at its root (/status), not under "+path(r.URL.Path), nil)
+			"keypool: the proxy's own endpoints are at its root (/status), not under "+quotePath(r.URL.Path), nil)
 	})
 }
 
-// path quotes a request path for a message, bounded.
-func path(p string) string {
+// quotePath quotes a request path for a message, bounded.
+func quotePath(p string) string {
 	if len(p) > 100 {
 		p = p[:100] + "…"
 	}
@@ -270,7 +270,7 @@ func (s *server) unbench(w http.ResponseWriter, r *http.Request) {
 	route, key := r.PathValue("route"), r.PathValue("key")
 	if !s.hasKey(route, key) {
 		writeError(w, http.StatusNotFound, "not_found_error",
-			fmt.Sprintf("keypool: no key %s in a route %s; keypool status -url lists them", path(key), path(route)), nil)
+			fmt.Sprintf("keypool: no key %s in a route %s; keypool status -url lists them", quotePath(key), quotePath(route)), nil)
 		return
 	}
 	if err := s.fallback.Unbench(r.Context(), route, key); err != nil {

@@ -1,0 +1,512 @@
+package main
+
+import (
+	"bufio"
+	"compress/gzip"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httptrace"
+	"net/textproto"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+)
+
+// serveReal runs the proxy for the YAML configuration as keypool serve
+// does — its own http.Server, with its timeouts — on a loopback port, and
+// returns the address.
+func serveReal(t testing.TB, conf string) string {
+	t.Helper()
+	var c config
+	require.NoError(t, yaml.Unmarshal([]byte(conf), &c))
+	s, err := c.resolve(func(string) (string, bool) { return "", false })
+	require.NoError(t, err)
+	srv, err := newServer(s, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		assert.NoError(t, <-done)
+	})
+	return ln.Addr().String()
+}
+
+// recorder is an upstream that records the requests it gets.
+type recorder struct {
+	mu   sync.Mutex
+	seen []string // "METHOD URI\nheaders"
+}
+
+func (rec *recorder) add(r *http.Request) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s\n", r.Method, r.RequestURI)
+	_ = r.Header.Write(&b)
+	rec.mu.Lock()
+	rec.seen = append(rec.seen, b.String())
+	rec.mu.Unlock()
+}
+
+func (rec *recorder) requests() []string {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return append([]string(nil), rec.seen...)
+}
+
+// recordingUpstream starts an upstream that records each request and
+// answers "{}".
+func recordingUpstream(t *testing.T) (*recorder, *httptest.Server) {
+	rec := &recorder{}
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec.add(r)
+		_, _ = io.WriteString(w, "{}")
+	}))
+	t.Cleanup(upstream.Close)
+	return rec, upstream
+}
+
+// rawExchange writes a raw request to addr and returns all that comes back
+// before the connection closes or wait passes.
+func rawExchange(t *testing.T, addr, request string, wait time.Duration) string {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = io.WriteString(conn, request)
+	require.NoError(t, err)
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(wait)))
+	b, _ := io.ReadAll(conn)
+	return string(b)
+}
+
+// The upstream secret of the boundary tests, and a key's masked echo of it
+// as OpenAI writes one.
+const (
+	boundarySecret = "sk-BOUNDARY-0f6e2d9c1b8a"
+	boundaryMasked = "sk-BOU*****************1b8a"
+)
+
+// echoVendor is an upstream that gives back the key it got in every way a
+// vendor may: in redirects (its own and a ServeMux's trailing-slash one),
+// in headers naming URLs, in cookies, in informational answers, in
+// trailers, and in error bodies that quote the URL or mask the key.
+func echoVendor(rec *recorder) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/models/", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, `{"data":[]}`) })
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		key := r.URL.Query().Get("key")
+		if key == "" {
+			key = r.Header.Get("X-Api-Key")
+		}
+		u := "https://vendor.test" + r.URL.RequestURI()
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/redirect"):
+			w.Header().Set("Location", u)
+			w.Header().Set("Set-Cookie", "session="+key)
+			w.WriteHeader(http.StatusFound)
+			_, _ = fmt.Fprintf(w, `<a href="%s">Found</a>`, u)
+		case strings.HasSuffix(r.URL.Path, "/headers"):
+			w.Header().Set("Link", "<"+u+">; rel=preload")
+			w.WriteHeader(http.StatusEarlyHints)
+			w.Header().Set("Content-Location", u)
+			w.Header().Set("Refresh", "0; url="+u)
+			w.Header().Set("X-Request-Url", u)
+			w.Header().Set("Set-Cookie", "session="+key)
+			w.Header().Set("Trailer", "X-Echo-Key")
+			_, _ = io.WriteString(w, `{"ok":true}`)
+			w.Header().Set("X-Echo-Key", key)
+		case strings.HasSuffix(r.URL.Path, "/gzip") && strings.Contains(r.Header.Get("Accept-Encoding"), "gzip"):
+			w.Header().Set("Content-Encoding", "gzip")
+			w.WriteHeader(http.StatusBadRequest)
+			zw := gzip.NewWriter(w)
+			_, _ = fmt.Fprintf(zw, `{"error":{"message":"bad request to %s"}}`, u)
+			_ = zw.Close()
+		case strings.HasSuffix(r.URL.Path, "/brotli"):
+			w.Header().Set("Content-Encoding", "br") // not brotli: the key as is, unreadable to a proxy that trusts the name
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = fmt.Fprintf(w, `{"error":{"message":"bad request to %s"}}`, u)
+		case strings.HasSuffix(r.URL.Path, "/masked"):
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = fmt.Fprintf(w, `{"error":{"message":"Incorrect API key provided: %s***%s. You can find your API key at https://vendor.test."}}`, key[:6], key[len(key)-4:])
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = fmt.Fprintf(w, `{"error":{"message":"Unknown request URL: %s %s. Please check the URL for typos."}}`, r.Method, u)
+		}
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec.add(r)
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// clientView is all a client sees of an answer: informational answers'
+// headers, the status, the headers, the body and the trailers.
+func clientView(t *testing.T, method, url string, header http.Header) (string, *http.Response) {
+	t.Helper()
+	var early []string
+	trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+		early = append(early, fmt.Sprintf("%d %v", code, h))
+		return nil
+	}}
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(t.Context(), trace), method, url, strings.NewReader("{}"))
+	require.NoError(t, err)
+	req.Header = header
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	resp.Body.Close()
+	return fmt.Sprintf("%v\n%d\n%v\n%s\n%v", early, resp.StatusCode, resp.Header, body, resp.Trailer), resp
+}
+
+func TestProxyNeverHandsOutTheUpstreamKey(t *testing.T) {
+	rec := &recorder{}
+	upstream := httptest.NewServer(echoVendor(rec))
+	t.Cleanup(upstream.Close)
+	for _, auth := range []string{"query:key", "header:x-api-key"} {
+		t.Run(auth, func(t *testing.T) {
+			base, _ := startProxy(t, oneUpstream(t, upstream.URL, fmt.Sprintf("auth: %q, keys: [{id: live, secret: %s}]", auth, boundarySecret)))
+			tests := []struct {
+				name, method, path string
+				status             int
+				shows              string // what stands for the key
+			}{
+				{"a redirect", http.MethodGet, "/v1/x/redirect", http.StatusFound, map[string]string{"query:key": "[redacted:live]"}[auth]},
+				{"a mux's trailing-slash redirect", http.MethodGet, "/v1/models?limit=5", 0, ""},
+				{"headers, early hints and trailers", http.MethodPost, "/v1/x/headers", http.StatusOK, ""},
+				{"an error quoting the URL", http.MethodPost, "/v1/nowhere", http.StatusNotFound, ""},
+				{"a gzipped error quoting the URL", http.MethodPost, "/v1/x/gzip", http.StatusBadRequest, "bad request to "},
+				{"an error in an encoding the proxy cannot read", http.MethodPost, "/v1/x/brotli", http.StatusBadRequest, "which the proxy cannot check for keys; withheld"},
+				{"a masked echo", http.MethodPost, "/v1/x/masked", http.StatusUnauthorized, "Incorrect API key provided: [redacted:live]. You"},
+			}
+			for _, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					// The client takes gzip, and reads what it gets as it is.
+					view, resp := clientView(t, tt.method, base+tt.path, http.Header{"Authorization": {"Bearer " + proxyToken}, "Accept-Encoding": {"gzip"}})
+					if tt.status != 0 {
+						assert.Equal(t, tt.status, resp.StatusCode, view)
+					}
+					assert.NotContains(t, view, boundarySecret)
+					assert.NotContains(t, view, boundarySecret[len(boundarySecret)-8:], "no part of the key")
+					assert.NotContains(t, view, "1b8a.", "no masked echo")
+					assert.Empty(t, resp.Header.Values("Set-Cookie"), "no upstream cookie")
+					assert.Contains(t, view, tt.shows)
+				})
+			}
+		})
+	}
+	require.NotEmpty(t, rec.requests())
+	assert.Contains(t, strings.Join(rec.requests(), "\n"), boundarySecret, "the upstream did get the key")
+}
+
+func TestProxyStripsEveryCopyOfTheToken(t *testing.T) {
+	rec, upstream := recordingUpstream(t)
+	for _, auth := range []string{"bearer", "query:key", "header:x-goog-api-key"} {
+		t.Run(auth, func(t *testing.T) {
+			base, _ := startProxy(t, oneUpstream(t, upstream.URL, fmt.Sprintf("auth: %q, keys: [{secret: sk-upstream-key}]", auth)))
+			query := "?KEY=" + proxyToken + "&Key=" + proxyToken + "&key=" + proxyToken + "&key=" + proxyToken +
+				"&api_key=" + proxyToken + "&other=a%20" + proxyToken + "&alt=json&x=1;token=" + proxyToken
+			req, err := http.NewRequest(http.MethodPost, base+"/v1beta/models/m:generateContent"+query, strings.NewReader("{}"))
+			require.NoError(t, err)
+			req.Header["authorization"] = []string{"Bearer " + proxyToken} // sent in lower case
+			req.Header.Set("X-Api-Key", proxyToken)
+			req.Header.Add("X-Goog-Api-Key", proxyToken)
+			req.Header.Add("X-Goog-Api-Key", proxyToken)
+			req.Header.Set("Api-Key", proxyToken)
+			req.Header.Set("X-Custom-Auth", "Token "+proxyToken)
+			req.Header.Set("X-Kept", "yes")
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
+			seen := rec.requests()
+			got := seen[len(seen)-1]
+			assert.NotContains(t, got, proxyToken, "the upstream never sees the proxy token")
+			assert.Contains(t, got, "sk-upstream-key", "it sees the pool's key")
+			assert.Contains(t, got, "alt=json", "other parameters pass")
+			assert.Contains(t, got, "X-Kept: yes", "other headers pass")
+		})
+	}
+}
+
+func TestProxyRefusesPathsOutsideTheRoute(t *testing.T) {
+	rec, upstream := recordingUpstream(t)
+	addr := serveReal(t, oneUpstream(t, upstream.URL+"/openai", "auth: 'query:key', keys: [{secret: sk-route-key}]"))
+	paths := []string{
+		"/v1/%2e%2e/%2e%2e/admin",
+		"/v1/%2E%2E/%2E%2E/admin",
+		"/v1/.%2e/.%2E/admin",
+		"/v1/%2e./%2e./admin",
+		"/v1/..%2f..%2fadmin",
+		"/v1/%2e%2e%2f%2e%2e%2fadmin",
+		"/v1/%252e%252e/%252e%252e/admin",
+		"/v1/%2e%2e%5c%2e%2e%5cadmin",
+		"/v1/..\\..\\admin",
+		"/v1/%2e/chat",
+		"/v1/a%2f%2fb",
+		"/v1/../../admin",
+		"/%2e%2e",
+	}
+	for _, p := range paths {
+		t.Run(p, func(t *testing.T) {
+			answer := rawExchange(t, addr, "GET "+p+"?key="+proxyToken+" HTTP/1.1\r\nHost: proxy\r\nConnection: close\r\n\r\n", 5*time.Second)
+			status, _, _ := strings.Cut(answer, "\r\n")
+			assert.Contains(t, []string{"HTTP/1.1 400 Bad Request", "HTTP/1.1 307 Temporary Redirect"}, status, "%s", answer)
+			assert.NotContains(t, answer, "sk-route-key")
+		})
+	}
+	answer := rawExchange(t, addr, "GET /v1/models?key="+proxyToken+" HTTP/1.1\r\nHost: proxy\r\nConnection: close\r\n\r\n", 5*time.Second)
+	require.True(t, strings.HasPrefix(answer, "HTTP/1.1 200 OK"), "a clean path is forwarded: %s", answer)
+	seen := rec.requests()
+	require.Len(t, seen, 1, "only the clean path reached the upstream: %v", seen)
+	for _, r := range seen {
+		assert.True(t, strings.HasPrefix(r, "GET /openai/v1/models?"), "the upstream saw %q, outside /openai/", r)
+	}
+}
+
+func TestEscapesRoute(t *testing.T) {
+	tests := []struct {
+		path string
+		want bool
+	}{
+		{"/v1/chat/completions", false},
+		{"/v1/models/", false},
+		{"/", false},
+		{"/v1beta/models/gemini-2.0-flash:generateContent", false},
+		{"/v1/files/file-abc%20def", false},
+		{"/v1/models/a..b", false},
+		{"/v1/100%", false},
+		{"/v1/../admin", true},
+		{"/v1/./chat", true},
+		{"/v1//chat", true},
+		{"/v1/..", true},
+		{"/v1/..\\admin", true},
+		{"/v1/%2e%2e/admin", true},
+		{"/v1/%252e%252e/admin", true},
+		{"", true},
+		{"*", true},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, escapesRoute(tt.path), "escapesRoute(%q)", tt.path)
+	}
+}
+
+func TestProxyCutsOffASlowBody(t *testing.T) {
+	rec := &recorder{}
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { rec.add(r) }))
+	t.Cleanup(upstream.Close)
+	addr := serveReal(t, "body_timeout: 300ms\n"+oneUpstream(t, upstream.URL, "keys: [{secret: sk-a}]"))
+	start := time.Now()
+	answer := rawExchange(t, addr, "POST /v1/chat/completions HTTP/1.1\r\nHost: proxy\r\nAuthorization: Bearer "+proxyToken+
+		"\r\nContent-Length: 100\r\n\r\n{\"model\":", 5*time.Second)
+	took := time.Since(start)
+	assert.Less(t, took, 3*time.Second, "the connection was cut off, not left open: %q", answer)
+	assert.True(t, answer == "" || strings.HasPrefix(answer, "HTTP/1.1 408 "), "answer %q", answer)
+	assert.Empty(t, rec.requests(), "nothing reached the upstream")
+}
+
+func TestProxyClosesIdleConnections(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "{}") }))
+	t.Cleanup(upstream.Close)
+	addr := serveReal(t, "header_timeout: 300ms\nidle_timeout: 300ms\n"+oneUpstream(t, upstream.URL, "keys: [{secret: sk-a}]"))
+
+	// Connections that never send a request, more than a small fd limit.
+	var idle []net.Conn
+	for range 300 {
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		idle = append(idle, c)
+	}
+	// A kept-alive connection, idle after one request.
+	kept, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	_, err = io.WriteString(kept, "GET /v1/models HTTP/1.1\r\nHost: proxy\r\nAuthorization: Bearer "+proxyToken+"\r\n\r\n")
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(bufio.NewReader(kept), nil)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	start := time.Now()
+	for _, c := range append(idle, kept) {
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
+		_, err := c.Read(make([]byte, 1))
+		assert.ErrorIs(t, err, io.EOF, "the proxy closed the connection")
+		c.Close()
+	}
+	assert.Less(t, time.Since(start), 3*time.Second)
+
+	// A client without the token is told so, and the connection ends.
+	answer := rawExchange(t, addr, "GET /v1/models HTTP/1.1\r\nHost: proxy\r\n\r\n", 5*time.Second)
+	assert.True(t, strings.HasPrefix(answer, "HTTP/1.1 401 "), "%s", answer)
+	assert.Contains(t, answer, "Connection: close")
+}
+
+func TestProxyStreamOutlivesTheWriteTimeout(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/slow" {
+			time.Sleep(900 * time.Millisecond) // a completion that does not stream
+			_, _ = io.WriteString(w, `{"done":true}`)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := range 12 {
+			_, _ = fmt.Fprintf(w, "data: {\"n\":%d}\n\n", i)
+			w.(http.Flusher).Flush()
+			time.Sleep(100 * time.Millisecond)
+		}
+		_, _ = io.WriteString(w, "data: [DONE]\n\n")
+	}))
+	t.Cleanup(upstream.Close)
+	addr := serveReal(t, "write_timeout: 300ms\n"+oneUpstream(t, upstream.URL, "keys: [{secret: sk-a}]"))
+
+	start := time.Now()
+	resp, err := chat(t, "http://"+addr, true)
+	require.NoError(t, err)
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err, "the stream was not cut")
+	assert.GreaterOrEqual(t, time.Since(start), time.Second, "the stream ran past the write timeout")
+	assert.Equal(t, 12, strings.Count(string(b), "data: {"), "every event arrived")
+	assert.True(t, strings.HasSuffix(string(b), "data: [DONE]\n\n"))
+
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/slow", strings.NewReader("{}"))
+	req.Header.Set("Authorization", "Bearer "+proxyToken)
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	b, err = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	assert.Equal(t, `{"done":true}`, string(b), "waiting for the upstream does not count against the write timeout")
+}
+
+func TestProxyRefusesTooLargeBodies(t *testing.T) {
+	var reached atomic.Int64
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached.Add(1)
+		_, _ = io.Copy(io.Discard, r.Body)
+	}))
+	t.Cleanup(upstream.Close)
+	addr := serveReal(t, "max_request_body: 1KiB\n"+oneUpstream(t, upstream.URL, "keys: [{secret: sk-a}]"))
+	send := func(body io.Reader, length int64) int {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions", body)
+		req.ContentLength = length
+		req.Header.Set("Authorization", "Bearer "+proxyToken)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	big := strings.Repeat("x", 2048)
+	assert.Equal(t, http.StatusRequestEntityTooLarge, send(strings.NewReader(big), int64(len(big))), "a stated length over the bound")
+	assert.Equal(t, http.StatusRequestEntityTooLarge, send(io.MultiReader(strings.NewReader(big)), -1), "a chunked body over the bound")
+	assert.Equal(t, int64(0), reached.Load(), "neither reached the upstream")
+	assert.Equal(t, http.StatusOK, send(strings.NewReader("{}"), 2), "a body within it")
+}
+
+func TestProxyKeepsItsUpstreamConnections(t *testing.T) {
+	var opened atomic.Int64
+	upstream := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(time.Millisecond) // long enough for requests to overlap
+		_, _ = io.WriteString(w, `{"choices":[]}`)
+	}))
+	upstream.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			opened.Add(1)
+		}
+	}
+	upstream.Start()
+	t.Cleanup(upstream.Close)
+	base, _ := startProxy(t, oneUpstream(t, upstream.URL, "idle_conns: 16, keys: [{secret: sk-a}, {secret: sk-b}]"))
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for range 25 {
+				req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
+				req.Header.Set("Authorization", "Bearer "+proxyToken)
+				resp, err := client.Do(req)
+				if !assert.NoError(t, err) {
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				assert.Equal(t, http.StatusOK, resp.StatusCode)
+			}
+		})
+	}
+	wg.Wait()
+	// Go's default transport keeps 2 idle connections to a host: 16 at a
+	// time, it opens one for most requests (235 of 400 when measured).
+	assert.LessOrEqual(t, opened.Load(), int64(32), "400 requests, 16 at a time, over about 16 upstream connections")
+}
+
+func TestProxyStreamsWhileALongBodyIsSent(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = r.Body.Read(make([]byte, 1)) // answers before it reads the body
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := range 5 {
+			_, _ = fmt.Fprintf(w, "data: {\"n\":%d}\n\n", i)
+			w.(http.Flusher).Flush()
+			time.Sleep(20 * time.Millisecond)
+		}
+	}))
+	t.Cleanup(upstream.Close)
+	addr := serveReal(t, oneUpstream(t, upstream.URL, "keys: [{secret: sk-a}]"))
+	body := strings.Repeat("x", 4<<20) // too long to hold: sent as it arrives
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+proxyToken)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err, "the answer was not cut: %q", b)
+	assert.Equal(t, 5, strings.Count(string(b), "data: "))
+}
+
+func TestProxyCutsOffAClientThatStopsReading(t *testing.T) {
+	gone := make(chan time.Time, 1)
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() { gone <- time.Now() }()
+		w.Header().Set("Content-Type", "text/event-stream")
+		chunk := []byte("data: " + strings.Repeat("x", 64<<10) + "\n\n")
+		for range 4096 { // 256 MiB, far more than the sockets between hold
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+		}
+	}))
+	t.Cleanup(upstream.Close)
+	addr := serveReal(t, "write_timeout: 300ms\n"+oneUpstream(t, upstream.URL, "keys: [{secret: sk-a}]"))
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = io.WriteString(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: proxy\r\nAuthorization: Bearer "+proxyToken+"\r\nContent-Length: 2\r\n\r\n{}")
+	require.NoError(t, err)
+	stopped := time.Now() // the client reads nothing
+	select {
+	case at := <-gone:
+		assert.Less(t, at.Sub(stopped), 5*time.Second)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the proxy still writes to a client that stopped reading")
+	}
+}

@@ -1,0 +1,347 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/keypool-go/keypool"
+)
+
+// binDir holds the keypool command built for the tests that run it as a
+// process; TestMain removes it.
+var binDir string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// keypoolBinary builds the command once, for the tests that need it.
+func keypoolBinary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the command")
+	}
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "keypool-test-")
+		if buildErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "keypool")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	require.NoError(t, buildErr)
+	return binPath
+}
+
+// process is keypool serve running as a process of its own.
+type process struct {
+	cmd    *exec.Cmd
+	addr   string
+	stderr *syncBuffer
+	done   chan struct{} // closed when it has exited
+	took   time.Duration // from the signal to the exit, once done
+}
+
+// startServe starts keypool serve with the configuration conf (whose
+// listen is set here) and waits until it serves.
+func startServe(t *testing.T, conf string) *process {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "keypool.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("listen: 127.0.0.1:0\n"+conf), 0o600))
+	return startCommand(t, exec.Command(keypoolBinary(t), "serve", "-config", path))
+}
+
+// startCommand starts cmd, keypool serve, and waits until it serves.
+func startCommand(t *testing.T, cmd *exec.Cmd) *process {
+	t.Helper()
+	p := &process{cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd.Stderr = p.stderr
+	require.NoError(t, p.cmd.Start())
+	go func() {
+		_ = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	})
+	require.Eventually(t, func() bool {
+		_, rest, ok := strings.Cut(p.stderr.String(), "addr=")
+		p.addr, _, _ = strings.Cut(rest, " ")
+		return ok
+	}, 20*time.Second, 10*time.Millisecond, "keypool serve did not start: %s", p.stderr.String())
+	return p
+}
+
+// signal sends sig to the process.
+func (p *process) signal(t *testing.T, sig os.Signal) {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Signal(sig))
+}
+
+// wait waits up to limit for the process to exit after a signal sent at
+// sent, and returns its exit status.
+func (p *process) wait(t *testing.T, sent time.Time, limit time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+		p.took = time.Since(sent)
+		return p.cmd.ProcessState.ExitCode()
+	case <-time.After(limit):
+		t.Fatalf("keypool serve still runs %v after the signal: %s", limit, p.stderr.String())
+		return -1
+	}
+}
+
+// holdingUpstream is an upstream whose streams send one event, then hold
+// until released; started tells of each stream begun.
+func holdingUpstream(t *testing.T) (url string, started <-chan struct{}, release func()) {
+	begun := make(chan struct{}, 100)
+	hold := make(chan struct{})
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"n\":1}\n\n")
+		w.(http.Flusher).Flush()
+		begun <- struct{}{}
+		select {
+		case <-hold:
+		case <-r.Context().Done():
+		}
+	}))
+	var once sync.Once
+	release = func() { once.Do(func() { close(hold) }) }
+	t.Cleanup(func() {
+		release()
+		upstream.Close()
+	})
+	return upstream.URL, begun, release
+}
+
+// openStream starts a stream through the proxy at addr and returns its
+// body once the first event has arrived.
+func openStream(t *testing.T, addr string) io.ReadCloser {
+	t.Helper()
+	resp, err := chat(t, "http://"+addr, true)
+	require.NoError(t, err)
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "data: {\"n\":1}\n", line)
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp.Body
+}
+
+func TestServeProcessStopsOnSignal(t *testing.T) {
+	up, started, _ := holdingUpstream(t)
+	tests := []struct {
+		name   string
+		stream bool // a stream is in flight, which never ends by itself
+		limit  time.Duration
+	}{
+		{"idle", false, 1500 * time.Millisecond},
+		{"a stream in flight", true, 3 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			state := t.TempDir()
+			p := startServe(t, "shutdown_timeout: 1500ms\n"+fmt.Sprintf("proxy_tokens: [%q]\nstate: %s\nupstreams: [{url: %s, keys: [{id: a, secret: sk-a}]}]\n", proxyToken, state, up))
+			var body io.ReadCloser
+			if tt.stream {
+				body = openStream(t, p.addr)
+				<-started
+			}
+			sent := time.Now()
+			p.signal(t, syscall.SIGTERM)
+			status := p.wait(t, sent, tt.limit+2*time.Second)
+			t.Logf("exit status %d, %v after SIGTERM", status, p.took.Round(time.Millisecond))
+			assert.Equal(t, 0, status, "the state was saved: %s", p.stderr.String())
+			assert.Less(t, p.took, tt.limit, "stopped within shutdown_timeout")
+			assert.Contains(t, p.stderr.String(), "stopped")
+			if tt.stream {
+				_, err := io.ReadAll(body)
+				assert.Error(t, err, "the stream was cut, not ended")
+				assert.GreaterOrEqual(t, p.took, time.Second, "the stream had two thirds of shutdown_timeout to end")
+			}
+			var out strings.Builder
+			require.NoError(t, printState(t.Context(), &out, state), "the state directory is free again")
+		})
+	}
+}
+
+func TestServeProcessExitsAtASecondSignal(t *testing.T) {
+	up, started, _ := holdingUpstream(t)
+	p := startServe(t, "shutdown_timeout: 1m\n"+fmt.Sprintf("proxy_tokens: [%q]\nstate: %s\nupstreams: [{url: %s, keys: [{secret: sk-a}]}]\n", proxyToken, t.TempDir(), up))
+	openStream(t, p.addr)
+	<-started
+	p.signal(t, syscall.SIGINT)
+	time.Sleep(200 * time.Millisecond) // the shutdown waits for the stream
+	select {
+	case <-p.done:
+		t.Fatalf("keypool serve stopped at the first signal: %s", p.stderr.String())
+	default:
+	}
+	sent := time.Now()
+	p.signal(t, syscall.SIGINT)
+	status := p.wait(t, sent, 5*time.Second)
+	t.Logf("exit status %d, %v after the second SIGINT", status, p.took.Round(time.Millisecond))
+	assert.Equal(t, exitInterrupted, status)
+	assert.Less(t, p.took, time.Second, "the second signal exits at once")
+	assert.Contains(t, p.stderr.String(), "keypool: a second signal: exiting at once")
+}
+
+// stuckStore is a store whose flushes never end until released, and whose
+// health is what it is told.
+type stuckStore struct {
+	keypool.Store
+	release chan struct{}
+	mu      sync.Mutex
+	health  error
+}
+
+func (s *stuckStore) Flush(ctx context.Context) error {
+	<-s.release
+	return nil
+}
+
+func (s *stuckStore) Health() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.health
+}
+
+func (s *stuckStore) Close() error { return nil }
+
+// serveWithStore runs the proxy for conf over store, as serve does, and
+// returns its address and a function that stops it and returns how long
+// the stop took, with what serve returned.
+func serveWithStore(t *testing.T, conf string, store *stuckStore) (addr string, stop func() (time.Duration, error)) {
+	t.Helper()
+	var c config
+	require.NoError(t, yaml.Unmarshal([]byte(conf), &c))
+	s, err := c.resolve(func(string) (string, bool) { return "", false })
+	require.NoError(t, err)
+	srv, err := newServerWith(s, slog.New(slog.NewTextHandler(io.Discard, nil)), store, store)
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.serve(ctx, ln) }()
+	stop = func() (time.Duration, error) {
+		start := time.Now()
+		cancel()
+		select {
+		case err := <-done:
+			return time.Since(start), err
+		case <-time.After(10 * time.Second):
+			t.Fatal("serve did not return")
+			return 0, nil
+		}
+	}
+	return ln.Addr().String(), stop
+}
+
+func TestServeNamesStateNotSavedInTime(t *testing.T) {
+	store := &stuckStore{Store: keypool.NewMemoryStore(), release: make(chan struct{})}
+	defer close(store.release)
+	_, stop := serveWithStore(t, "shutdown_timeout: 600ms\nproxy_tokens: [t]\nupstreams: [{name: groq, url: 'http://127.0.0.1:1', keys: [{secret: s}]}, {name: openai, url: 'http://127.0.0.1:1', keys: [{secret: s2}]}]\n", store)
+	took, err := stop()
+	t.Logf("%v after the signal: %v", took.Round(time.Millisecond), err)
+	require.Error(t, err)
+	assert.Equal(t, "shutdown_timeout (600ms) passed: not saved: the windows and benches of groq, openai", err.Error())
+	assert.Less(t, took, time.Second, "stopped within shutdown_timeout")
+	assert.GreaterOrEqual(t, took, 500*time.Millisecond)
+
+}
+
+func TestHealthzSaysDegraded(t *testing.T) {
+	store := &stuckStore{Store: keypool.NewMemoryStore(), release: make(chan struct{})}
+	close(store.release)
+	addr, stop := serveWithStore(t, "proxy_tokens: [t]\nstate: redis://:hunter2@127.0.0.1:1/0\nupstreams: [{url: 'http://127.0.0.1:1', keys: [{secret: sk-health}]}]\n", store)
+	defer stop()
+	get := func() (int, string) {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		require.NoError(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(b)
+	}
+	status, body := get()
+	assert.Equal(t, http.StatusOK, status)
+	assert.Equal(t, "ok\n", body)
+
+	store.mu.Lock()
+	store.health = errors.New("redis unavailable: dial tcp redis://:hunter2@127.0.0.1:1: connection refused\nsk-health")
+	store.mu.Unlock()
+	status, body = get()
+	assert.Equal(t, http.StatusOK, status, "a load balancer still sees it alive")
+	assert.True(t, strings.HasPrefix(body, "degraded: state store: redis unavailable: "), "%q", body)
+	assert.Equal(t, 1, strings.Count(body, "\n"), "one line: %q", body)
+	assert.NotContains(t, body, "hunter2", "no password")
+	assert.NotContains(t, body, "sk-health", "no key")
+}
+
+func TestServeProcessAnswersThroughAConnectionFlood(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh to lower the file limit with")
+	}
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "{}") }))
+	t.Cleanup(upstream.Close)
+	path := filepath.Join(t.TempDir(), "keypool.yaml")
+	require.NoError(t, os.WriteFile(path, fmt.Appendf(nil, "listen: 127.0.0.1:0\nheader_timeout: 500ms\nproxy_tokens: [%q]\nstate: %s\nupstreams: [{url: %s, keys: [{secret: sk-a}]}]\n",
+		proxyToken, t.TempDir(), upstream.URL), 0o600))
+	// 256 file descriptors, as a small container has, and a flood of
+	// connections that never send a request.
+	p := startCommand(t, exec.Command("sh", "-c", `ulimit -n 256 && exec "$0" serve -config "$1"`, keypoolBinary(t), path))
+	var flood []net.Conn
+	for range 600 {
+		c, err := net.Dial("tcp", p.addr)
+		require.NoError(t, err)
+		flood = append(flood, c)
+	}
+	t.Cleanup(func() {
+		for _, c := range flood {
+			c.Close()
+		}
+	})
+	start := time.Now()
+	client := &http.Client{Timeout: 15 * time.Second}
+	req, _ := http.NewRequest(http.MethodGet, "http://"+p.addr+"/v1/models", nil)
+	req.Header.Set("Authorization", "Bearer "+proxyToken)
+	resp, err := client.Do(req)
+	require.NoError(t, err, "an authenticated request behind 600 idle connections gets an answer")
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	t.Logf("answered after %v", time.Since(start).Round(time.Millisecond))
+}
