@@ -53,6 +53,10 @@ type Key struct {
 	// Limits, when set, override the pool's limits for this key field by
 	// field (WithLimits, WithModelLimits).
 	Limits Limits
+	// Budget caps what the key spends, by the prices of WithPrices: a key
+	// whose day's or month's budget is spent takes no request until the
+	// next day or month, and a model without a price is never sent to it.
+	Budget Budget
 	// Account, when set, names the account (a vendor's organisation or
 	// project) the key belongs to: keys naming one account share its
 	// windows, set by WithAccountLimits or learned from the vendor, and a
@@ -247,8 +251,9 @@ func New(provider string, keys []Key, opts ...Option) (*Pool, error) {
 		tokens = tokens || l.hasTokens()
 	}
 	for _, k := range p.keys {
-		tokens = tokens || k.Limits.hasTokens()
+		tokens = tokens || k.Limits.hasTokens() || k.Budget != (Budget{})
 	}
+	tokens = tokens || len(cfg.accountBudgets) > 0
 	p.tokens.Store(tokens)
 	return p, nil
 }
@@ -279,6 +284,9 @@ func (p *Pool) addKeys(keys []Key) error {
 			return fmt.Errorf("key %d: %w", i, err)
 		}
 		if err := checkName("account", k.Account); err != nil {
+			return fmt.Errorf("key %s: %w", k.ID, err)
+		}
+		if err := k.Budget.validate(); err != nil {
 			return fmt.Errorf("key %s: %w", k.ID, err)
 		}
 		if k.Account != "" && k.Limits != (Limits{}) {
@@ -334,6 +342,10 @@ type lease struct {
 	claim Claim
 	grant Grant
 	probe bool
+	// price is the model's, when it has one (priced): what the request
+	// used is then spent.
+	price  Price
+	priced bool
 }
 
 // call is what one request remembers across its attempts: the keys that
@@ -343,6 +355,7 @@ type call struct {
 	tried    keySet
 	soonest  time.Time
 	waitEnds time.Time
+	unpriced bool // a key with a budget was passed over: the model has no price
 }
 
 func (c *call) sooner(t time.Time) {
@@ -351,11 +364,12 @@ func (c *call) sooner(t time.Time) {
 	}
 }
 
-// acquire takes the first key in order that can take a request for model of
-// tokens tokens: free keys round-robin, then paid keys round-robin, each
+// acquire takes the first key in order that can take a request for model
+// estimated at est: free keys round-robin, then paid keys round-robin, each
 // only if c has not tried it. When none can, it returns a
-// *NoAvailableKeyError.
-func (p *Pool) acquire(ctx context.Context, c *call, model string, tokens int64) (lease, error) {
+// *NoAvailableKeyError — or, when only keys with a budget could have taken
+// it and the model has no price, an error naming the model.
+func (p *Pool) acquire(ctx context.Context, c *call, model string, est usageReport) (lease, error) {
 	if err := p.usable(); err != nil {
 		return lease{}, err
 	}
@@ -363,19 +377,22 @@ func (p *Pool) acquire(ctx context.Context, c *call, model string, tokens int64)
 		return lease{}, err
 	}
 	now := p.cfg.clock()
-	l, ok, err := p.scan(ctx, c, p.free, &p.freeNext, model, tokens, now)
+	l, ok, err := p.scan(ctx, c, p.free, &p.freeNext, model, est, now)
 	if ok || err != nil {
 		return l, err
 	}
-	l, ok, err = p.scan(ctx, c, p.paid, &p.paidNext, model, tokens, now)
+	l, ok, err = p.scan(ctx, c, p.paid, &p.paidNext, model, est, now)
 	if ok || err != nil {
 		return l, err
+	}
+	if c.unpriced && c.soonest.IsZero() {
+		return lease{}, fmt.Errorf("keypool: %s: model %q %w", p.provider, truncate(model, 64), errNoPrice)
 	}
 	return lease{}, noKeyError(p.provider, c.soonest, now)
 }
 
 // scan offers the request to the keys of one tier, starting at the cursor.
-func (p *Pool) scan(ctx context.Context, c *call, keys []*poolKey, cursor *atomic.Uint64, model string, tokens int64, now time.Time) (lease, bool, error) {
+func (p *Pool) scan(ctx context.Context, c *call, keys []*poolKey, cursor *atomic.Uint64, model string, est usageReport, now time.Time) (lease, bool, error) {
 	n := uint64(len(keys))
 	if n == 0 {
 		return lease{}, false, nil
@@ -392,16 +409,28 @@ func (p *Pool) scan(ctx context.Context, c *call, keys []*poolKey, cursor *atomi
 			continue
 		}
 		cl := Claim{Provider: p.provider, KeyID: k.ID, Account: k.Account, Model: model, Limits: p.limits(k, model),
-			Cap: p.cfg.keyCap, Days: p.cfg.days, Now: now}
+			Cap: p.cfg.keyCap, Days: p.cfg.days, Now: now, Budget: k.Budget, AccountBudget: p.cfg.accountBudgets[k.Account]}
 		_, cl.Named = p.cfg.modelLimits[model]
-		cl.Tokens = tokens
+		cl.Tokens = est.total()
 		if limit := windowspec.Tighter(cl.Limits.tokenCap(), cl.Cap.tokenCap()); limit > 0 {
-			cl.Tokens = min(tokens, limit)
+			cl.Tokens = min(cl.Tokens, limit)
+		}
+		price, priced := p.cfg.prices[model]
+		if !priced && (cl.Budget != (Budget{}) || cl.AccountBudget != (Budget{})) {
+			// A budget cannot hold what has no price: never silently free.
+			c.unpriced = true
+			if probe {
+				k.returns.done(model, false)
+			}
+			continue
+		}
+		if priced {
+			cl.Cost = price.cost(est)
 		}
 		g, err := p.store.Take(ctx, cl)
 		p.storeResult(opTake, err)
 		if err == nil && g.OK {
-			return lease{key: k, claim: cl, grant: g, probe: probe}, true, nil
+			return lease{key: k, claim: cl, grant: g, probe: probe, price: price, priced: priced}, true, nil
 		}
 		if probe {
 			k.returns.done(model, false)

@@ -43,6 +43,7 @@ type telemetry struct {
 	requests    metric.Int64Counter
 	benches     metric.Int64Counter
 	tokens      metric.Int64Counter
+	spend       metric.Float64Counter
 	utilization metric.Float64Gauge
 	waited      metric.Float64Histogram
 	waitOpts    []metric.RecordOption
@@ -97,6 +98,9 @@ func newTelemetry(p *Pool) *telemetry {
 	handle(err)
 	t.tokens, err = m.Int64Counter("keypool.tokens", metric.WithUnit("{token}"),
 		metric.WithDescription("Tokens the vendor reported used, by key."))
+	handle(err)
+	t.spend, err = m.Float64Counter("keypool.spend", metric.WithUnit("USD"),
+		metric.WithDescription("What requests cost, by the prices the pool was given, by key and model."))
 	handle(err)
 	t.utilization, err = m.Float64Gauge("keypool.window.utilization", metric.WithUnit("1"),
 		metric.WithDescription("The share of its window a key has used, as the vendor last reported it."))
@@ -199,6 +203,15 @@ func (t *telemetry) benched(ctx context.Context, k *poolKey, kind Kind) {
 // used counts the tokens a key's answer reported.
 func (t *telemetry) used(ctx context.Context, k *poolKey, tokens int64) {
 	t.tokens.Add(ctx, tokens, k.tel.tokens...)
+}
+
+// spent counts what a key's request cost, in millionths of a dollar.
+func (t *telemetry) spent(ctx context.Context, k *poolKey, model string, micros int64) {
+	if micros <= 0 || !t.spend.Enabled(ctx) {
+		return
+	}
+	attrs := append(k.tel.span[:len(k.tel.span):len(k.tel.span)], attrModel.String(model))
+	t.spend.Add(ctx, fromMicros(micros), metric.WithAttributes(attrs...))
 }
 
 // wait records how long a request waited for a key.

@@ -186,7 +186,7 @@ func FuzzStoreRecords(f *testing.F) {
 			g, err := s.Take(t.Context(), take)
 			require.NoError(t, err)
 			if g.OK {
-				require.NoError(t, g.Reservation.Settle(t.Context(), 3))
+				require.NoError(t, g.Reservation.Settle(t.Context(), 3, 0))
 				require.NoError(t, g.Reservation.Release(t.Context()))
 			}
 		}

@@ -23,6 +23,11 @@ type KeyStats struct {
 	Bench Bench
 	// Cap is what the key has used across its models.
 	Cap Usage
+	// Spent is what the key spent today and this month, in US dollars;
+	// Budget its caps. For a key of an account, AccountSpent and
+	// AccountBudget are the account's.
+	Spent, Budget               Budget
+	AccountSpent, AccountBudget Budget
 	// Models holds the key's state per model, sorted by model name in
 	// Pool.Stats and in no particular order from a Store.
 	Models []ModelStats
@@ -98,14 +103,17 @@ func (p *Pool) stored(k *poolKey, now time.Time) KeyStats {
 	if !ok {
 		return KeyStats{}
 	}
+	ks.Budget = k.Budget
 	if k.Account != "" {
-		own := ks.Bench
+		own := ks
 		if ks, ok = state(AccountID(k.Account)); !ok {
 			return KeyStats{}
 		}
-		if own.Until.After(ks.Bench.Until) {
-			ks.Bench = own
+		if own.Bench.Until.After(ks.Bench.Until) {
+			ks.Bench = own.Bench
 		}
+		ks.AccountSpent, ks.AccountBudget = ks.Spent, p.cfg.accountBudgets[k.Account]
+		ks.Spent, ks.Budget = own.Spent, own.Budget
 	}
 	for i := range ks.Models {
 		m := &ks.Models[i]

@@ -37,9 +37,9 @@ type Store interface {
 	// Unbench lifts every bench of a key and sets its levels back to zero.
 	Unbench(ctx context.Context, provider, keyID string) error
 	// State returns what the store holds for a key at now: its benches,
-	// levels, usage and learned limits. It fills Bench, Cap and Models (each
-	// with Model, Bench, Level, Usage and Learned); the pool fills the rest
-	// of KeyStats. An account's state is asked for under the ID
+	// levels, usage, spend and learned limits. It fills Bench, Cap, Spent
+	// and Models (each with Model, Bench, Level, Usage and Learned); the
+	// pool fills the rest of KeyStats. An account's state is asked for under the ID
 	// AccountID(account).
 	State(ctx context.Context, provider, keyID string, now time.Time) (KeyStats, error)
 	// Flush writes what the store holds only in memory to where it keeps
@@ -82,6 +82,14 @@ type Claim struct {
 	Cap    Limits
 	// Days says how day windows count.
 	Days Calendar
+	// Cost is the request's estimated cost, in millionths of a US dollar.
+	// Budget caps what the key spends, AccountBudget what its account
+	// spends (zero fields: no cap). A store admits the request only when
+	// its cost fits what is left of each cap, by calendar days and months
+	// (see Budget), and records it as spent.
+	Cost          int64
+	Budget        Budget
+	AccountBudget Budget
 	// Now is the pool's clock. A store that shares state between hosts may
 	// use its own clock instead.
 	Now time.Time
@@ -96,7 +104,7 @@ type Grant struct {
 	RetryAt time.Time
 	// Reason, when the request was refused, is why: the kind of the bench
 	// that holds the key, or KindRate for a full minute window and KindQuota
-	// for a full day window.
+	// for a full day window or a spent budget.
 	Reason Kind
 	// Level is the key's level for the model: the quota answers without a
 	// date it has had since its last success.
@@ -110,9 +118,10 @@ type Grant struct {
 // rate.Reservation is for x/time/rate. The pool settles or releases it once
 // the answer is known; one request uses it at a time.
 type Reservation interface {
-	// Settle replaces the tokens the request recorded by the tokens it
-	// used. A later Settle replaces those in turn.
-	Settle(ctx context.Context, tokens int64) error
+	// Settle replaces the tokens and the cost (in millionths of a dollar)
+	// the request recorded by those it used. A later Settle replaces those
+	// in turn.
+	Settle(ctx context.Context, tokens, cost int64) error
 	// Release gives back all the request recorded: it never reached the
 	// vendor. A second Release does nothing.
 	Release(ctx context.Context) error

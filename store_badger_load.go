@@ -118,7 +118,7 @@ func (s *BadgerStore) loadRecord(ref keyRef, benches bool, v []byte) error {
 		}
 		return nil
 	}
-	k.last, k.cap = read.last, read.cap
+	k.last, k.cap, k.spend = read.last, read.cap, read.spend
 	for name, m := range read.models {
 		km := k.model(name, k.last, true)
 		km.win, km.learned = m.win, m.learned

@@ -16,7 +16,7 @@ import (
 
 // The record formats.
 const (
-	windowsFormat = 3 // 2 before learned limits: read as 3 without them
+	windowsFormat = 4 // 2 before learned limits, 3 before spend: read as 4 without them
 	benchesFormat = 1
 )
 
@@ -72,6 +72,11 @@ func parseLegacyRecordKey(prefix, k []byte) (keyRef, bool) {
 func (k *memKey) encodeWindows(b []byte) []byte {
 	b = append(b, windowsFormat)
 	b = binary.AppendVarint(b, k.last)
+	for _, p := range []period{k.spend.day, k.spend.month} {
+		b = binary.AppendVarint(b, p.start)
+		b = binary.AppendVarint(b, p.end)
+		b = binary.AppendVarint(b, p.spent)
+	}
 	b = append(b, boolByte(k.cap != nil))
 	if k.cap != nil {
 		b = k.cap.encode(b)
@@ -104,10 +109,18 @@ func (k *memKey) encodeWindows(b []byte) []byte {
 func (k *memKey) decodeWindows(b []byte) error {
 	r := reader{b: b}
 	f := r.byte()
-	if f != windowsFormat && f != 2 {
+	if f < 2 || f > windowsFormat {
 		return fmt.Errorf("windows record of format %d", f)
 	}
 	k.last = r.varint()
+	if f >= 4 {
+		for _, p := range []*period{&k.spend.day, &k.spend.month} {
+			p.start, p.end, p.spent = r.varint(), r.varint(), r.varint()
+			if p.spent < 0 || p.end < p.start {
+				r.fail(fmt.Errorf("spend of %d from %d to %d", p.spent, p.start, p.end))
+			}
+		}
+	}
 	if r.byte() != 0 {
 		k.cap = &windows{}
 		k.cap.decode(&r)

@@ -32,6 +32,7 @@ type memKey struct {
 	days   Calendar // as the last take counted days
 	last   int64    // the latest time a take was recorded, Unix nanoseconds
 	models map[string]*memModel
+	spend  spend // what the key (or account) spent, by calendar day and month
 	// dirty reports that the windows changed since a store that persists
 	// them last wrote them; benchVer counts changes of benches and levels.
 	dirty    bool
@@ -148,19 +149,24 @@ func (s *memoryStore) Take(_ context.Context, t Claim) (Grant, error) {
 	if err := windowspec.CheckModel(t.Model); err != nil {
 		return Grant{}, fmt.Errorf("keypool: memory store: %w", err)
 	}
-	k := s.key(t.Provider, t.KeyID)
-	var keyBench benchState // the key's own bench, when its account holds its windows
+	// The key's entry holds its own benches and spend; its account's
+	// entry, when it names one, the windows and benches they share. A take
+	// holds both, always the key's first.
+	own := s.key(t.Provider, t.KeyID)
+	own.mu.Lock()
+	defer own.mu.Unlock()
+	k := own
 	if t.Account != "" {
-		k.mu.Lock()
-		keyBench = k.bench
-		k.mu.Unlock()
 		k = s.key(t.Provider, AccountID(t.Account))
+		k.mu.Lock()
+		defer k.mu.Unlock()
 	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
 	now := k.clock(t.Now, t.Days)
+	if k != own {
+		own.clock(t.Now, t.Days)
+	}
 	m := k.model(t.Model, now, t.Named)
-	if until, kind := latest(keyBench, latestBench(k.bench, m.bench)); until > now {
+	if until, kind := latest(own.bench, latestBench(k.bench, m.bench)); until > now {
 		return Grant{RetryAt: time.Unix(0, until).UTC(), Reason: kind, Level: m.level}, nil
 	}
 	lim := t.Limits.tighter(m.learned)
@@ -182,6 +188,19 @@ func (s *memoryStore) Take(_ context.Context, t Claim) (Grant, error) {
 		okCap, atCap, dayCap := k.cap.room(now, t.Cap, tok, t.Days)
 		ok, retryAt, dayFull = ok && okCap, max(retryAt, atCap), dayFull || dayCap
 	}
+	days := budgetDays(t.Days)
+	for _, b := range [...]struct {
+		k      *memKey
+		budget Budget
+	}{{own, t.Budget}, {k, t.AccountBudget}} {
+		if b.budget == (Budget{}) {
+			continue
+		}
+		day, month := b.budget.micros()
+		if fits, at := b.k.spend.room(now, t.Cost, day, month, days); !fits {
+			ok, retryAt, dayFull = false, max(retryAt, at), true
+		}
+	}
 	if !ok {
 		reason := KindRate
 		if dayFull {
@@ -195,8 +214,17 @@ func (s *memoryStore) Take(_ context.Context, t Claim) (Grant, error) {
 	if k.cap != nil {
 		k.cap.add(now, t.Cap, 1, tok, t.Days)
 	}
-	k.dirty = true
 	r := &memReservation{key: k, model: m, at: now, tokens: tok, limits: lim, cap: t.Cap, days: t.Days}
+	if t.Budget != (Budget{}) {
+		own.spend.add(now, t.Cost)
+		own.dirty = true
+		r.own, r.cost = own, t.Cost
+	}
+	if t.AccountBudget != (Budget{}) {
+		k.spend.add(now, t.Cost)
+		r.shared, r.cost = k, t.Cost
+	}
+	k.dirty = true
 	return Grant{OK: true, Level: m.level, Reservation: r}, nil
 }
 
@@ -265,38 +293,66 @@ type memReservation struct {
 	model    *memModel
 	at       int64 // when the take was recorded, Unix nanoseconds
 	tokens   int64 // the tokens it counts now
+	cost     int64 // the cost it counts now, in millionths of a dollar
 	released bool
 	limits   Limits
 	cap      Limits
 	days     Calendar
+	// own and shared are the entries whose spend counts the cost: the
+	// key's, for its budget, and its account's; nil where no budget is.
+	own, shared *memKey
 }
 
 // Settle implements Reservation.
-func (r *memReservation) Settle(_ context.Context, tokens int64) error {
-	r.key.mu.Lock()
-	defer r.key.mu.Unlock()
+func (r *memReservation) Settle(_ context.Context, tokens, cost int64) error {
+	r.lock()
+	defer r.unlock()
 	if !r.released {
-		tokens = max(tokens, 0)
-		r.add(0, tokens-r.tokens)
-		r.tokens = tokens
+		tokens, cost = max(tokens, 0), max(cost, 0)
+		r.add(0, tokens-r.tokens, cost-r.cost)
+		r.tokens, r.cost = tokens, cost
 	}
 	return nil
 }
 
 // Release implements Reservation.
 func (r *memReservation) Release(context.Context) error {
-	r.key.mu.Lock()
-	defer r.key.mu.Unlock()
+	r.lock()
+	defer r.unlock()
 	if !r.released {
-		r.add(-1, -r.tokens)
+		r.add(-1, -r.tokens, -r.cost)
 		r.released = true
 	}
 	return nil
 }
 
-// add changes what the take recorded by req requests and tok tokens.
-// r.key.mu must be held.
-func (r *memReservation) add(req, tok int64) {
+// lock takes the locks of the entries the reservation changes, the key's
+// before its account's, as Take does.
+func (r *memReservation) lock() {
+	if r.own != nil && r.own != r.key {
+		r.own.mu.Lock()
+	}
+	r.key.mu.Lock()
+}
+
+func (r *memReservation) unlock() {
+	r.key.mu.Unlock()
+	if r.own != nil && r.own != r.key {
+		r.own.mu.Unlock()
+	}
+}
+
+// add changes what the take recorded by req requests, tok tokens and cost
+// millionths of a dollar. The entries' locks must be held.
+func (r *memReservation) add(req, tok, cost int64) {
+	if cost != 0 {
+		for _, k := range []*memKey{r.own, r.shared} {
+			if k != nil {
+				k.spend.add(r.at, cost)
+				k.dirty = true
+			}
+		}
+	}
 	if req == 0 && tok == 0 {
 		return
 	}
@@ -387,6 +443,8 @@ func (s *memoryStore) State(_ context.Context, provider, keyID string, now time.
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	st := KeyStats{Bench: k.bench.public(n), Models: make([]ModelStats, 0, len(k.models))}
+	day, month := k.spend.spent(n)
+	st.Spent = Budget{PerDay: fromMicros(day), PerMonth: fromMicros(month)}
 	if k.cap != nil {
 		st.Cap = k.cap.usage(n, k.days)
 	}

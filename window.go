@@ -227,6 +227,13 @@ func (c Calendar) period(now int64) (start, end int64) {
 	return s.UnixNano(), e.UnixNano()
 }
 
+// month returns the calendar month that holds now, in Unix nanoseconds: it
+// starts on the first day at the calendar's hour, in its zone.
+func (c Calendar) month(now int64) (start, end int64) {
+	s, e := windowspec.CalendarMonth(time.Unix(0, now), c.Hour, c.Loc)
+	return s.UnixNano(), e.UnixNano()
+}
+
 // windows is the window set of one key for one model, or of one key across
 // its models: a sliding minute for RPM and TPM, and a day for RPD and TPD —
 // sliding, or a calendar day when the pool counts days that way. The zero

@@ -58,7 +58,10 @@ func TestSameAsMemoryStore(t *testing.T) {
 				switch {
 				case op < 14:
 					tk := keypool.Claim{Provider: "p", KeyID: "k", Model: model, Limits: c.lim, Cap: c.cap,
-						Days: c.days, Tokens: rng.Int64N(250), Now: now}
+						Days: c.days, Tokens: rng.Int64N(250), Now: now, Cost: rng.Int64N(3000)}
+					if rng.IntN(2) == 0 {
+						tk.Budget = keypool.Budget{PerDay: 0.05, PerMonth: 0.4}
+					}
 					rg, err := rs.Take(t.Context(), tk)
 					require.NoError(t, err)
 					mg, _ := ms.Take(t.Context(), tk)
@@ -72,9 +75,9 @@ func TestSameAsMemoryStore(t *testing.T) {
 						require.NoError(t, g.rg.Reservation.Release(t.Context()))
 						require.NoError(t, g.mg.Reservation.Release(t.Context()))
 					} else {
-						tokens := rng.Int64N(400)
-						require.NoError(t, g.rg.Reservation.Settle(t.Context(), tokens))
-						require.NoError(t, g.mg.Reservation.Settle(t.Context(), tokens))
+						tokens, cost := rng.Int64N(400), rng.Int64N(4000)
+						require.NoError(t, g.rg.Reservation.Settle(t.Context(), tokens, cost))
+						require.NoError(t, g.mg.Reservation.Settle(t.Context(), tokens, cost))
 					}
 				case op >= 20:
 					// What a vendor states: some limits, some counts, a reset

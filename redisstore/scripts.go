@@ -223,6 +223,42 @@ local function bucketAdd(key, width, n, now, at, req, tok)
     redis.call('PEXPIRE', key, int(n * width + MARGIN))
   end
 end
+-- spendLoad loads a spend hash — what a key or an account spent, in
+-- millionths of a dollar, in a calendar day (ds, de, d) and month (ms, me,
+-- m) — given the client's day and month that hold now and the ends of the
+-- next ones; a period that has ended gives way to the one that holds now.
+local function spendLoad(key, now, ds, de, de2, ms, me, me2)
+  local v = redis.call('HMGET', key, 'ds', 'de', 'd', 'ms', 'me', 'm')
+  local s = {key = key, ds = tonumber(v[1]), de = tonumber(v[2]), d = tonumber(v[3]) or 0,
+    ms = tonumber(v[4]), me = tonumber(v[5]), m = tonumber(v[6]) or 0}
+  if not s.de or now >= s.de then
+    if now >= de then ds, de = de, de2 end
+    s.ds, s.de, s.d = ds, de, 0
+  end
+  if not s.me or now >= s.me then
+    if now >= me then ms, me = me, me2 end
+    s.ms, s.me, s.m = ms, me, 0
+  end
+  return s
+end
+-- spendRoom reports whether cost fits what is left of the day's and the
+-- month's caps (0: none), and if not when it could: the end of the later
+-- period that is spent.
+local function spendRoom(s, cost, dcap, mcap)
+  local ok, at = true, 0
+  if dcap > 0 and s.d + cost > dcap then ok, at = false, s.de end
+  if mcap > 0 and s.m + cost > mcap then ok, at = false, math.max(at, s.me) end
+  return ok, at
+end
+-- spendAdd counts cost as spent at time at, in the periods that hold at,
+-- never below zero; the hash lives until its month ends, and a margin.
+local function spendAdd(s, at, cost, now)
+  if not s.de then return end
+  if at >= s.ds and at < s.de then s.d = math.max(s.d + cost, 0) end
+  if at >= s.ms and at < s.me then s.m = math.max(s.m + cost, 0) end
+  redis.call('HSET', s.key, 'ds', int(s.ds), 'de', int(s.de), 'd', int(s.d), 'ms', int(s.ms), 'me', int(s.me), 'm', int(s.m))
+  redis.call('PEXPIRE', s.key, int(math.max(s.me - now, 0) + MARGIN))
+end
 -- calendar loads a calendar day: fields s and e bound it, r and t count it.
 -- Given the client's day [s, e) and the next one's end e2, a day that has
 -- ended by the server's clock gives way to the one of them that holds now;
@@ -253,21 +289,24 @@ end
 //
 // KEYS: the index of the key (or of its account), its benches, the model's
 // minute and day windows, the overflow model's minute and day windows, the
-// cap's minute and day windows, and the key's own benches (the same as the
-// second without an account). The day keys name calendar or sliding
-// windows as ARGV says.
+// cap's minute and day windows, the key's own benches (the same as the
+// second without an account), the key's spend and its account's spend. The
+// day keys name calendar or sliding windows as ARGV says.
 //
 // ARGV, after the op: model, overflow model, max models, tokens, RPM, TPM, RPD, TPD, cap
 // RPM, cap TPM, cap RPD, cap TPD, for calendar days the day's start and end
-// and the next day's end (0 0 0 for sliding days), and 1 for a named model
-// (0 otherwise). The limits enforced are, axis by axis, the tighter of these
-// and those the model's entry learned.
+// and the next day's end (0 0 0 for sliding days), 1 for a named model (0
+// otherwise), the cost, the key's and the account's day and month budgets
+// (0: none; millionths of a dollar), and the budgets' day's start, end and
+// next end, and month's start, end and next end. The limits enforced are,
+// axis by axis, the tighter of these and those the model's entry learned.
 //
-// It returns {1, at, 0, level, counted} for a take it recorded at server
-// time at — counted says which windows count it: 1 the model's minute, 2
-// its day, 4 the cap's minute, 8 the cap's day — and {0, retryAt, reason,
-// level, 0} for one it refused: reason is the kind of the bench that holds
-// the key, or reasonMinute or reasonDay.
+// It returns {1, at, 0, level, counted, tokens} for a take it recorded at
+// server time at — counted says what counts it: 1 the model's minute, 2 its
+// day, 4 the cap's minute, 8 the cap's day, 16 the key's spend, 32 the
+// account's — and {0, retryAt, reason, level, 0} for one it refused: reason
+// is the kind of the bench that holds the key, or reasonMinute or reasonDay
+// (a day window or a budget).
 const takeSource = `
 ops.take = function()
 local idx = KEYS[1]
@@ -326,6 +365,17 @@ for _, s in ipairs(sets) do
   if s.cal then fit, at = calendarRoom(s.cal, s.dr, s.dt, tok) end
   if not fit then ok, retry, reason = false, math.max(retry, at), reasonDay end
 end
+local cost = tonumber(ARGV[17])
+local budgets = {{key = KEYS[10], d = tonumber(ARGV[18]), m = tonumber(ARGV[19]), bit = 16},
+  {key = KEYS[11], d = tonumber(ARGV[20]), m = tonumber(ARGV[21]), bit = 32}}
+for _, b in ipairs(budgets) do
+  if b.d > 0 or b.m > 0 then
+    b.s = spendLoad(b.key, now, tonumber(ARGV[22]), tonumber(ARGV[23]), tonumber(ARGV[24]),
+      tonumber(ARGV[25]), tonumber(ARGV[26]), tonumber(ARGV[27]))
+    local fit, at = spendRoom(b.s, cost, b.d, b.m)
+    if not fit then ok, retry, reason = false, math.max(retry, at), reasonDay end
+  end
+end
 if not ok then return {0, retry, reason, level, 0} end
 local counted, bit = 0, 1
 for _, s in ipairs(sets) do
@@ -334,6 +384,12 @@ for _, s in ipairs(sets) do
   if s.cal then calendarAdd(s.cal, now, 1, tok) end
   if s.day or s.cal then counted = counted + 2 * bit end
   bit = 4
+end
+for _, b in ipairs(budgets) do
+  if b.s then
+    spendAdd(b.s, now, cost, now)
+    counted = counted + b.bit
+  end
 end
 -- The entry holds the take for as long as its windows count it; a take
 -- needs the field written again only once that moment has moved on by
@@ -401,11 +457,13 @@ end
 // release's request and tokens, in the windows the take counted in, if the
 // bucket (or the calendar day) of the take is still in them.
 //
-// KEYS: as the take script's, without the benches.
+// KEYS: as the take script's, without the benches; then the key's spend and
+// its account's.
 //
 // ARGV, after the op: model, at (the take's server time), requests, tokens, and 1 or 0 for
 // each of: the model's minute window, its day window, the cap's minute
-// window, the cap's day window, calendar days.
+// window, the cap's day window, calendar days; then the cost, and 1 or 0 for
+// each of the key's and the account's spend.
 const adjustSource = `
 ops.adjust = function()
 local idx = KEYS[1]
@@ -426,6 +484,15 @@ local function apply(minute, day, fm, fd)
 end
 apply(mk, dk, ARGV[5], ARGV[6])
 apply(KEYS[6], KEYS[7], ARGV[7], ARGV[8])
+local cost = tonumber(ARGV[10]) or 0
+for i, f in ipairs({ARGV[11], ARGV[12]}) do
+  if f == '1' and cost ~= 0 then
+    local v = redis.call('HMGET', KEYS[7 + i], 'ds', 'de', 'd', 'ms', 'me', 'm')
+    local s = {key = KEYS[7 + i], ds = tonumber(v[1]), de = tonumber(v[2]), d = tonumber(v[3]) or 0,
+      ms = tonumber(v[4]), me = tonumber(v[5]), m = tonumber(v[6]) or 0}
+    spendAdd(s, at, cost, now)
+  end
+end
 return 1
 end
 `

@@ -20,6 +20,7 @@ func (s *Store) state(ctx context.Context, provider, keyID string) (keypool.KeyS
 	var (
 		clock                      *redis.TimeCmd
 		index, benches, cm, cd, cc *redis.MapStringStringCmd
+		spent                      *redis.SliceCmd
 	)
 	carried := s.carry(maxPending)
 	s.exec(ctx, carried, func(p redis.Pipeliner) {
@@ -29,9 +30,10 @@ func (s *Store) state(ctx context.Context, provider, keyID string) (keypool.KeyS
 		cm = p.HGetAll(ctx, n.capMinute())
 		cd = p.HGetAll(ctx, n.capDay())
 		cc = p.HGetAll(ctx, n.capCalendar())
+		spent = p.HMGet(ctx, n.spend(), "ds", "de", "d", "ms", "me", "m")
 	})
 	_ = s.checkCarried(ctx, carried) // reported there
-	for _, c := range []redis.Cmder{clock, index, benches, cm, cd, cc} {
+	for _, c := range []redis.Cmder{clock, index, benches, cm, cd, cc, spent} {
 		if err := c.Err(); err != nil {
 			return keypool.KeyStats{}, err
 		}
@@ -46,7 +48,8 @@ func (s *Store) state(ctx context.Context, provider, keyID string) (keypool.KeyS
 	if cal {
 		capDay = cc
 	}
-	st := keypool.KeyStats{Bench: benchState(b["*"], now), Cap: usage(cm.Val(), capDay.Val(), cal, now)}
+	st := keypool.KeyStats{Bench: benchState(b["*"], now), Cap: usage(cm.Val(), capDay.Val(), cal, now),
+		Spent: spentOf(spent.Val(), now)}
 
 	var models []string
 	for f := range idx {
@@ -83,6 +86,25 @@ func (s *Store) state(ctx context.Context, provider, keyID string) (keypool.KeyS
 			Usage: usage(minutes[i].Val(), days[i].Val(), cal, now), Learned: learned(idx["m"+m])}
 	}
 	return st, nil
+}
+
+// spentOf reads a spend hash's fields ds, de, d, ms, me, m as they stand at
+// now (Unix milliseconds): what was spent in the day and the month that
+// hold now, in dollars.
+func spentOf(v []any, now int64) keypool.Budget {
+	n := func(i int) int64 {
+		s, _ := v[i].(string)
+		x, _ := strconv.ParseInt(s, 10, 64)
+		return x
+	}
+	var b keypool.Budget
+	if len(v) == 6 && now >= n(0) && now < n(1) {
+		b.PerDay = float64(n(2)) / 1e6
+	}
+	if len(v) == 6 && now >= n(3) && now < n(4) {
+		b.PerMonth = float64(n(5)) / 1e6
+	}
+	return b
 }
 
 // learned reads the limits a model's entry in the index learned, as the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"sync"
 	"time"
@@ -171,7 +172,7 @@ func (s *Store) Take(ctx context.Context, t keypool.Claim) (keypool.Grant, error
 		return s.takeLocal(ctx, t, s.fail(ctx, err))
 	}
 	if v[0] == 1 && len(v) == 6 {
-		r := &reservation{store: s, claim: t, at: v[1], counted: v[4], tokens: v[5]}
+		r := &reservation{store: s, claim: t, at: v[1], counted: v[4], tokens: v[5], cost: exact(t.Cost)}
 		return keypool.Grant{OK: true, Level: int(v[3]), Reservation: r}, nil
 	}
 	reason := keypool.Kind(v[2])
@@ -205,19 +206,44 @@ func calendarDays(days keypool.Calendar, now time.Time) (start, end, next int64)
 	return day.UnixMilli(), dayEnd.UnixMilli(), nextEnd.UnixMilli()
 }
 
+// calendarMonths returns the start and end of the calendar month that holds
+// now and the end of the next (Unix milliseconds), by days' zone and hour.
+func calendarMonths(days keypool.Calendar, now time.Time) (start, end, next int64) {
+	month, monthEnd := windowspec.CalendarMonth(now, days.Hour, days.Loc)
+	_, nextEnd := windowspec.CalendarMonth(monthEnd, days.Hour, days.Loc)
+	return month.UnixMilli(), monthEnd.UnixMilli(), nextEnd.UnixMilli()
+}
+
+// budgetMicros returns a budget's caps in millionths of a dollar, as the
+// memory store counts them.
+func budgetMicros(b keypool.Budget) (day, month int64) {
+	micros := func(usd float64) int64 { return exact(int64(min(math.Floor(usd*1e6), 1<<53))) }
+	return micros(b.PerDay), micros(b.PerMonth)
+}
+
 // takeCall returns the take script's call for t.
 func (s *Store) takeCall(t keypool.Claim) *evalCall {
 	n := s.scope(t.Provider, t.KeyID, t.Account)
 	own := names(s.cfg.prefix, t.Provider, t.KeyID)
 	cal := t.Days.Loc != nil
 	start, end, next := calendarDays(t.Days, t.Now)
+	bd, bm := budgetMicros(t.Budget)
+	ad, am := budgetMicros(t.AccountBudget)
+	days := t.Days
+	if days.Loc == nil {
+		days.Loc = time.UTC // budgets count calendar days: midnight UTC when windows slide
+	}
+	dayStart, dayEnd, nextDay := calendarDays(days, t.Now)
+	monthStart, monthEnd, nextMonth := calendarMonths(days, t.Now)
 	return call("take",
 		[]string{n.index(), n.benches(), n.minute(t.Model), n.dayOf(t.Model, cal),
-			n.minute(overflowModel), n.dayOf(overflowModel, cal), n.capMinute(), n.capDayOf(cal), own.benches()},
+			n.minute(overflowModel), n.dayOf(overflowModel, cal), n.capMinute(), n.capDayOf(cal), own.benches(),
+			own.spend(), n.spend()},
 		t.Model, overflowModel, maxModels, exact(t.Tokens),
 		exact(t.Limits.RPM), exact(t.Limits.TPM), exact(t.Limits.RPD), exact(t.Limits.TPD),
 		exact(t.Cap.RPM), exact(t.Cap.TPM), exact(t.Cap.RPD), exact(t.Cap.TPD),
-		start, end, next, flag(t.Named))
+		start, end, next, flag(t.Named), exact(t.Cost), bd, bm, ad, am,
+		dayStart, dayEnd, nextDay, monthStart, monthEnd, nextMonth)
 }
 
 // exact returns n within what a Lua number holds exactly, and never below
@@ -233,20 +259,21 @@ type reservation struct {
 	at       int64 // when Redis recorded the take, Unix milliseconds
 	counted  int64 // the windows that count it, as the take script says
 	tokens   int64 // the tokens it counts now
+	cost     int64 // the cost it counts now, in millionths of a dollar
 	mu       sync.Mutex
 	released bool
 }
 
 // Settle implements keypool.Reservation.
-func (r *reservation) Settle(_ context.Context, tokens int64) error {
+func (r *reservation) Settle(_ context.Context, tokens, cost int64) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.released {
 		return nil
 	}
-	tokens = exact(tokens)
-	r.store.queue(adjustment{claim: r.claim, at: r.at, counted: r.counted, tokens: tokens - r.tokens})
-	r.tokens = tokens
+	tokens, cost = exact(tokens), exact(cost)
+	r.store.queue(adjustment{claim: r.claim, at: r.at, counted: r.counted, tokens: tokens - r.tokens, cost: cost - r.cost})
+	r.tokens, r.cost = tokens, cost
 	return nil
 }
 
@@ -258,7 +285,7 @@ func (r *reservation) Release(context.Context) error {
 		return nil
 	}
 	r.released = true
-	r.store.queue(adjustment{claim: r.claim, at: r.at, counted: r.counted, requests: -1, tokens: -r.tokens})
+	r.store.queue(adjustment{claim: r.claim, at: r.at, counted: r.counted, requests: -1, tokens: -r.tokens, cost: -r.cost})
 	return nil
 }
 

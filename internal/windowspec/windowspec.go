@@ -73,6 +73,19 @@ func CalendarDay(now time.Time, hour int, loc *time.Location) (start, end time.T
 	return start, end
 }
 
+// CalendarMonth returns the calendar month that holds now: it starts on the
+// first day at hour o'clock in loc and ends at the same hour on the first
+// day of the next month.
+func CalendarMonth(now time.Time, hour int, loc *time.Location) (start, end time.Time) {
+	t := now.In(loc)
+	start = time.Date(t.Year(), t.Month(), 1, hour, 0, 0, 0, loc)
+	if start.After(t) {
+		start = time.Date(t.Year(), t.Month()-1, 1, hour, 0, 0, 0, loc)
+	}
+	end = time.Date(start.Year(), start.Month()+1, 1, hour, 0, 0, 0, loc)
+	return start, end
+}
+
 // Tighter returns the tighter of two limits, where 0 is no limit.
 func Tighter(a, b int64) int64 {
 	switch {
