@@ -297,8 +297,9 @@ end
 // RPM, cap TPM, cap RPD, cap TPD, for calendar days the day's start and end
 // and the next day's end (0 0 0 for sliding days), 1 for a named model (0
 // otherwise), the cost, the key's and the account's day and month budgets
-// (0: none; millionths of a dollar), and the budgets' day's start, end and
-// next end, and month's start, end and next end. The limits enforced are,
+// (0: none; millionths of a dollar), the budgets' day's start, end and next
+// end, and month's start, end and next end, and the client's time (Unix
+// milliseconds), by which spend counts. The limits enforced are,
 // axis by axis, the tighter of these and those the model's entry learned.
 //
 // It returns {1, at, 0, level, counted, tokens} for a take it recorded at
@@ -365,12 +366,14 @@ for _, s in ipairs(sets) do
   if s.cal then fit, at = calendarRoom(s.cal, s.dr, s.dt, tok) end
   if not fit then ok, retry, reason = false, math.max(retry, at), reasonDay end
 end
-local cost = tonumber(ARGV[17])
+-- Spend counts by the client's clock (ARGV[28]), as its calendar days do:
+-- replicas' clocks agree within seconds, and a day is long.
+local cost, snow = tonumber(ARGV[17]), tonumber(ARGV[28])
 local budgets = {{key = KEYS[10], d = tonumber(ARGV[18]), m = tonumber(ARGV[19]), bit = 16},
   {key = KEYS[11], d = tonumber(ARGV[20]), m = tonumber(ARGV[21]), bit = 32}}
 for _, b in ipairs(budgets) do
   if b.d > 0 or b.m > 0 then
-    b.s = spendLoad(b.key, now, tonumber(ARGV[22]), tonumber(ARGV[23]), tonumber(ARGV[24]),
+    b.s = spendLoad(b.key, snow, tonumber(ARGV[22]), tonumber(ARGV[23]), tonumber(ARGV[24]),
       tonumber(ARGV[25]), tonumber(ARGV[26]), tonumber(ARGV[27]))
     local fit, at = spendRoom(b.s, cost, b.d, b.m)
     if not fit then ok, retry, reason = false, math.max(retry, at), reasonDay end
@@ -387,7 +390,7 @@ for _, s in ipairs(sets) do
 end
 for _, b in ipairs(budgets) do
   if b.s then
-    spendAdd(b.s, now, cost, now)
+    spendAdd(b.s, snow, cost, snow)
     counted = counted + b.bit
   end
 end
@@ -462,8 +465,9 @@ end
 //
 // ARGV, after the op: model, at (the take's server time), requests, tokens, and 1 or 0 for
 // each of: the model's minute window, its day window, the cap's minute
-// window, the cap's day window, calendar days; then the cost, and 1 or 0 for
-// each of the key's and the account's spend.
+// window, the cap's day window, calendar days; then the cost, 1 or 0 for
+// each of the key's and the account's spend, and the client's time of the
+// take (Unix milliseconds), by which spend counts.
 const adjustSource = `
 ops.adjust = function()
 local idx = KEYS[1]
@@ -484,13 +488,13 @@ local function apply(minute, day, fm, fd)
 end
 apply(mk, dk, ARGV[5], ARGV[6])
 apply(KEYS[6], KEYS[7], ARGV[7], ARGV[8])
-local cost = tonumber(ARGV[10]) or 0
+local cost, sat = tonumber(ARGV[10]) or 0, tonumber(ARGV[13]) or 0
 for i, f in ipairs({ARGV[11], ARGV[12]}) do
   if f == '1' and cost ~= 0 then
     local v = redis.call('HMGET', KEYS[7 + i], 'ds', 'de', 'd', 'ms', 'me', 'm')
     local s = {key = KEYS[7 + i], ds = tonumber(v[1]), de = tonumber(v[2]), d = tonumber(v[3]) or 0,
       ms = tonumber(v[4]), me = tonumber(v[5]), m = tonumber(v[6]) or 0}
-    spendAdd(s, at, cost, now)
+    spendAdd(s, sat, cost, sat)
   end
 end
 return 1

@@ -15,7 +15,7 @@ import (
 // state reads a key's state in two round trips: the server's time, the
 // key's index, benches and cap windows (after the adjustments waiting),
 // then the windows of each of its models.
-func (s *Store) state(ctx context.Context, provider, keyID string) (keypool.KeyStats, error) {
+func (s *Store) state(ctx context.Context, provider, keyID string, clientNow time.Time) (keypool.KeyStats, error) {
 	n := names(s.cfg.prefix, provider, keyID)
 	var (
 		clock                      *redis.TimeCmd
@@ -49,7 +49,7 @@ func (s *Store) state(ctx context.Context, provider, keyID string) (keypool.KeyS
 		capDay = cc
 	}
 	st := keypool.KeyStats{Bench: benchState(b["*"], now), Cap: usage(cm.Val(), capDay.Val(), cal, now),
-		Spent: spentOf(spent.Val(), now)}
+		Spent: spentOf(spent.Val(), clientNow.UnixMilli())}
 
 	var models []string
 	for f := range idx {

@@ -243,7 +243,7 @@ func (s *Store) takeCall(t keypool.Claim) *evalCall {
 		exact(t.Limits.RPM), exact(t.Limits.TPM), exact(t.Limits.RPD), exact(t.Limits.TPD),
 		exact(t.Cap.RPM), exact(t.Cap.TPM), exact(t.Cap.RPD), exact(t.Cap.TPD),
 		start, end, next, flag(t.Named), exact(t.Cost), bd, bm, ad, am,
-		dayStart, dayEnd, nextDay, monthStart, monthEnd, nextMonth)
+		dayStart, dayEnd, nextDay, monthStart, monthEnd, nextMonth, t.Now.UnixMilli())
 }
 
 // exact returns n within what a Lua number holds exactly, and never below
@@ -365,7 +365,8 @@ func (s *Store) Unbench(ctx context.Context, provider, keyID string) error {
 	return s.change(ctx, remote, func() error { return s.local.Unbench(ctx, provider, keyID) })
 }
 
-// State implements keypool.Store, on the server's clock: now is ignored. It
+// State implements keypool.Store, on the server's clock; now places only
+// calendar days of spend, which count by the client's clock. It
 // sends the adjustments not yet sent first.
 func (s *Store) State(ctx context.Context, provider, keyID string, now time.Time) (keypool.KeyStats, error) {
 	if err := s.unavailable(); err != nil {
@@ -374,7 +375,7 @@ func (s *Store) State(ctx context.Context, provider, keyID string, now time.Time
 		}
 		return s.local.State(ctx, provider, keyID, now)
 	}
-	st, err := s.state(ctx, provider, keyID)
+	st, err := s.state(ctx, provider, keyID, now)
 	if err != nil {
 		if err = s.fail(ctx, err); !s.fallback(err) {
 			return keypool.KeyStats{}, err
