@@ -243,3 +243,40 @@ func TestWindowShiftBackProperty(t *testing.T) {
 		}
 	}
 }
+
+// With a limit that changes as the windows run — a vendor's stated limit
+// learned, lowered, raised, across the line between exact times and
+// buckets — no take is admitted while the last span already holds the
+// limit in force at that moment.
+func TestWindowChangingLimitsProperty(t *testing.T) {
+	for seed := range uint64(200) {
+		rng := rand.New(rand.NewPCG(seed, 17))
+		var w windows
+		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano() + rng.Int64N(int64(time.Minute))
+		var got []event
+		rpm, tpm := 1+rng.Int64N(150), 100+rng.Int64N(5000)
+		for range 3000 {
+			now += 1 + rng.Int64N(int64(400*time.Millisecond))
+			if rng.IntN(150) == 0 {
+				rpm, tpm = 1+rng.Int64N(150), 100+rng.Int64N(5000)
+			}
+			lim := Limits{RPM: rpm, TPM: tpm}
+			tok := 1 + rng.Int64N(200)
+			ok, _, _ := w.room(now, lim, tok, Calendar{})
+			if !ok {
+				continue
+			}
+			w.add(now, lim, 1, tok, Calendar{})
+			got = append(got, event{now, tok})
+			var req, toks int64
+			for _, e := range got {
+				if e.at > now-int64(time.Minute) {
+					req++
+					toks += e.tok
+				}
+			}
+			require.LessOrEqual(t, req, rpm, "seed %d: requests in the last minute at a limit of %d", seed, rpm)
+			require.LessOrEqual(t, toks, tpm, "seed %d: tokens in the last minute at a limit of %d", seed, tpm)
+		}
+	}
+}

@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -39,7 +41,7 @@ func TestSameAsMemoryStore(t *testing.T) {
 			f := newFakeRedis(t)
 			rs := newStore(t, f.client(t))
 			ms := keypool.NewMemoryStore()
-			rng := rand.New(rand.NewPCG(uint64(i), 42))
+			rng := rand.New(rand.NewPCG(uint64(i)+seedOffset, 42))
 			type taken struct {
 				t      keypool.Claim
 				rg, mg keypool.Grant
@@ -149,3 +151,7 @@ func TestManyModelsShareOneEntry(t *testing.T) {
 	require.Equal(t, len(mst.Models), len(rst.Models), "models")
 	require.Equal(t, 1025, len(rst.Models), "models")
 }
+
+// seedOffset moves the parity test's seeds, to walk other random paths:
+// PARITY_SEED=100 go test -run TestSameAsMemoryStore ./redisstore.
+var seedOffset = func() uint64 { v, _ := strconv.ParseUint(os.Getenv("PARITY_SEED"), 10, 64); return v }()

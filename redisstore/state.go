@@ -154,8 +154,12 @@ func usage(minute, day map[string]string, cal bool, now int64) keypool.Usage {
 }
 
 // slidingUsed returns what a sliding window's buckets, as the take script
-// writes them, count at now: the last n buckets up to now's.
+// writes them, count at now: the last n buckets up to now's — or, for a
+// window in exact mode, its entries still in the span.
 func slidingUsed(fields map[string]string, width, n, now int64) (requests, tokens int64) {
+	if fields["e"] != "" {
+		return exactUsed(fields, (n-1)*width, now)
+	}
 	head := now / width
 	oldest := head - n + 1
 	for f, v := range fields {
@@ -173,6 +177,25 @@ func slidingUsed(fields map[string]string, width, n, now int64) (requests, token
 		case 't':
 			tokens += n
 		}
+	}
+	return requests, tokens
+}
+
+// exactUsed returns what an exact window's entries — r<slot> a request's
+// time, t<slot> its tokens — count at now, over span.
+func exactUsed(fields map[string]string, span, now int64) (requests, tokens int64) {
+	for f, v := range fields {
+		slot, ok := strings.CutPrefix(f, "r")
+		if !ok {
+			continue
+		}
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms+span <= now {
+			continue
+		}
+		requests++
+		t, _ := strconv.ParseInt(fields["t"+slot], 10, 64)
+		tokens += t
 	}
 	return requests, tokens
 }

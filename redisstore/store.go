@@ -335,11 +335,11 @@ func (s *Store) learnCall(st keypool.Stated) *evalCall {
 	n := s.scope(st.Provider, st.KeyID, st.Account)
 	cal := st.Days.Loc != nil
 	start, end, next := calendarDays(st.Days, st.Now)
-	leaves := func(t time.Time) int64 {
+	leaves := func(t time.Time) int64 { // rounded up: a count leaves no sooner than stated
 		if t.IsZero() {
 			return 0
 		}
-		return t.UnixMilli()
+		return (t.UnixNano() + int64(time.Millisecond) - 1) / int64(time.Millisecond)
 	}
 	l, u := st.Limits, st.Used
 	return call("learn", []string{n.index(), n.benches(), n.minute(st.Model), n.dayOf(st.Model, cal),
