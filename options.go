@@ -11,10 +11,11 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// An Option configures a Pool (New) or a Fallback (NewFallback); each
-// option's doc says which. Options that take a function or an interface
-// ignore nil, keeping the default; a bad value, or an option given to what it
-// does not configure, is an error from New or NewFallback.
+// An Option configures a Pool (New), a Fallback (NewFallback) or a
+// BadgerStore (OpenBadgerStore); each option's doc says which. Options that
+// take a function or an interface ignore nil, keeping the default; a bad
+// value, or an option given to what it does not configure, is an error from
+// the function it was given to.
 type Option interface {
 	apply(*config)
 }
@@ -25,11 +26,15 @@ type scope uint8
 const (
 	forPool scope = 1 << iota
 	forFallback
+	forBadger
 )
 
 func (s scope) String() string {
-	if s == forFallback {
+	switch s {
+	case forFallback:
 		return "Fallback"
+	case forBadger:
+		return "BadgerStore"
 	}
 	return "Pool"
 }
@@ -83,6 +88,8 @@ type config struct {
 	tracerProvider trace.TracerProvider
 	meterProvider  metric.MeterProvider
 
+	badger badgerConfig // a BadgerStore's
+
 	errs []error // from options
 }
 
@@ -95,6 +102,7 @@ func newConfig(opts []Option, s scope) (config, error) {
 		auth:      auth{style: authHeader, name: "Authorization", prefix: "Bearer "},
 		estimator: DefaultEstimate,
 		bench:     defaultBenchPolicy(),
+		badger:    defaultBadgerConfig(),
 	}
 	for _, o := range opts {
 		if o != nil {

@@ -106,7 +106,7 @@ func (p *Pool) stored(k *poolKey, now time.Time) KeyStats {
 	ks.Budget = k.Budget
 	if k.Account != "" {
 		own := ks
-		if ks, ok = state(AccountID(k.Account)); !ok {
+		if ks, ok = state(accountID(k.Account)); !ok {
 			return KeyStats{}
 		}
 		if own.Bench.Until.After(ks.Bench.Until) {

@@ -40,7 +40,7 @@ type Store interface {
 	// levels, usage, spend and learned limits. It fills Bench, Cap, Spent
 	// and Models (each with Model, Bench, Level, Usage and Learned); the
 	// pool fills the rest of KeyStats. An account's state is asked for under the ID
-	// AccountID(account).
+	// accountID(account).
 	State(ctx context.Context, provider, keyID string, now time.Time) (KeyStats, error)
 	// Flush writes what the store holds only in memory to where it keeps
 	// state; a store that keeps nothing elsewhere returns nil.
@@ -49,12 +49,13 @@ type Store interface {
 
 // Keys that name one account share its windows, and its rate and quota
 // benches, as vendors scope limits to an organisation or a project: a store
-// keeps an account's state as it keeps a key's, under the ID AccountID
-// gives it, which no key's ID can be (key IDs hold no control characters).
-// A key's own benches — a revoked key — stay with the key.
+// keeps an account's state as it keeps a key's, under an ID that no key's ID
+// can be — a NUL, then the account's name (key IDs hold no control
+// characters) — and State answers for it under that ID. A key's own benches —
+// a revoked key — stay with the key.
 
-// AccountID returns the ID under which a store keeps an account's state.
-func AccountID(account string) string { return windowspec.AccountID(account) }
+// accountID returns the ID under which a store keeps an account's state.
+func accountID(account string) string { return windowspec.AccountID(account) }
 
 // Claim is one request a pool asks a store to admit.
 type Claim struct {

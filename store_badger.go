@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"iter"
 	"os"
 	"strings"
 	"sync"
@@ -51,7 +50,7 @@ var errStoreClosed = errors.New("keypool: badger store: closed")
 // directory once: share the store between pools rather than opening it
 // twice.
 type BadgerStore struct {
-	mem   *memoryStore
+	*memoryStore // the windows, benches and spend; Take, Learn, State and Keys are its
 	cfg   badgerConfig
 	log   *badgerLogger
 	owned bool // the store opened the database: it closes it, and opens one again in a directory made again
@@ -108,12 +107,12 @@ func (r recordRef) String() string {
 // than the store keeps in reserve gives an error naming it; so does a bad
 // option. Empty memtable files a killed process left are removed first,
 // each with a warning. Shutdown and Close close the database.
-func OpenBadgerStore(dir string, opts ...BadgerOption) (*BadgerStore, error) {
+func OpenBadgerStore(dir string, opts ...Option) (*BadgerStore, error) {
 	if dir == "" {
 		return nil, errors.New("keypool: badger store: no directory")
 	}
-	cfg := newBadgerConfig(opts)
-	if err := errors.Join(cfg.errs...); err != nil {
+	cfg, err := newBadgerConfig(opts)
+	if err != nil {
 		return nil, fmt.Errorf("keypool: badger store %s: %w", dir, err)
 	}
 	log := newBadgerLogger(cfg.logger)
@@ -137,12 +136,12 @@ func OpenBadgerStore(dir string, opts ...BadgerOption) (*BadgerStore, error) {
 // directory made again is not opened again. The store's records are under
 // keys that start with "kp2/" (and "kp1/", the layout it reads and
 // replaces). A bad option gives an error naming it.
-func NewBadgerStore(db *badger.DB, opts ...BadgerOption) (*BadgerStore, error) {
+func NewBadgerStore(db *badger.DB, opts ...Option) (*BadgerStore, error) {
 	if db == nil {
 		return nil, errors.New("keypool: badger store: nil database")
 	}
-	cfg := newBadgerConfig(opts)
-	if err := errors.Join(cfg.errs...); err != nil {
+	cfg, err := newBadgerConfig(opts)
+	if err != nil {
 		return nil, fmt.Errorf("keypool: badger store: %w", err)
 	}
 	s, err := newBadgerStore(db, false, cfg, newBadgerLogger(cfg.logger))
@@ -153,7 +152,7 @@ func NewBadgerStore(db *badger.DB, opts ...BadgerOption) (*BadgerStore, error) {
 }
 
 func newBadgerStore(db *badger.DB, owned bool, cfg badgerConfig, log *badgerLogger) (*BadgerStore, error) {
-	s := &BadgerStore{mem: newMemoryStore(), cfg: cfg, log: log, owned: owned, stop: make(chan struct{}),
+	s := &BadgerStore{memoryStore: newMemoryStore(), cfg: cfg, log: log, owned: owned, stop: make(chan struct{}),
 		unwritten: map[keyRef]uint64{}, refused: map[recordRef]bool{}, flushBatch: (*badger.WriteBatch).Flush}
 	s.update = func(fn func(*badger.Txn) error) error { return s.db.Load().Update(fn) }
 	s.db.Store(db)
@@ -173,21 +172,9 @@ func newBadgerStore(db *badger.DB, owned bool, cfg badgerConfig, log *badgerLogg
 	return s, nil
 }
 
-// Take implements Store.
-func (s *BadgerStore) Take(ctx context.Context, c Claim) (Grant, error) { return s.mem.Take(ctx, c) }
-
-// Learn implements Store: what is learned is written behind, with the
-// windows.
-func (s *BadgerStore) Learn(ctx context.Context, st Stated) error { return s.mem.Learn(ctx, st) }
-
-// State implements Store.
-func (s *BadgerStore) State(ctx context.Context, provider, keyID string, now time.Time) (KeyStats, error) {
-	return s.mem.State(ctx, provider, keyID, now)
-}
-
 // Bench implements Store: the bench, or the level, is written through.
 func (s *BadgerStore) Bench(ctx context.Context, b Bench) error {
-	if err := s.mem.Bench(ctx, b); err != nil {
+	if err := s.memoryStore.Bench(ctx, b); err != nil {
 		return err
 	}
 	return s.writeBenches(keyRef{b.Provider, b.KeyID})
@@ -195,7 +182,7 @@ func (s *BadgerStore) Bench(ctx context.Context, b Bench) error {
 
 // Unbench implements Store: the change is written through.
 func (s *BadgerStore) Unbench(ctx context.Context, provider, keyID string) error {
-	_ = s.mem.Unbench(ctx, provider, keyID)
+	_ = s.memoryStore.Unbench(ctx, provider, keyID)
 	return s.writeBenches(keyRef{provider, keyID})
 }
 
@@ -227,7 +214,7 @@ func (s *BadgerStore) writeBenches(ref keyRef) error {
 		}
 	}
 	if err != nil {
-		k := s.mem.key(ref.provider, ref.keyID)
+		k := s.memoryStore.key(ref.provider, ref.keyID)
 		k.mu.Lock()
 		ver := k.benchVer
 		k.mu.Unlock()
@@ -249,7 +236,7 @@ func (s *BadgerStore) writeBenches(ref keyRef) error {
 // each carries the key's bench version, and an older version never replaces
 // a newer one. A failed write is made again at the next flush.
 func (s *BadgerStore) putBenches(ref keyRef) error {
-	k := s.mem.key(ref.provider, ref.keyID)
+	k := s.memoryStore.key(ref.provider, ref.keyID)
 	k.mu.Lock()
 	val := k.encodeBenches(nil)
 	ver := k.benchVer
@@ -391,7 +378,7 @@ func (s *BadgerStore) reopen(d *stateDir, cause error) error {
 	s.db.Store(db)
 	s.dir.Store(nd)
 	s.gen.Add(1)
-	s.mem.each(func(ref keyRef, k *memKey) {
+	s.memoryStore.each(func(ref keyRef, k *memKey) {
 		k.mu.Lock()
 		k.dirty = true
 		ver := k.benchVer
@@ -416,7 +403,7 @@ func (s *BadgerStore) writeWindows() (refused []error, err error) {
 	defer wb.Cancel()
 	var written []*memKey
 	var refs []keyRef
-	s.mem.each(func(ref keyRef, k *memKey) {
+	s.memoryStore.each(func(ref keyRef, k *memKey) {
 		if err != nil {
 			return
 		}
@@ -674,7 +661,7 @@ func (s *BadgerStore) finish(ctx context.Context) error {
 func (s *BadgerStore) unsaved(cause error) error {
 	lost, _ := s.dir.Load().check()
 	windows, benches := 0, 0
-	s.mem.each(func(_ keyRef, k *memKey) {
+	s.memoryStore.each(func(_ keyRef, k *memKey) {
 		k.mu.Lock()
 		if lost || k.dirty {
 			windows++
@@ -696,13 +683,3 @@ func (s *BadgerStore) unsaved(cause error) error {
 	return fmt.Errorf("%s: %w", msg, cause)
 }
 
-// Keys yields the provider and ID of each key the store holds state for,
-// in no particular order.
-func (s *BadgerStore) Keys() iter.Seq2[string, string] {
-	return func(yield func(provider, keyID string) bool) {
-		s.mem.keys.Range(func(ref, _ any) bool {
-			r := ref.(keyRef)
-			return yield(r.provider, r.keyID)
-		})
-	}
-}

@@ -3,6 +3,7 @@ package keypool
 import (
 	"context"
 	"fmt"
+	"iter"
 	"sync"
 	"time"
 
@@ -157,7 +158,7 @@ func (s *memoryStore) Take(_ context.Context, t Claim) (Grant, error) {
 	defer own.mu.Unlock()
 	k := own
 	if t.Account != "" {
-		k = s.key(t.Provider, AccountID(t.Account))
+		k = s.key(t.Provider, accountID(t.Account))
 		k.mu.Lock()
 		defer k.mu.Unlock()
 	}
@@ -250,7 +251,7 @@ func (s *memoryStore) Learn(_ context.Context, st Stated) error {
 	}
 	id := st.KeyID
 	if st.Account != "" {
-		id = AccountID(st.Account)
+		id = accountID(st.Account)
 	}
 	k := s.key(st.Provider, id)
 	k.mu.Lock()
@@ -403,7 +404,7 @@ func (s *memoryStore) Bench(_ context.Context, b Bench) error {
 	}
 	id := b.KeyID
 	if b.Account != "" {
-		id = AccountID(b.Account)
+		id = accountID(b.Account)
 	}
 	k := s.key(b.Provider, id)
 	k.mu.Lock()
@@ -456,6 +457,17 @@ func (s *memoryStore) State(_ context.Context, provider, keyID string, now time.
 		st.Models = append(st.Models, ms)
 	}
 	return st, nil
+}
+
+// Keys yields the provider and ID of each key the store holds state for,
+// in no particular order: an account's under its account ID.
+func (s *memoryStore) Keys() iter.Seq2[string, string] {
+	return func(yield func(provider, keyID string) bool) {
+		s.keys.Range(func(ref, _ any) bool {
+			r := ref.(keyRef)
+			return yield(r.provider, r.keyID)
+		})
+	}
 }
 
 // each calls fn for every key the store holds.

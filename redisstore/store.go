@@ -189,7 +189,7 @@ func (s *Store) Take(ctx context.Context, t keypool.Claim) (keypool.Grant, error
 // its account when it names one.
 func (s *Store) scope(provider, keyID, account string) keyNames {
 	if account != "" {
-		keyID = keypool.AccountID(account)
+		keyID = windowspec.AccountID(account)
 	}
 	return names(s.cfg.prefix, provider, keyID)
 }

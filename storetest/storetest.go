@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keypool-go/keypool"
+	"github.com/keypool-go/keypool/internal/windowspec"
 )
 
 // Harness is what the suite needs of a store.
@@ -502,7 +503,7 @@ func accountsShareWindowsAndBenches(t *testing.T, h Harness) {
 	z := func(key string) keypool.Claim { c := of(key); c.Model = "z"; return c }
 	assert.True(t, mustTake(t, s, z("k2")).OK)
 	assert.False(t, mustTake(t, s, z("k2")).OK, "a limit learned from one key of the account")
-	st, err := s.State(ctx, "suite", keypool.AccountID("org"), h.Now())
+	st, err := s.State(ctx, "suite", windowspec.AccountID("org"), h.Now())
 	require.NoError(t, err)
 	found := false
 	for _, m := range st.Models {
@@ -523,7 +524,7 @@ func restartKeepsLearned(t *testing.T, h Harness) {
 	require.NoError(t, s.Learn(ctx, learn(h, "k", "org", "m", keypool.Limits{RPD: 70}, unknown, time.Time{})))
 	s = h.Reopen(t, s)
 	assert.Equal(t, keypool.Limits{RPM: 7, TPD: 9000}, learned(t, s, h, "k", "m"))
-	st, err := s.State(ctx, "suite", keypool.AccountID("org"), h.Now())
+	st, err := s.State(ctx, "suite", windowspec.AccountID("org"), h.Now())
 	require.NoError(t, err)
 	require.Len(t, st.Models, 1)
 	assert.Equal(t, keypool.Limits{RPD: 70}, st.Models[0].Learned)
@@ -579,7 +580,7 @@ func accountBudgetsAreShared(t *testing.T, h Harness) {
 	require.True(t, mustTake(t, s, of("k1", 30_000)).OK)
 	assert.False(t, mustTake(t, s, of("k2", 30_000)).OK, "the account's budget, whichever key spends it")
 	assert.True(t, mustTake(t, s, of("k2", 20_000)).OK)
-	assert.InDelta(t, 0.05, spent(t, s, h, keypool.AccountID("org")).PerDay, 1e-9)
+	assert.InDelta(t, 0.05, spent(t, s, h, windowspec.AccountID("org")).PerDay, 1e-9)
 	own := of("k3", 10_000)
 	own.Budget = keypool.Budget{PerDay: 1}
 	own.AccountBudget = keypool.Budget{PerDay: 1}
