@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -17,22 +18,15 @@ import (
 )
 
 func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	flags := newFlagSet("check", "keypool check -config FILE",
+	path, err := configFlag(newFlagSet("check", "keypool check -config FILE",
 		"Checks a configuration as keypool serve reads it, without serving: every mistake, one a line, naming\n"+
 			"its field as the file writes it, and exit status 2 when there is any. It reads the secrets (env, files),\n"+
-			"checks that the state directory is writable or that Redis answers, and starts nothing.")
-	path := flags.String("config", "", "the YAML configuration file (required)")
-	if err := parseFlags(flags, args, stderr); err != nil {
+			"checks that the state directory is writable or that Redis answers, and starts nothing."), args, stderr)
+	if err != nil {
 		return err
 	}
-	if *path == "" {
-		return usageError{errors.New("-config FILE is required")}
-	}
-	s, err := loadConfig(*path, os.LookupEnv)
-	var all mistakes
-	all.merge(err)
+	s, all := checkConfig(path)
 	if s != nil {
-		all.merge(checkState(s, slog.New(slog.DiscardHandler)))
 		for _, w := range s.warnings {
 			fmt.Fprintln(stderr, "keypool check: warning: "+w)
 		}
@@ -53,8 +47,42 @@ func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	default:
 		state = absolute(s.state) + " (Badger)"
 	}
-	fmt.Fprintf(stdout, "%s: no mistakes: %d upstreams, %d keys; state in %s\n", *path, len(s.routes), keys, state)
+	fmt.Fprintf(stdout, "%s: no mistakes: %s, %s; state in %s\n", path, count(len(s.routes), "upstream"), count(keys, "key"), state)
 	return nil
+}
+
+// configFlag parses the flags of a command that reads a configuration:
+// -config FILE, which it returns, is required.
+func configFlag(fs *flag.FlagSet, args []string, stderr io.Writer) (string, error) {
+	path := fs.String("config", "", "the YAML configuration file (required)")
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return "", err
+	}
+	if *path == "" {
+		return "", usageError{errors.New("-config FILE is required")}
+	}
+	return *path, nil
+}
+
+// checkConfig reads the configuration at path and checks it and its state,
+// as check and serve do before anything starts, and returns the settings
+// (nil when the file could not be read as YAML) and every mistake.
+func checkConfig(path string) (*settings, mistakes) {
+	s, err := loadConfig(path, os.LookupEnv)
+	var all mistakes
+	all.merge(err)
+	if s != nil {
+		all.merge(checkState(s, slog.New(slog.DiscardHandler)))
+	}
+	return s, all
+}
+
+// count says n of a thing: "1 key", "2 keys".
+func count(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }
 
 // checkState checks that serve could keep its state where s says, as

@@ -131,7 +131,7 @@ func TestCheckSaysAGoodConfigIsGood(t *testing.T) {
 	assert.Equal(t, 0, status, stderr)
 	assert.Empty(t, stderr)
 	wd, _ := os.Getwd()
-	assert.Equal(t, path+": no mistakes: 1 upstreams, 2 keys; state in "+filepath.Join(wd, "keypool-state")+" (Badger; the default, as state is not set)\n", stdout)
+	assert.Equal(t, path+": no mistakes: 1 upstream, 2 keys; state in "+filepath.Join(wd, "keypool-state")+" (Badger; the default, as state is not set)\n", stdout)
 	assert.NoDirExists(t, filepath.Join(wd, "keypool-state"), "check makes no state")
 	require.NoError(t, os.Chdir(cwd))
 }
@@ -167,11 +167,11 @@ func TestConfigNamesUnknownFieldsAsWritten(t *testing.T) {
 }
 
 func TestConfigAliasesAndMerges(t *testing.T) {
-	c, err := parseConfig([]byte(`
+	_, err := parseConfig([]byte(`
 common: &common {url: 'https://x', keys: [{secret: s}]}
 `), "k")
 	require.Error(t, err, "an unknown field, even one used for an anchor")
-	c, err = parseConfig([]byte(`
+	c, err := parseConfig([]byte(`
 upstreams:
   - &first {name: a, url: 'https://x', keys: [{secret: s}], limits: {rpm: 3}}
   - {<<: *first, name: b}
@@ -357,7 +357,7 @@ func TestCheckRedisOutOfReachIsOneLine(t *testing.T) {
 	path = writeConfig(t, "state: redis://"+mr.Addr()+"/0\nproxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n", nil)
 	status, stdout, stderr := runCommand(t, nil, "check", "-config", path)
 	assert.Equal(t, 0, status, stderr)
-	assert.Equal(t, path+": no mistakes: 1 upstreams, 1 keys; state in redis://"+mr.Addr()+"/0 (Redis)\n", stdout)
+	assert.Equal(t, path+": no mistakes: 1 upstream, 1 key; state in redis://"+mr.Addr()+"/0 (Redis)\n", stdout)
 }
 
 func TestMistakesAreBounded(t *testing.T) {

@@ -127,7 +127,7 @@ func (s *server) viewStoreHealth() storeView {
 // keypool.store.healthy: 1 while it works, 0 while it fails. The reason is
 // not a label — its text would make a series of each — but is on /status.
 func (s *server) registerStoreGauge(m metric.Meter) error {
-	g, err := m.Int64ObservableGauge("keypool.store.healthy", metric.WithUnit("1"),
+	g, err := m.Int64ObservableGauge("keypool.store.healthy",
 		metric.WithDescription("1 while the proxy's state store works, 0 while it fails; /status and /healthz say why."))
 	if err != nil {
 		return err

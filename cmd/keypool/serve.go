@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -33,21 +32,15 @@ import (
 )
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("serve", "keypool serve -config FILE", "Serves a local proxy that pools the configured upstream keys; point a client's base URL at it.\n"+
-		"It first checks the configuration as keypool check does, and starts only when it has no mistake.")
-	path := fs.String("config", "", "the YAML configuration file (required)")
-	if err := parseFlags(fs, args, stderr); err != nil {
+	path, err := configFlag(newFlagSet("serve", "keypool serve -config FILE",
+		"Serves a local proxy that pools the configured upstream keys; point a client's base URL at it.\n"+
+			"It first checks the configuration as keypool check does, and starts only when it has no mistake."), args, stderr)
+	if err != nil {
 		return err
 	}
-	if *path == "" {
-		return usageError{errors.New("-config FILE is required")}
-	}
-	s, err := loadConfig(*path, os.LookupEnv)
-	var all mistakes
-	all.merge(err)
+	s, all := checkConfig(path)
 	var ln net.Listener
 	if s != nil {
-		all.merge(checkState(s, slog.New(slog.DiscardHandler)))
 		if !all.covers("listen") {
 			if ln, err = net.Listen("tcp", s.listen); err != nil {
 				all.addf("listen", "%v", err)
@@ -61,7 +54,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageError{all}
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: s.logLevel}))
-	log.Info("starting", stateAttrs(*path, s)...)
+	// The lines that say where the proxy is — starting, serving, stopped —
+	// are logged whatever the level.
+	milestones := slog.New(slog.NewTextHandler(stderr, nil))
+	milestones.Info("starting", stateAttrs(path, s)...)
 	redis.SetLogger(redisLog{log})
 	for _, w := range s.warnings {
 		log.Warn(w)
@@ -71,6 +67,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		ln.Close()
 		return err
 	}
+	srv.milestones = milestones
 	return srv.serve(ctx, ln)
 }
 
@@ -116,6 +113,9 @@ type server struct {
 	tokens   []string // the proxy tokens, to find in what goes upstream
 	inFlight inFlight
 	watch    *watcher // polls the store's health and logs returns
+	// milestones logs where the proxy is — serving, stopped — whatever
+	// the level of log; nil: log.
+	milestones *slog.Logger
 
 	saveOnce sync.Once
 	saveErr  error
@@ -265,9 +265,9 @@ func (s *server) serve(ctx context.Context, ln net.Listener) error {
 	}
 	names := make([]string, 0, len(s.settings.routes))
 	for _, r := range s.settings.routes {
-		names = append(names, fmt.Sprintf("%s (%d keys)", r.name, len(r.keys)))
+		names = append(names, fmt.Sprintf("%s (%s)", r.name, count(len(r.keys), "key")))
 	}
-	s.log.Info("serving", "addr", ln.Addr().String(), "upstreams", strings.Join(names, ", "), "state", displayState(s.settings.state))
+	s.milestoneLog().Info("serving", "addr", ln.Addr().String(), "upstreams", strings.Join(names, ", "), "state", displayState(s.settings.state))
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
@@ -278,6 +278,15 @@ func (s *server) serve(ctx context.Context, ln net.Listener) error {
 	}
 	s.fallback.CloseIdleConnections()
 	return s.shutdown(hs, errc)
+}
+
+// milestoneLog returns the logger of the lines that say where the proxy
+// is.
+func (s *server) milestoneLog() *slog.Logger {
+	if s.milestones != nil {
+		return s.milestones
+	}
+	return s.log
 }
 
 // close saves the state within the shutdown timeout, and logs what it

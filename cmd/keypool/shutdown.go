@@ -36,7 +36,7 @@ func (s *server) shutdown(hs *http.Server, errc <-chan error) error {
 	if err := s.save(deadline); err != nil {
 		return err
 	}
-	s.log.Info("stopped", "after", time.Since(start).Round(time.Millisecond).String())
+	s.milestoneLog().Info("stopped", "after", time.Since(start).Round(time.Millisecond).String())
 	return nil
 }
 

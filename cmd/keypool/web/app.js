@@ -270,9 +270,12 @@
       el.replaceChildren();
       return;
     }
+    const since = store.since
+      ? [" since ", h("time", { datetime: store.since, text: clock(parseTime(store.since), serverNow(), true) })]
+      : [];
     el.replaceChildren(
       h("strong", { text: "The state store is failing" }),
-      store.since ? [" since ", h("time", { datetime: store.since, text: clock(parseTime(store.since), serverNow(), true) })] : null,
+      ...since,
       `: ${store.reason}. `,
       "The proxy serves on, but its windows and benches may not be saved, or shared with other replicas, until the store works again.");
     el.hidden = false;
