@@ -25,7 +25,7 @@ func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	s, all := checkConfig(path)
+	s, all := checkConfig(path, false)
 	if s != nil {
 		for _, w := range s.warnings {
 			fmt.Fprintln(stderr, "keypool check: warning: "+w)
@@ -65,13 +65,16 @@ func configFlag(fs *flag.FlagSet, args []string, stderr io.Writer) (string, erro
 }
 
 // checkConfig reads the configuration at path and checks it and its state,
-// as check and serve do before anything starts, and returns the settings
-// (nil when the file could not be read as YAML) and every mistake.
-func checkConfig(path string) (*settings, mistakes) {
+// as check and serve (serving) do before anything starts, and returns the
+// settings (nil when the file could not be read as YAML) and every mistake.
+func checkConfig(path string, serving bool) (*settings, mistakes) {
 	s, err := loadConfig(path, os.LookupEnv)
 	var all mistakes
 	all.merge(err)
-	if s != nil {
+	if s != nil && !(serving && isRedisURL(s.state) && s.replicas > 0) {
+		// With replicas, Redis out of reach stops nothing: serve starts on
+		// local windows, and logs the outage, without waiting for a
+		// check's timeout first.
 		all.merge(checkState(s, slog.New(slog.DiscardHandler)))
 	}
 	return s, all

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"regexp"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -126,4 +128,18 @@ type countingHealth struct {
 func (c *countingHealth) Health() error {
 	c.n.Add(1)
 	return nil
+}
+
+func TestServeStartsWithReplicasWhileRedisIsDown(t *testing.T) {
+	mr := miniredis.RunT(t)
+	addr := mr.Addr()
+	mr.Close()
+	p := startServe(t, fmt.Sprintf("replicas: 2\nstate: redis://:hunter2@%s/0\nproxy_tokens: [%q]\nupstreams: [{url: 'http://127.0.0.1:1', keys: [{secret: sk-a}]}]\n", addr, proxyToken))
+	require.Eventually(t, func() bool { return strings.Contains(p.stderr.String(), `msg="state store failing"`) }, 10*time.Second, 20*time.Millisecond, p.stderr.String())
+	assert.Equal(t, 1, strings.Count(p.stderr.String(), `msg="state store failing"`))
+	assert.NotContains(t, p.stderr.String(), "hunter2")
+	assert.NotContains(t, p.stderr.String(), "pool.go", "the Redis client's own log is at debug")
+	status, body := get(t, "http://"+p.addr+"/healthz", nil, nil)
+	assert.Equal(t, http.StatusOK, status)
+	assert.True(t, strings.HasPrefix(body, "degraded: state store: "), body)
 }

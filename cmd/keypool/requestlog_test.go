@@ -158,6 +158,26 @@ func TestServeLogsBenchesAndReturns(t *testing.T) {
 	assert.Contains(t, got[0], "key=upstreams[0].keys[1] model=gpt-4o-mini status=200 outcome=none attempts=2")
 }
 
+func TestServeLogsNoReturnOfAnUnbenchedKey(t *testing.T) {
+	var first atomic.Bool
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "Bearer sk-brief" && !first.Swap(true) {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		_, _ = io.WriteString(w, `{"choices":[]}`)
+	}))
+	t.Cleanup(upstream.Close)
+	base, _, logs := loggedProxy(t, oneUpstream(t, upstream.URL, "keys: [{id: brief, secret: sk-brief}, {secret: sk-other}]"), slog.LevelInfo, 20*time.Millisecond)
+	assert.Equal(t, http.StatusOK, send(t, http.MethodPost, base+"/v1/chat/completions", proxyToken))
+	require.Len(t, logLines(logs, "benched"), 1)
+	assert.Equal(t, http.StatusOK, send(t, http.MethodPost, base+"/keys/up/brief/unbench", proxyToken))
+	time.Sleep(1500 * time.Millisecond) // past the bench's end
+	assert.Len(t, logLines(logs, "unbenched"), 1)
+	assert.Empty(t, logLines(logs, "back in rotation"), "an unbenched key is back at once, by hand:\n%s", logs.String())
+}
+
 func TestReturnsForgetsUnbenchedKeys(t *testing.T) {
 	var r returns
 	now := time.Now()

@@ -38,7 +38,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	s, all := checkConfig(path)
+	s, all := checkConfig(path, true)
 	var ln net.Listener
 	if s != nil {
 		if !all.covers("listen") {

@@ -283,6 +283,7 @@ func (s *server) unbench(w http.ResponseWriter, r *http.Request) {
 	who := caller(r)
 	s.log.Info("unbenched", "route", route, "key", key, "by", who, "from", r.RemoteAddr)
 	s.events.unbenched(route, key, who)
+	s.returns.unbench(route, key)
 	writeJSON(w, http.StatusOK, unbenchResult{Route: route, Key: key, Unbenched: true})
 }
 
