@@ -43,9 +43,9 @@ func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	case isRedisURL(s.state):
 		state += " (Redis)"
 	case s.stateDefault:
-		state = absolute(s.state) + " (Badger; the default, as state is not set)"
+		state += " (Badger; the default, as state is not set)"
 	default:
-		state = absolute(s.state) + " (Badger)"
+		state += " (Badger)"
 	}
 	fmt.Fprintf(stdout, "%s: no mistakes: %s, %s; state in %s\n", path, count(len(s.routes), "upstream"), count(keys, "key"), state)
 	return nil

@@ -170,7 +170,7 @@ func withoutPassword(state, msg string) string {
 }
 
 // displayState is the state as the log and messages show it: a redis://
-// URL without its password.
+// URL without its password, a directory in full.
 func displayState(state string) string {
 	if isRedisURL(state) {
 		if u, err := url.Parse(state); err == nil {
@@ -178,5 +178,5 @@ func displayState(state string) string {
 		}
 		return "a Redis URL that does not parse"
 	}
-	return state
+	return absolute(state)
 }

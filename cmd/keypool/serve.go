@@ -80,10 +80,10 @@ func stateAttrs(path string, s *settings) []any {
 	case isRedisURL(s.state):
 		return append(attrs, "state", displayState(s.state), "store", "redis")
 	case s.stateDefault:
-		attrs = append(attrs, "state", absolute(s.state), "store", "badger",
+		attrs = append(attrs, "state", displayState(s.state), "store", "badger",
 			"note", "state is not set: the default is "+defaultState+" in the directory serve runs in")
 	default:
-		attrs = append(attrs, "state", absolute(s.state), "store", "badger")
+		attrs = append(attrs, "state", displayState(s.state), "store", "badger")
 	}
 	return attrs
 }
