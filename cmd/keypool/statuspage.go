@@ -68,10 +68,12 @@ func (s *server) handleOwn(mux *http.ServeMux) {
 // forwards.
 func forwardable(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		recordOf(r.Context()).set(func(rec *requestRecord) { rec.forwarded = true })
 		if r.Header.Get(ownEndpointHeader) == "" {
 			next.ServeHTTP(w, r)
 			return
 		}
+		refused(r, "refused")
 		writeError(w, http.StatusNotFound, "not_found_error",
 			"keypool: the proxy's own endpoints are at its root (/status), not under "+quotePath(r.URL.Path), nil)
 	})
@@ -241,7 +243,8 @@ func logout(w http.ResponseWriter, r *http.Request) {
 
 // report returns the proxy's status at now.
 func (s *server) report(now time.Time) statusReport {
-	return statusReport{Now: now.UTC(), Routes: viewRoutes(s.fallback.Status(), now), Events: s.events.latest(statusEvents, now)}
+	store := s.viewStoreHealth()
+	return statusReport{Now: now.UTC(), Store: &store, Routes: viewRoutes(s.fallback.Status(), now), Events: s.events.latest(statusEvents, now)}
 }
 
 func (s *server) statusJSON(w http.ResponseWriter, _ *http.Request) {
@@ -280,6 +283,7 @@ func (s *server) unbench(w http.ResponseWriter, r *http.Request) {
 	who := caller(r)
 	s.log.Info("unbenched", "route", route, "key", key, "by", who, "from", r.RemoteAddr)
 	s.events.unbenched(route, key, who)
+	s.returns.unbench(route, key)
 	writeJSON(w, http.StatusOK, unbenchResult{Route: route, Key: key, Unbenched: true})
 }
 
