@@ -148,23 +148,19 @@ func checkName(what, name string) error {
 	return nil
 }
 
-// String returns the key's ID and tier, never its secret.
-func (k Key) String() string {
-	tier := "free"
-	if k.Paid {
-		tier = "paid"
-	}
-	return "key " + k.id() + " (" + tier + ")"
-}
-
-// Format prints the key as String does, for every verb: %v, %+v, %#v and %s
-// all show the ID only.
+// Format prints the key's ID and tier, never its secret, for every verb:
+// %v, %+v, %s and fmt.Sprint give "key ID (free)", %#v a Go-syntax value with
+// the secret redacted.
 func (k Key) Format(f fmt.State, verb rune) {
 	if verb == 'v' && f.Flag('#') {
 		fmt.Fprintf(f, "keypool.Key{ID:%q, Paid:%t, Secret:\"[redacted]\"}", k.id(), k.Paid)
 		return
 	}
-	fmt.Fprint(f, k.String())
+	tier := "free"
+	if k.Paid {
+		tier = "paid"
+	}
+	fmt.Fprint(f, "key "+k.id()+" ("+tier+")")
 }
 
 // Pool spreads requests over the keys of one vendor. It is safe for
@@ -185,6 +181,9 @@ type Pool struct {
 	tokens atomic.Bool
 	closed atomic.Bool
 	tel    *telemetry
+	// unbenched counts the keys unbenched by hand, so that a Fallback's
+	// route over the pool knows to come back.
+	unbenched atomic.Uint64
 	// health reads the store's Health, when it has one; storeFailing
 	// holds the kinds of store call (storeOp) failing now.
 	health       func() error
@@ -409,7 +408,7 @@ func (p *Pool) scan(ctx context.Context, c *call, keys []*poolKey, cursor *atomi
 			continue
 		}
 		cl := Claim{Provider: p.provider, KeyID: k.ID, Account: k.Account, Model: model, Limits: p.limits(k, model),
-			Cap: p.cfg.keyCap, Days: p.cfg.days, Now: now, Budget: k.Budget, AccountBudget: p.cfg.accountBudgets[k.Account]}
+			Cap: p.cfg.keyCap, DayZone: p.cfg.days.loc, DayHour: p.cfg.days.hour, Now: now, Budget: k.Budget, AccountBudget: p.cfg.accountBudgets[k.Account]}
 		_, cl.Named = p.cfg.modelLimits[model]
 		cl.Tokens = est.total()
 		if limit := windowspec.Tighter(cl.Limits.tokenCap(), cl.Cap.tokenCap()); limit > 0 {

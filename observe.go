@@ -68,7 +68,7 @@ func (p *Pool) learn(ctx context.Context, l *lease, s statedWindows, now time.Ti
 		return
 	}
 	st := Stated{Provider: p.provider, KeyID: l.key.ID, Account: l.key.Account, Model: l.claim.Model,
-		Limits: s.limits, Used: s.used, Days: p.cfg.days, Now: now}
+		Limits: s.limits, Used: s.used, DayZone: p.cfg.days.loc, DayHour: p.cfg.days.hour, Now: now}
 	if s.minuteWait > 0 {
 		st.MinuteReset = now.Add(s.minuteWait)
 	}

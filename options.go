@@ -70,7 +70,7 @@ type config struct {
 	limits         Limits
 	modelLimits    map[string]Limits
 	keyCap         Limits
-	days           Calendar
+	days           calendar
 	onEvict        func(Eviction)
 	onRateLimit    func(Reading)
 	onStoreError   func(error)
@@ -254,7 +254,7 @@ func WithCalendarDay(hour int, loc *time.Location) Option {
 		if loc == nil {
 			loc = time.UTC
 		}
-		c.days = Calendar{Hour: hour, Loc: loc}
+		c.days = calendar{hour: hour, loc: loc}
 		return nil
 	})
 }

@@ -93,9 +93,9 @@ var errNoPrice = errors.New("has no price (WithPrices), and every key that could
 
 // budgetDays returns the calendar budgets count by: the pool's calendar
 // days, or midnight UTC when the pool's days slide.
-func budgetDays(c Calendar) Calendar {
-	if c.Loc == nil {
-		return Calendar{Loc: time.UTC}
+func budgetDays(c calendar) calendar {
+	if c.loc == nil {
+		return calendar{loc: time.UTC}
 	}
 	return c
 }
@@ -124,7 +124,7 @@ func (p *period) roll(now int64, bounds func(int64) (int64, int64)) {
 // room reports whether cost fits what is left of the day's and the month's
 // caps (0: none) at now; when it does not, it returns when it could: the
 // end of the later period that is spent.
-func (s *spend) room(now, cost, dayCap, monthCap int64, c Calendar) (ok bool, retryAt int64) {
+func (s *spend) room(now, cost, dayCap, monthCap int64, c calendar) (ok bool, retryAt int64) {
 	s.day.roll(now, c.period)
 	s.month.roll(now, c.month)
 	ok = true

@@ -138,8 +138,9 @@ func (p *Pool) available(now time.Time) int {
 
 // Unbench lifts every bench of the key with the given ID and sets its levels
 // back to zero: an operator's manual return, for a key that was fixed (a
-// topped-up balance, a renewed key). It returns an error for an unknown ID
-// or a failing store.
+// topped-up balance, a renewed key). A Fallback's route over the pool that
+// is benched comes back with it. It returns an error for an unknown ID or a
+// failing store.
 func (p *Pool) Unbench(ctx context.Context, keyID string) error {
 	if err := p.usable(); err == errNotNew {
 		return err
@@ -152,6 +153,7 @@ func (p *Pool) Unbench(ctx context.Context, keyID string) error {
 			return fmt.Errorf("keypool: %s: unbench %s: %w", p.provider, keyID, err)
 		}
 		k.benchedUntil.Store(0)
+		p.unbenched.Add(1)
 		return nil
 	}
 	return fmt.Errorf("keypool: %s: no key with ID %q", p.provider, keyID)

@@ -57,6 +57,9 @@ type Store interface {
 // accountID returns the ID under which a store keeps an account's state.
 func accountID(account string) string { return windowspec.AccountID(account) }
 
+// days returns the calendar a Claim's or a Stated's day fields describe.
+func days(zone *time.Location, hour int) calendar { return calendar{hour: hour, loc: zone} }
+
 // Claim is one request a pool asks a store to admit.
 type Claim struct {
 	Provider string // the pool's provider name: several pools may share a store
@@ -81,8 +84,11 @@ type Claim struct {
 	// it learned for the model (Learn).
 	Limits Limits
 	Cap    Limits
-	// Days says how day windows count.
-	Days Calendar
+	// DayZone and DayHour say how day windows count: over the last 24
+	// hours when DayZone is nil, else by calendar days that start at
+	// DayHour o'clock in DayZone.
+	DayZone *time.Location
+	DayHour int
 	// Cost is the request's estimated cost, in millionths of a US dollar.
 	// Budget caps what the key spends, AccountBudget what its account
 	// spends (zero fields: no cap). A store admits the request only when
@@ -170,7 +176,9 @@ type Stated struct {
 	Used        Limits
 	MinuteReset time.Time
 	DayReset    time.Time
-	// Days says how day windows count; Now is the pool's clock.
-	Days Calendar
-	Now  time.Time
+	// DayZone and DayHour say how day windows count, as a Claim's do; Now is
+	// the pool's clock.
+	DayZone *time.Location
+	DayHour int
+	Now     time.Time
 }

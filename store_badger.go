@@ -18,7 +18,7 @@ import (
 // at a time. Test for it with errors.Is.
 var ErrStoreLocked = errors.New("state directory is held by another process")
 
-// errStoreClosed is what a BadgerStore's writes return once Shutdown began.
+// errStoreClosed is what a BadgerStore's writes return once Close began.
 var errStoreClosed = errors.New("keypool: badger store: closed")
 
 // BadgerStore keeps a pool's state in memory, as NewMemoryStore's store does, and in a
@@ -28,7 +28,7 @@ var errStoreClosed = errors.New("keypool: badger store: closed")
 // process does not lose; a crash of the operating system or the machine
 // can lose what it wrote in the last seconds, unless WithSyncWrites is set.
 // Windows are written behind, in one batch about once a second
-// (WithFlushInterval) and at Flush and Shutdown, so the hot path never waits
+// (WithFlushInterval) and at Flush and Close, so the hot path never waits
 // on disk. Opening the store loads what it holds; state that has expired is
 // dropped.
 //
@@ -51,21 +51,21 @@ var errStoreClosed = errors.New("keypool: badger store: closed")
 // twice.
 type BadgerStore struct {
 	*memoryStore // the windows, benches and spend; Take, Learn, State and Keys are its
-	cfg   badgerConfig
-	log   *badgerLogger
-	owned bool // the store opened the database: it closes it, and opens one again in a directory made again
+	cfg          badgerConfig
+	log          *badgerLogger
+	owned        bool // the store opened the database: it closes it, and opens one again in a directory made again
 
 	db  atomic.Pointer[badger.DB]
 	dir atomic.Pointer[stateDir] // nil for a database that keeps no files
 	gen atomic.Uint64            // counts the databases opened again
 
 	health atomic.Pointer[error] // nil while writes succeed
-	closed atomic.Bool           // Shutdown began
+	closed atomic.Bool           // Close began
 
 	stop chan struct{}
 	done sync.WaitGroup
 
-	// flushMu serializes flushes — the flusher's, Flush's and Shutdown's —
+	// flushMu serializes flushes — the flusher's, Flush's and Close's —
 	// and the opening of a database again.
 	flushMu sync.Mutex
 	// spellMu serializes the changes of health with their log lines, so
@@ -77,7 +77,7 @@ type BadgerStore struct {
 	unwritten map[keyRef]uint64  // keys whose benches are not written, and the version to write
 	refused   map[recordRef]bool // records Badger would refuse, each logged once
 
-	closeMu sync.Mutex // serializes Shutdown
+	closeMu sync.Mutex // serializes Close
 
 	// update and flushBatch write to the database: its Update and
 	// WriteBatch.Flush, which tests replace to make writes fail.
@@ -106,7 +106,7 @@ func (r recordRef) String() string {
 // one that cannot be written, is not a Badger database or has less free
 // than the store keeps in reserve gives an error naming it; so does a bad
 // option. Empty memtable files a killed process left are removed first,
-// each with a warning. Shutdown and Close close the database.
+// each with a warning. Close closes the database.
 func OpenBadgerStore(dir string, opts ...Option) (*BadgerStore, error) {
 	if dir == "" {
 		return nil, errors.New("keypool: badger store: no directory")
@@ -131,12 +131,13 @@ func OpenBadgerStore(dir string, opts ...Option) (*BadgerStore, error) {
 	return s, nil
 }
 
-// NewBadgerStore returns a store over a Badger database the caller opened
-// and owns: Shutdown and Close stop the store but leave db open, and a
+// newBadgerStoreOver returns a store over a Badger database the caller
+// opened and owns (tests use an in-memory one): Close stops the store but
+// leaves db open, and a
 // directory made again is not opened again. The store's records are under
 // keys that start with "kp2/" (and "kp1/", the layout it reads and
 // replaces). A bad option gives an error naming it.
-func NewBadgerStore(db *badger.DB, opts ...Option) (*BadgerStore, error) {
+func newBadgerStoreOver(db *badger.DB, opts ...Option) (*BadgerStore, error) {
 	if db == nil {
 		return nil, errors.New("keypool: badger store: nil database")
 	}
@@ -550,7 +551,7 @@ func (s *BadgerStore) setHealth(err error) {
 	}
 }
 
-// every calls fn every d until Shutdown.
+// every calls fn every d until Close.
 func (s *BadgerStore) every(d time.Duration, fn func()) {
 	defer s.done.Done()
 	t := time.NewTicker(d)
@@ -575,26 +576,14 @@ func (s *BadgerStore) collect() {
 	}
 }
 
-// shutdownRetry is how often Shutdown tries again to write while the store
+// shutdownRetry is how often Close tries again to write while the store
 // is failing.
 const shutdownRetry = 250 * time.Millisecond
 
-// Shutdown stops the store's goroutines, writes what it holds, and closes
-// the database if the store opened it. While the store is failing it tries
-// again four times a second until ctx ends; it then returns an error that
-// wraps ctx.Err() and says how many keys' windows and benches are not
-// saved. A second Shutdown returns nil.
-//
-// What Shutdown leaves running when ctx ends first: while the directory is
-// gone, read-only or full, the database stays open, with its dozen idle
-// goroutines and its files, until the process exits — closing it would
-// retry writing Badger's memtable once a second without end, or kill the
-// process on a full filesystem; what it wrote before the failure is read
-// at the next open, as after a kill. While the directory is fine but
-// writes fail, the database is closed by a goroutine that outlives
-// Shutdown. A write or a close that hangs in Badger (a disk that stops
-// answering) hangs that goroutine, not Shutdown.
-func (s *BadgerStore) Shutdown(ctx context.Context) error {
+// shutdown is Close within ctx: it returns when the store has written what
+// it holds, or when ctx ends, with an error that wraps ctx.Err() and says
+// how many keys' windows and benches are not saved.
+func (s *BadgerStore) shutdown(ctx context.Context) error {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
 	if s.closed.Swap(true) {
@@ -616,14 +605,28 @@ func (s *BadgerStore) Shutdown(ctx context.Context) error {
 	}
 }
 
-// Close is Shutdown bounded by 15 seconds.
+// Close stops the store's goroutines, writes what it holds, and closes the
+// database if the store opened it — within 15 seconds. While the store is
+// failing it tries again four times a second until then; it then returns an
+// error that says how many keys' windows and benches are not saved. A second
+// Close returns nil.
+//
+// What Close leaves running when its 15 seconds end first: while the
+// directory is gone, read-only or full, the database stays open, with its
+// dozen idle goroutines and its files, until the process exits — closing it
+// would retry writing Badger's memtable once a second without end, or kill
+// the process on a full filesystem; what it wrote before the failure is read
+// at the next open, as after a kill. While the directory is fine but writes
+// fail, the database is closed by a goroutine that outlives Close. A write
+// or a close that hangs in Badger (a disk that stops answering) hangs that
+// goroutine, not Close.
 func (s *BadgerStore) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.closeBound)
 	defer cancel()
-	return s.Shutdown(ctx)
+	return s.shutdown(ctx)
 }
 
-// finish does Shutdown's work once the store's goroutines have stopped.
+// finish does Close's work once the store's goroutines have stopped.
 func (s *BadgerStore) finish(ctx context.Context) error {
 	s.done.Wait()
 	retry := time.NewTicker(min(s.cfg.flushEvery, shutdownRetry))
@@ -656,7 +659,7 @@ func (s *BadgerStore) finish(ctx context.Context) error {
 	}
 }
 
-// unsaved returns the error of a Shutdown that ended before the store wrote
+// unsaved returns the error of a Close that ended before the store wrote
 // what it holds.
 func (s *BadgerStore) unsaved(cause error) error {
 	lost, _ := s.dir.Load().check()
@@ -682,4 +685,3 @@ func (s *BadgerStore) unsaved(cause error) error {
 	}
 	return fmt.Errorf("%s: %w", msg, cause)
 }
-

@@ -315,7 +315,7 @@ func TestBadgerStoreOfTheCallerDirectoryMadeAgain(t *testing.T) {
 	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
 	require.NoError(t, err)
 	var logs logLines
-	s, err := NewBadgerStore(db, WithFlushInterval(time.Hour), WithBadgerLogger(logs.logger()))
+	s, err := newBadgerStoreOver(db, WithFlushInterval(time.Hour), WithBadgerLogger(logs.logger()))
 	require.NoError(t, err)
 	s.cfg.closeBound = 100 * time.Millisecond
 	require.NoError(t, os.RemoveAll(dir))
@@ -338,10 +338,10 @@ func TestBadgerStoreShutdownTwice(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if err := s.Shutdown(ctx); err != nil {
+	if err := s.shutdown(ctx); err != nil {
 		require.ErrorIs(t, err, context.Canceled)
 	}
-	require.NoError(t, s.Shutdown(t.Context()))
+	require.NoError(t, s.shutdown(t.Context()))
 	require.NoError(t, s.Close())
 	require.ErrorIs(t, s.Flush(t.Context()), errStoreClosed)
 	require.True(t, errors.Is(s.Bench(t.Context(), Bench{Provider: "p", KeyID: "k", AllModels: true, Kind: KindAuth,

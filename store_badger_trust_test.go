@@ -71,7 +71,7 @@ func TestBadgerStoreRecordOverLimit(t *testing.T) {
 				defer k.mu.Unlock()
 				for i := range maxModelsPerKey {
 					w := &windows{}
-					w.add(now.UnixNano(), Limits{RPM: 1}, 1, 0, Calendar{})
+					w.add(now.UnixNano(), Limits{RPM: 1}, 1, 0, calendar{})
 					k.models[fmt.Sprintf("%04d-%s", i, strings.Repeat("m", 1100))] = &memModel{win: w}
 				}
 				k.dirty = true
@@ -342,7 +342,7 @@ func TestBadgerStoreBadOptions(t *testing.T) {
 			db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
 			require.NoError(t, err, "the directory was left closed")
 			defer db.Close()
-			s, err = NewBadgerStore(db, tt.opt)
+			s, err = newBadgerStoreOver(db, tt.opt)
 			require.Error(t, err)
 			assert.Nil(t, s)
 			assert.Equal(t, "keypool: badger store: "+tt.want, err.Error())
@@ -427,7 +427,7 @@ func TestBadgerStoreRecordRefusedByBadger(t *testing.T) {
 	require.NoError(t, err)
 	defer db.Close()
 	var logs logLines
-	s, err := NewBadgerStore(db, WithFlushInterval(time.Hour), WithBadgerLogger(logs.logger()))
+	s, err := newBadgerStoreOver(db, WithFlushInterval(time.Hour), WithBadgerLogger(logs.logger()))
 	require.NoError(t, err)
 	defer s.Close()
 	now := time.Now()

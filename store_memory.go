@@ -30,7 +30,7 @@ type memKey struct {
 	mu     sync.Mutex // guards the fields below
 	bench  benchState
 	cap    *windows // across models; nil until a cap applies
-	days   Calendar // as the last take counted days
+	days   calendar // as the last take counted days
 	last   int64    // the latest time a take was recorded, Unix nanoseconds
 	models map[string]*memModel
 	spend  spend // what the key (or account) spent, by calendar day and month
@@ -141,7 +141,7 @@ func (k *memKey) evictIdle(now int64) bool {
 
 // idle reports whether the entry holds nothing in force at now: no bench,
 // no level, windows that count nothing.
-func (m *memModel) idle(now int64, c Calendar) bool {
+func (m *memModel) idle(now int64, c calendar) bool {
 	return m.bench.until <= now && m.level == 0 && (m.win == nil || m.win.usage(now, c) == Usage{})
 }
 
@@ -162,9 +162,10 @@ func (s *memoryStore) Take(_ context.Context, t Claim) (Grant, error) {
 		k.mu.Lock()
 		defer k.mu.Unlock()
 	}
-	now := k.clock(t.Now, t.Days)
+	cal := days(t.DayZone, t.DayHour)
+	now := k.clock(t.Now, cal)
 	if k != own {
-		own.clock(t.Now, t.Days)
+		own.clock(t.Now, cal)
 	}
 	m := k.model(t.Model, now, t.Named)
 	if until, kind := latest(own.bench, latestBench(k.bench, m.bench)); until > now {
@@ -180,16 +181,16 @@ func (s *memoryStore) Take(_ context.Context, t Claim) (Grant, error) {
 	}
 	ok, retryAt, dayFull := true, int64(0), false
 	if m.win != nil {
-		ok, retryAt, dayFull = m.win.room(now, lim, tok, t.Days)
+		ok, retryAt, dayFull = m.win.room(now, lim, tok, cal)
 	}
 	if t.Cap != (Limits{}) {
 		if k.cap == nil {
 			k.cap = &windows{}
 		}
-		okCap, atCap, dayCap := k.cap.room(now, t.Cap, tok, t.Days)
+		okCap, atCap, dayCap := k.cap.room(now, t.Cap, tok, cal)
 		ok, retryAt, dayFull = ok && okCap, max(retryAt, atCap), dayFull || dayCap
 	}
-	days := budgetDays(t.Days)
+	budget := budgetDays(cal)
 	for _, b := range [...]struct {
 		k      *memKey
 		budget Budget
@@ -198,7 +199,7 @@ func (s *memoryStore) Take(_ context.Context, t Claim) (Grant, error) {
 			continue
 		}
 		day, month := b.budget.micros()
-		if fits, at := b.k.spend.room(now, t.Cost, day, month, days); !fits {
+		if fits, at := b.k.spend.room(now, t.Cost, day, month, budget); !fits {
 			ok, retryAt, dayFull = false, max(retryAt, at), true
 		}
 	}
@@ -210,12 +211,12 @@ func (s *memoryStore) Take(_ context.Context, t Claim) (Grant, error) {
 		return Grant{RetryAt: time.Unix(0, retryAt).UTC(), Reason: reason, Level: m.level}, nil
 	}
 	if m.win != nil {
-		m.win.add(now, lim, 1, tok, t.Days)
+		m.win.add(now, lim, 1, tok, cal)
 	}
 	if k.cap != nil {
-		k.cap.add(now, t.Cap, 1, tok, t.Days)
+		k.cap.add(now, t.Cap, 1, tok, cal)
 	}
-	r := &memReservation{key: k, model: m, at: now, tokens: tok, limits: lim, cap: t.Cap, days: t.Days}
+	r := &memReservation{key: k, model: m, at: now, tokens: tok, limits: lim, cap: t.Cap, days: cal}
 	if t.Budget != (Budget{}) {
 		own.spend.add(now, t.Cost)
 		own.dirty = true
@@ -234,7 +235,7 @@ func (s *memoryStore) Take(_ context.Context, t Claim) (Grant, error) {
 // counts at least as long as it should. A step back of more than maxStepBack
 // is a clock put right after running ahead: the key's windows and benches,
 // dated by the wrong clock, move back with it. k.mu must be held.
-func (k *memKey) clock(t time.Time, days Calendar) int64 {
+func (k *memKey) clock(t time.Time, days calendar) int64 {
 	if k.last-t.UnixNano() > int64(maxStepBack) {
 		k.shiftBack(k.last-t.UnixNano(), t.UnixNano(), days)
 	}
@@ -256,7 +257,8 @@ func (s *memoryStore) Learn(_ context.Context, st Stated) error {
 	k := s.key(st.Provider, id)
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	now := k.clock(st.Now, st.Days)
+	cal := days(st.DayZone, st.DayHour)
+	now := k.clock(st.Now, cal)
 	m := k.model(st.Model, now, false)
 	m.learned = m.learned.over(st.Limits)
 	k.dirty = true
@@ -266,7 +268,7 @@ func (s *memoryStore) Learn(_ context.Context, st Stated) error {
 	if m.win == nil {
 		m.win = &windows{}
 	}
-	m.win.raise(now, st.Used, unixOrZero(st.MinuteReset), unixOrZero(st.DayReset), st.Days)
+	m.win.raise(now, st.Used, unixOrZero(st.MinuteReset), unixOrZero(st.DayReset), cal)
 	return nil
 }
 
@@ -298,7 +300,7 @@ type memReservation struct {
 	released bool
 	limits   Limits
 	cap      Limits
-	days     Calendar
+	days     calendar
 	// own and shared are the entries whose spend counts the cost: the
 	// key's, for its budget, and its account's; nil where no budget is.
 	own, shared *memKey
@@ -374,7 +376,7 @@ const maxStepBack = time.Hour
 // now, after the clock that dated them was put back by d: what was taken
 // still counts, for as long as it should from the corrected clock, and a
 // bench ends as long after it began as it was meant to. k.mu must be held.
-func (k *memKey) shiftBack(d, now int64, c Calendar) {
+func (k *memKey) shiftBack(d, now int64, c calendar) {
 	shift := func(w *windows) {
 		if w != nil {
 			w.shiftBack(d, now, c)

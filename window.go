@@ -187,7 +187,7 @@ type fixed struct {
 
 // roll starts the period that holds now once the current one has ended. A
 // clock that steps back stays in the current period.
-func (f *fixed) roll(now int64, c Calendar) {
+func (f *fixed) roll(now int64, c calendar) {
 	if now >= f.end {
 		f.start, f.end = c.period(now)
 		f.requests, f.tokens = 0, 0
@@ -196,7 +196,7 @@ func (f *fixed) roll(now int64, c Calendar) {
 
 // room reports whether the period has room at now for one more request of tok
 // tokens under lim; when it has none, it returns the period's end.
-func (f *fixed) room(now int64, c Calendar, lim axis, tok int64) (ok bool, retryAt int64) {
+func (f *fixed) room(now int64, c calendar, lim axis, tok int64) (ok bool, retryAt int64) {
 	f.roll(now, c)
 	if (lim.requests != 0 && f.requests+1 > lim.requests) || (lim.tokens != 0 && f.tokens+tok > lim.tokens) {
 		return false, f.end
@@ -217,7 +217,7 @@ func (f *fixed) add(at int64, req, tok int64) {
 // shiftBack carries what the period holds into the period that holds now,
 // when the clock that dated it is put back before it began: what was taken
 // then still counts.
-func (f *fixed) shiftBack(now int64, c Calendar) {
+func (f *fixed) shiftBack(now int64, c calendar) {
 	if f.end != 0 && now < f.start {
 		f.start, f.end = c.period(now)
 	}
@@ -231,24 +231,24 @@ func (f *fixed) used(now int64) (requests, tokens int64) {
 	return f.requests, f.tokens
 }
 
-// Calendar says how day windows count: over the last 24 hours when Loc is
-// nil (the zero Calendar), else by calendar days that start at Hour o'clock
-// in Loc, as vendors that reset at midnight Pacific time count them.
-type Calendar struct {
-	Hour int
-	Loc  *time.Location
+// calendar says how day windows count: over the last 24 hours when loc is
+// nil (the zero calendar), else by calendar days that start at hour o'clock
+// in loc, as vendors that reset at midnight Pacific time count them.
+type calendar struct {
+	hour int
+	loc  *time.Location
 }
 
 // period returns the calendar day that holds now, in Unix nanoseconds.
-func (c Calendar) period(now int64) (start, end int64) {
-	s, e := windowspec.CalendarDay(time.Unix(0, now), c.Hour, c.Loc)
+func (c calendar) period(now int64) (start, end int64) {
+	s, e := windowspec.CalendarDay(time.Unix(0, now), c.hour, c.loc)
 	return s.UnixNano(), e.UnixNano()
 }
 
 // month returns the calendar month that holds now, in Unix nanoseconds: it
 // starts on the first day at the calendar's hour, in its zone.
-func (c Calendar) month(now int64) (start, end int64) {
-	s, e := windowspec.CalendarMonth(time.Unix(0, now), c.Hour, c.Loc)
+func (c calendar) month(now int64) (start, end int64) {
+	s, e := windowspec.CalendarMonth(time.Unix(0, now), c.hour, c.loc)
 	return s.UnixNano(), e.UnixNano()
 }
 
@@ -269,7 +269,7 @@ func (w *windows) dayBuckets() buckets    { return buckets{w.dayReq[:], w.dayTok
 // room reports whether the windows have room at now for one more request of
 // tok tokens under lim. If not, it returns the earliest time they all will,
 // and whether a day window is among the full ones.
-func (w *windows) room(now int64, lim Limits, tok int64, c Calendar) (ok bool, retryAt int64, dayFull bool) {
+func (w *windows) room(now int64, lim Limits, tok int64, c calendar) (ok bool, retryAt int64, dayFull bool) {
 	ok = true
 	if a := (axis{lim.RPM, lim.TPM}); a.set() {
 		if fit, at := w.minute.room(w.minuteBuckets(), now, minuteWidth, a, tok); !fit {
@@ -279,7 +279,7 @@ func (w *windows) room(now int64, lim Limits, tok int64, c Calendar) (ok bool, r
 	if a := (axis{lim.RPD, lim.TPD}); a.set() {
 		var fit bool
 		var at int64
-		if c.Loc != nil {
+		if c.loc != nil {
 			fit, at = w.cal.room(now, c, a, tok)
 		} else {
 			fit, at = w.day.room(w.dayBuckets(), now, dayWidth, a, tok)
@@ -294,7 +294,7 @@ func (w *windows) room(now int64, lim Limits, tok int64, c Calendar) (ok bool, r
 // shiftBack moves what the windows hold d nanoseconds earlier, as when the
 // clock that dated them is put back by d: by whole buckets, no more than d,
 // so that nothing taken stops counting sooner than it should.
-func (w *windows) shiftBack(d, now int64, c Calendar) {
+func (w *windows) shiftBack(d, now int64, c calendar) {
 	w.minute.shiftBack(w.minuteBuckets(), d/minuteWidth, minuteWidth)
 	w.day.shiftBack(w.dayBuckets(), d/dayWidth, dayWidth)
 	w.cal.shiftBack(now, c)
@@ -302,12 +302,12 @@ func (w *windows) shiftBack(d, now int64, c Calendar) {
 
 // add records req requests and tok tokens as taken at time at in every
 // window lim sets; negative counts give back what an earlier add recorded.
-func (w *windows) add(at int64, lim Limits, req, tok int64, c Calendar) {
+func (w *windows) add(at int64, lim Limits, req, tok int64, c calendar) {
 	if lim.RPM != 0 || lim.TPM != 0 {
 		w.minute.add(w.minuteBuckets(), at, minuteWidth, req, tok)
 	}
 	if lim.RPD != 0 || lim.TPD != 0 {
-		if c.Loc != nil {
+		if c.loc != nil {
 			w.cal.add(at, req, tok)
 		} else {
 			w.day.add(w.dayBuckets(), at, dayWidth, req, tok)
@@ -321,7 +321,7 @@ func (w *windows) add(at int64, lim Limits, req, tok int64, c Calendar) {
 // minuteLeaves or dayLeaves (Unix nanoseconds; 0 is a whole window from
 // now), and a calendar day at its end. Each window stays in its mode (exact
 // times or buckets) until a take's limit says otherwise.
-func (w *windows) raise(now int64, used Limits, minuteLeaves, dayLeaves int64, c Calendar) {
+func (w *windows) raise(now int64, used Limits, minuteLeaves, dayLeaves int64, c calendar) {
 	if used.RPM >= 0 || used.TPM >= 0 {
 		b := w.minuteBuckets()
 		w.minute.advance(b, now/minuteWidth)
@@ -330,7 +330,7 @@ func (w *windows) raise(now int64, used Limits, minuteLeaves, dayLeaves int64, c
 		w.minute.raiseAt(b, at, now, minuteWidth, above(used.RPM, r), above(used.TPM, t))
 	}
 	if used.RPD >= 0 || used.TPD >= 0 {
-		if c.Loc != nil {
+		if c.loc != nil {
 			w.cal.roll(now, c)
 			r, t := w.cal.used(now)
 			w.cal.add(now, above(used.RPD, r), above(used.TPD, t))
@@ -380,10 +380,10 @@ type Usage struct {
 }
 
 // usage returns what the windows count at now.
-func (w *windows) usage(now int64, c Calendar) Usage {
+func (w *windows) usage(now int64, c calendar) Usage {
 	var u Usage
 	u.MinuteRequests, u.MinuteTokens = w.minute.used(w.minuteBuckets(), now, minuteWidth)
-	if c.Loc != nil {
+	if c.loc != nil {
 		u.DayRequests, u.DayTokens = w.cal.used(now)
 	} else {
 		u.DayRequests, u.DayTokens = w.day.used(w.dayBuckets(), now, dayWidth)

@@ -109,7 +109,7 @@ func (s *Store) adjustCall(a adjustment) *evalCall {
 	t := a.claim
 	n := s.scope(t.Provider, t.KeyID, t.Account)
 	own := names(s.cfg.prefix, t.Provider, t.KeyID)
-	cal := t.Days.Loc != nil
+	cal := t.DayZone != nil
 	return call("adjust",
 		[]string{n.index(), n.minute(t.Model), n.dayOf(t.Model, cal),
 			n.minute(overflowModel), n.dayOf(overflowModel, cal), n.capMinute(), n.capDayOf(cal),

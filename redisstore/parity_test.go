@@ -24,17 +24,17 @@ func TestSameAsMemoryStore(t *testing.T) {
 	require.NoError(t, err)
 	cases := []struct {
 		name  string
-		days  keypool.Calendar
-		gap   time.Duration // the longest step between operations
+		days  *time.Location // calendar days at midnight there; nil slides
+		gap   time.Duration  // the longest step between operations
 		steps int
 		lim   keypool.Limits
 		cap   keypool.Limits
 	}{
-		{"minute", keypool.Calendar{}, 1500 * time.Millisecond, 600, keypool.Limits{RPM: 7, TPM: 900}, keypool.Limits{}},
-		{"day", keypool.Calendar{}, 20 * time.Minute, 500, keypool.Limits{RPD: 30, TPD: 5000}, keypool.Limits{}},
-		{"calendar", keypool.Calendar{Hour: 0, Loc: la}, 20 * time.Minute, 500, keypool.Limits{RPD: 15}, keypool.Limits{TPD: 4000}},
-		{"cap", keypool.Calendar{}, time.Second, 600, keypool.Limits{RPM: 10}, keypool.Limits{RPM: 12, TPD: 3000}},
-		{"all", keypool.Calendar{}, 3 * time.Second, 600, keypool.Limits{RPM: 9, TPM: 1200, RPD: 200, TPD: 20_000}, keypool.Limits{RPM: 15}},
+		{"minute", nil, 1500 * time.Millisecond, 600, keypool.Limits{RPM: 7, TPM: 900}, keypool.Limits{}},
+		{"day", nil, 20 * time.Minute, 500, keypool.Limits{RPD: 30, TPD: 5000}, keypool.Limits{}},
+		{"calendar", la, 20 * time.Minute, 500, keypool.Limits{RPD: 15}, keypool.Limits{TPD: 4000}},
+		{"cap", nil, time.Second, 600, keypool.Limits{RPM: 10}, keypool.Limits{RPM: 12, TPD: 3000}},
+		{"all", nil, 3 * time.Second, 600, keypool.Limits{RPM: 9, TPM: 1200, RPD: 200, TPD: 20_000}, keypool.Limits{RPM: 15}},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -60,7 +60,7 @@ func TestSameAsMemoryStore(t *testing.T) {
 				switch {
 				case op < 14:
 					tk := keypool.Claim{Provider: "p", KeyID: "k", Model: model, Limits: c.lim, Cap: c.cap,
-						Days: c.days, Tokens: rng.Int64N(250), Now: now, Cost: rng.Int64N(3000)}
+						DayZone: c.days, Tokens: rng.Int64N(250), Now: now, Cost: rng.Int64N(3000)}
 					if rng.IntN(2) == 0 {
 						tk.Budget = keypool.Budget{PerDay: 0.05, PerMonth: 0.4}
 					}
@@ -84,7 +84,7 @@ func TestSameAsMemoryStore(t *testing.T) {
 				case op >= 20:
 					// What a vendor states: some limits, some counts, a reset
 					// within the window or none.
-					st := keypool.Stated{Provider: "p", KeyID: "k", Model: model, Days: c.days, Now: now,
+					st := keypool.Stated{Provider: "p", KeyID: "k", Model: model, DayZone: c.days, Now: now,
 						Used: keypool.Limits{RPM: -1, RPD: -1, TPM: -1, TPD: -1}}
 					pick := func(limit int64) (int64, int64) {
 						if rng.IntN(2) == 0 {

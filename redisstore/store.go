@@ -197,20 +197,20 @@ func (s *Store) scope(provider, keyID, account string) keyNames {
 // calendarDays returns, for calendar days, the start and end of the day
 // that holds now and the end of the next (Unix milliseconds); 0 0 0 for
 // sliding days.
-func calendarDays(days keypool.Calendar, now time.Time) (start, end, next int64) {
-	if days.Loc == nil {
+func calendarDays(zone *time.Location, hour int, now time.Time) (start, end, next int64) {
+	if zone == nil {
 		return 0, 0, 0
 	}
-	day, dayEnd := windowspec.CalendarDay(now, days.Hour, days.Loc)
-	_, nextEnd := windowspec.CalendarDay(dayEnd, days.Hour, days.Loc)
+	day, dayEnd := windowspec.CalendarDay(now, hour, zone)
+	_, nextEnd := windowspec.CalendarDay(dayEnd, hour, zone)
 	return day.UnixMilli(), dayEnd.UnixMilli(), nextEnd.UnixMilli()
 }
 
 // calendarMonths returns the start and end of the calendar month that holds
 // now and the end of the next (Unix milliseconds), by days' zone and hour.
-func calendarMonths(days keypool.Calendar, now time.Time) (start, end, next int64) {
-	month, monthEnd := windowspec.CalendarMonth(now, days.Hour, days.Loc)
-	_, nextEnd := windowspec.CalendarMonth(monthEnd, days.Hour, days.Loc)
+func calendarMonths(zone *time.Location, hour int, now time.Time) (start, end, next int64) {
+	month, monthEnd := windowspec.CalendarMonth(now, hour, zone)
+	_, nextEnd := windowspec.CalendarMonth(monthEnd, hour, zone)
 	return month.UnixMilli(), monthEnd.UnixMilli(), nextEnd.UnixMilli()
 }
 
@@ -225,16 +225,16 @@ func budgetMicros(b keypool.Budget) (day, month int64) {
 func (s *Store) takeCall(t keypool.Claim) *evalCall {
 	n := s.scope(t.Provider, t.KeyID, t.Account)
 	own := names(s.cfg.prefix, t.Provider, t.KeyID)
-	cal := t.Days.Loc != nil
-	start, end, next := calendarDays(t.Days, t.Now)
+	cal := t.DayZone != nil
+	start, end, next := calendarDays(t.DayZone, t.DayHour, t.Now)
 	bd, bm := budgetMicros(t.Budget)
 	ad, am := budgetMicros(t.AccountBudget)
-	days := t.Days
-	if days.Loc == nil {
-		days.Loc = time.UTC // budgets count calendar days: midnight UTC when windows slide
+	zone, hour := t.DayZone, t.DayHour
+	if zone == nil {
+		zone, hour = time.UTC, 0 // budgets count calendar days: midnight UTC when windows slide
 	}
-	dayStart, dayEnd, nextDay := calendarDays(days, t.Now)
-	monthStart, monthEnd, nextMonth := calendarMonths(days, t.Now)
+	dayStart, dayEnd, nextDay := calendarDays(zone, hour, t.Now)
+	monthStart, monthEnd, nextMonth := calendarMonths(zone, hour, t.Now)
 	return call("take",
 		[]string{n.index(), n.benches(), n.minute(t.Model), n.dayOf(t.Model, cal),
 			n.minute(overflowModel), n.dayOf(overflowModel, cal), n.capMinute(), n.capDayOf(cal), own.benches(),
@@ -333,8 +333,8 @@ func (s *Store) Learn(ctx context.Context, st keypool.Stated) error {
 // learnCall returns the learn script's call for st.
 func (s *Store) learnCall(st keypool.Stated) *evalCall {
 	n := s.scope(st.Provider, st.KeyID, st.Account)
-	cal := st.Days.Loc != nil
-	start, end, next := calendarDays(st.Days, st.Now)
+	cal := st.DayZone != nil
+	start, end, next := calendarDays(st.DayZone, st.DayHour, st.Now)
 	leaves := func(t time.Time) int64 { // rounded up: a count leaves no sooner than stated
 		if t.IsZero() {
 			return 0

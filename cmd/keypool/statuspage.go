@@ -276,7 +276,7 @@ func (s *server) unbench(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("keypool: no key %s in a route %s; keypool status -url lists them", quotePath(key), quotePath(route)), nil)
 		return
 	}
-	if err := s.fallback.Unbench(r.Context(), route, key); err != nil {
+	if err := s.pools[s.routeIndex(route)].Unbench(r.Context(), key); err != nil {
 		writeError(w, http.StatusInternalServerError, "api_error", err.Error(), nil)
 		return
 	}
@@ -285,6 +285,17 @@ func (s *server) unbench(w http.ResponseWriter, r *http.Request) {
 	s.events.unbenched(route, key, who)
 	s.returns.unbench(route, key)
 	writeJSON(w, http.StatusOK, unbenchResult{Route: route, Key: key, Unbenched: true})
+}
+
+// routeIndex returns the position of a route among the proxy's routes, its
+// pool's among s.pools; hasKey has said the route is there.
+func (s *server) routeIndex(route string) int {
+	for i, r := range s.settings.routes {
+		if r.name == route {
+			return i
+		}
+	}
+	return -1
 }
 
 // hasKey reports whether route names a route of the proxy with a key of

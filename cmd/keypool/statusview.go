@@ -66,9 +66,27 @@ type keyView struct {
 	Last *readingView `json:"last,omitempty"`
 }
 
+// kindName is a keypool.Kind as /status writes it, by name ("rate"), which
+// the status command reads back.
+type kindName keypool.Kind
+
+func (k kindName) String() string { return keypool.Kind(k).String() }
+
+func (k kindName) MarshalText() ([]byte, error) { return keypool.Kind(k).MarshalText() }
+
+func (k *kindName) UnmarshalText(b []byte) error {
+	for kind := keypool.KindNone; kind <= keypool.KindTransient; kind++ {
+		if kind.String() == string(b) {
+			*k = kindName(kind)
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown kind %q", b)
+}
+
 // benchView is one bench: its kind, the reason in words, and when it ends.
 type benchView struct {
-	Kind   keypool.Kind `json:"kind"`
+	Kind   kindName `json:"kind"`
 	Reason string       `json:"reason"`
 	Until  time.Time    `json:"until"`
 	// Level is the quota ladder's level (quota answers without a date
@@ -218,7 +236,7 @@ func viewBench(b keypool.Bench, level int, now time.Time) benchView {
 	if !b.Until.After(now) {
 		return benchView{}
 	}
-	return benchView{Kind: b.Kind, Reason: benchReason(b.Kind), Until: b.Until, Level: level}
+	return benchView{Kind: kindName(b.Kind), Reason: benchReason(b.Kind), Until: b.Until, Level: level}
 }
 
 // benchReason says in words what benched a key.
