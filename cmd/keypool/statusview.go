@@ -86,9 +86,9 @@ func (k *kindName) UnmarshalText(b []byte) error {
 
 // benchView is one bench: its kind, the reason in words, and when it ends.
 type benchView struct {
-	Kind   kindName `json:"kind"`
-	Reason string       `json:"reason"`
-	Until  time.Time    `json:"until"`
+	Kind   kindName  `json:"kind"`
+	Reason string    `json:"reason"`
+	Until  time.Time `json:"until"`
 	// Level is the quota ladder's level (quota answers without a date
 	// since the last success); zero when none.
 	Level int `json:"level,omitempty"`
