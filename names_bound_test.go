@@ -44,7 +44,7 @@ func TestTransportRefusesModelNamesItCannotKeep(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	for i := range 400 {
 		name := fmt.Sprintf("%04d", i) + strings.Repeat("x", 1<<20)
-		_ = send(`{"model":"`+name+`"}`, "/v1/chat")
+		require.ErrorContains(t, send(`{"model":"`+name+`"}`, "/v1/chat"), "longer than 256", "a name longer than the body the pool reads")
 	}
 	for i := range 3000 {
 		_ = send(fmt.Sprintf(`{"model":"client-chosen-%d"}`, i), "/v1/chat")
