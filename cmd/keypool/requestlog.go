@@ -154,11 +154,18 @@ type attemptTracer struct {
 	inner trace.Tracer
 }
 
-// Start returns a span that always records (else the pool would stop
-// tracing for a while), and that ends into the request's record.
+// Start returns, for a request whose line is logged, a span that always
+// records (else the pool would stop tracing for a while) and that ends
+// into the request's record; for one that is not (log_level warn or error),
+// the global provider's span alone, so that without an SDK the pool does
+// no tracing work at all.
 func (t attemptTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
 	ctx, inner := t.inner.Start(ctx, name, opts...)
-	return ctx, &attemptSpan{Span: inner, rec: recordOf(ctx)}
+	rec := recordOf(ctx)
+	if rec == nil {
+		return ctx, inner
+	}
+	return ctx, &attemptSpan{Span: inner, rec: rec}
 }
 
 // attemptSpan is one attempt of a request on a key. Only the pool's

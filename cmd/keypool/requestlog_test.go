@@ -241,3 +241,18 @@ func TestStateAttrsHideRedisPassword(t *testing.T) {
 func trimTime(line string) string {
 	return regexp.MustCompile(`^time=\S+ `).ReplaceAllString(line, "")
 }
+
+// Without a line to write, the pools' attempts get the global provider's
+// spans as they are: with no SDK installed they record nothing, and the
+// pool spends nothing on telemetry.
+func TestAttemptTracingRecordsOnlyForALoggedRequest(t *testing.T) {
+	tracer := attemptTracing{}.Tracer("keypool")
+	_, span := tracer.Start(context.Background(), "attempt")
+	assert.False(t, span.IsRecording(), "no record to write into")
+	span.End()
+	rec := &requestRecord{}
+	_, span = tracer.Start(context.WithValue(context.Background(), recordKey{}, rec), "attempt")
+	assert.True(t, span.IsRecording(), "a logged request's attempt records")
+	span.End()
+	assert.Equal(t, 1, rec.attempts)
+}
