@@ -16,6 +16,12 @@ func benchPool(b *testing.B, n int, opts ...Option) *Pool {
 	for i := range keys {
 		keys[i] = Key{Secret: fmt.Sprintf("sk-%06d", i), ID: fmt.Sprintf("k%06d", i)}
 	}
+	return benchPoolOf(b, keys, opts...)
+}
+
+// benchPoolOf is benchPool's pool of the keys given.
+func benchPoolOf(b *testing.B, keys []Key, opts ...Option) *Pool {
+	b.Helper()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var tick atomic.Int64
 	clock := func() time.Time { return now.Add(time.Duration(tick.Add(int64(time.Microsecond)))) }

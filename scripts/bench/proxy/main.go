@@ -14,6 +14,7 @@
 //
 //	go run ./scripts/bench/proxy                   # about three minutes
 //	go run ./scripts/bench/proxy -runs 7 -before main
+//	go run ./scripts/bench/proxy -before "" -tsv   # no build before; the goals only, for scripts/bench
 //
 // The ratios are medians of each round's ratio, the two measured moments
 // apart; requests per second and CPU are medians over the rounds.
@@ -54,11 +55,12 @@ const benchToken = "kp-bench-token"
 func main() {
 	role := flag.String("role", "", "internal: run as the upstream or the floor proxy")
 	upstreamURL := flag.String("upstream", "", "internal: the upstream of the floor proxy")
-	before := flag.String("before", beforeRef, "the git revision whose keypool serve is measured as the build before")
+	before := flag.String("before", beforeRef, "the git revision whose keypool serve is measured as the build before; empty for none")
 	runs := flag.Int("runs", 3, "interleaved rounds; the table shows medians")
 	requests := flag.Int("requests", 20000, "requests a measurement sends with 32 clients (a quarter of it with 1)")
 	streams := flag.Int("streams", 1000, "streams held at once for the memory measurement")
 	pin := flag.Bool("pin", true, "with 2 CPUs or more and taskset: the load generator on CPU 0, the upstream and the proxies on CPU 1")
+	tsv := flag.Bool("tsv", false, "print only the goals, a tab-separated line each: goal, measured, target, pass or FAIL")
 	flag.Parse()
 	var err error
 	switch *role {
@@ -67,7 +69,7 @@ func main() {
 	case "floor":
 		err = serveFloor(*upstreamURL)
 	case "":
-		err = bench(*before, *runs, *requests, *streams, *pin)
+		err = bench(*before, *runs, *requests, *streams, *pin, *tsv)
 	default:
 		err = fmt.Errorf("unknown role %q", *role)
 	}
@@ -105,11 +107,14 @@ func serveUpstream() error {
 		}
 		_, _ = io.Copy(io.Discard, r.Body)
 		hdr := w.Header()
-		hdr.Set("X-Ratelimit-Limit-Requests", "10000")
-		hdr.Set("X-Ratelimit-Remaining-Requests", "9999")
+		// Limits far above what the benchmark sends in a minute: keypool
+		// follows what a vendor states, and would hold back at 10,000 a
+		// minute a key, as OpenAI would.
+		hdr.Set("X-Ratelimit-Limit-Requests", "1000000000")
+		hdr.Set("X-Ratelimit-Remaining-Requests", "999999999")
 		hdr.Set("X-Ratelimit-Reset-Requests", "6ms")
-		hdr.Set("X-Ratelimit-Limit-Tokens", "30000000")
-		hdr.Set("X-Ratelimit-Remaining-Tokens", "29999990")
+		hdr.Set("X-Ratelimit-Limit-Tokens", "1000000000000")
+		hdr.Set("X-Ratelimit-Remaining-Tokens", "999999999990")
 		hdr.Set("X-Ratelimit-Reset-Tokens", "0s")
 		hdr.Set("X-Request-Id", "req_0123456789abcdef")
 		switch r.URL.Query().Get("mode") {
@@ -190,7 +195,7 @@ type target struct {
 }
 
 // bench builds and starts everything, measures, and prints the table.
-func bench(before string, runs, requests, streams int, pin bool) error {
+func bench(before string, runs, requests, streams int, pin, tsv bool) error {
 	tmp, err := os.MkdirTemp("", "keypool-proxy-bench-")
 	if err != nil {
 		return err
@@ -201,15 +206,21 @@ func bench(before string, runs, requests, streams int, pin bool) error {
 		return err
 	}
 	root = strings.TrimSpace(root)
-	beforeRev, err := output("git", "-C", root, "rev-parse", "--short", before)
-	if err != nil {
-		return err
+	builds := []string{"after"}
+	beforeRev := "none"
+	if before != "" {
+		if beforeRev, err = output("git", "-C", root, "rev-parse", "--short", before); err != nil {
+			return err
+		}
+		beforeRev = strings.TrimSpace(beforeRev)
+		builds = []string{"before", "after"}
+		fmt.Fprintf(os.Stderr, "building keypool at %s (before)\n", beforeRev)
+		if err := buildAt(root, before, filepath.Join(tmp, "src-before"), filepath.Join(tmp, "keypool-before")); err != nil {
+			return err
+		}
 	}
 	afterRev, _ := output("git", "-C", root, "describe", "--always", "--dirty")
-	fmt.Fprintf(os.Stderr, "building keypool at %s (before) and in the working tree (after)\n", strings.TrimSpace(beforeRev))
-	if err := buildAt(root, before, filepath.Join(tmp, "src-before"), filepath.Join(tmp, "keypool-before")); err != nil {
-		return err
-	}
+	fmt.Fprintln(os.Stderr, "building keypool in the working tree (after)")
 	if err := goBuild(root, filepath.Join(tmp, "keypool-after")); err != nil {
 		return err
 	}
@@ -250,25 +261,39 @@ func bench(before string, runs, requests, streams int, pin bool) error {
 	if err != nil {
 		return err
 	}
-	targets := []*target{{name: "upstream alone", addr: upAddr, pid: up.Process.Pid}}
-	for _, build := range []string{"before", "after"} {
-		conf := filepath.Join(tmp, build+".yaml")
-		if err := os.WriteFile(conf, fmt.Appendf(nil, "listen: 127.0.0.1:0\nproxy_tokens: [%s]\nstate: %s\nupstreams:\n  - name: openai\n    url: http://%s\n"+
+	upstream := &target{name: "upstream alone", addr: upAddr, pid: up.Process.Pid}
+	targets := []*target{upstream}
+	// The build after is measured without a line per request, as the
+	// floor logs nothing, and again with one (log_level: info, its
+	// default), for what the line costs; the build before had no such
+	// setting and logged no request.
+	type variant struct{ name, build, extra string }
+	variants := []variant{{"after", "after", "log_level: warn\n"}, {"after, a line per request", "after", "log_level: info\n"}}
+	if len(builds) == 2 {
+		variants = append([]variant{{"before", "before", ""}}, variants...)
+	}
+	byName := map[string]*target{}
+	for i, v := range variants {
+		conf := filepath.Join(tmp, fmt.Sprintf("serve-%d.yaml", i))
+		if err := os.WriteFile(conf, fmt.Appendf(nil, "listen: 127.0.0.1:0\nproxy_tokens: [%s]\nstate: %s\n%supstreams:\n  - name: openai\n    url: http://%s\n"+
 			"    keys: [{secret: sk-bench-1}, {secret: sk-bench-2}, {secret: sk-bench-3}, {secret: sk-bench-4}]\n",
-			benchToken, filepath.Join(tmp, "state-"+build), upAddr), 0o600); err != nil {
+			benchToken, filepath.Join(tmp, fmt.Sprintf("state-%d", i)), v.extra, upAddr), 0o600); err != nil {
 			return err
 		}
-		cmd, addr, err := start(filepath.Join(tmp, "keypool-"+build), "serve", "-config", conf)
+		cmd, addr, err := start(filepath.Join(tmp, "keypool-"+v.build), "serve", "-config", conf)
 		if err != nil {
 			return err
 		}
-		targets = append(targets, &target{name: "keypool serve, " + build, addr: addr, pid: cmd.Process.Pid})
+		byName[v.name] = &target{name: "keypool serve, " + v.name, addr: addr, pid: cmd.Process.Pid}
+		targets = append(targets, byName[v.name])
 	}
-	floor, floorAddr, err := start(self, "-role", "floor", "-upstream", "http://"+upAddr)
+	after, logged, prior := byName["after"], byName["after, a line per request"], byName["before"] // prior is nil without a build before
+	floorCmd, floorAddr, err := start(self, "-role", "floor", "-upstream", "http://"+upAddr)
 	if err != nil {
 		return err
 	}
-	targets = append(targets, &target{name: "ReverseProxy, one key (floor)", addr: floorAddr, pid: floor.Process.Pid})
+	floor := &target{name: "ReverseProxy, one key (floor)", addr: floorAddr, pid: floorCmd.Process.Pid}
+	targets = append(targets, floor)
 	for _, t := range targets {
 		t.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: streams + 64, DisableCompression: true}}
 		if _, err := t.load("json", 32, 2000, false); err != nil { // warm up
@@ -321,10 +346,6 @@ func bench(before string, runs, requests, streams int, pin bool) error {
 		}
 	}
 
-	fmt.Printf("keypool serve before (%s) and after (%s), %d interleaved rounds, medians; %s, GOMAXPROCS %d, %d CPUs;\n",
-		strings.TrimSpace(beforeRev), strings.TrimSpace(afterRev), runs, runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU())
-	fmt.Printf("pinned: %s; load average %s at the start, %s at the end; %s in all.\n\n", pinned, load0, loadavg(), time.Since(began).Round(time.Second))
-	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
 	// A ratio is the median of each round's: the two were measured
 	// moments apart, under the same load.
 	ratio := func(a, b key) float64 {
@@ -334,18 +355,49 @@ func bench(before string, runs, requests, streams int, pin bool) error {
 		}
 		return median(r)
 	}
+	direct := median(ttfb[upstream.name])
+	added := median(ttfb[after.name]) - direct
+	var goals []goal
+	for _, mode := range []string{"json", "stream"} {
+		r := ratio(key{after.name, mode, 32}, key{floor.name, mode, 32})
+		goals = append(goals, goal{"proxy requests per second against a plain ReverseProxy, " + mode + ", 32 clients",
+			fmt.Sprintf("%.2f×", r), "≥ 0.9× (goal 0.95×)", check(r >= 0.9)})
+	}
+	for _, mode := range []string{"json", "stream"} {
+		r := ratio(key{logged.name, mode, 32}, key{floor.name, mode, 32})
+		goals = append(goals, goal{"the same with a log line per request (log_level: info), " + mode,
+			fmt.Sprintf("%.2f×", r), "", nil})
+	}
+	goals = append(goals, goal{"time to first byte the proxy adds to a stream, median", fmt.Sprintf("%.0f µs", added), "≤ 1 ms", check(added <= 1000)})
+	goals = append(goals, goal{fmt.Sprintf("resident memory per stream in flight, %d at once", streams),
+		fmt.Sprintf("%.1f KiB (floor %.1f KiB)", median(rss[after.name])/1024, median(rss[floor.name])/1024), "", nil})
+	if tsv {
+		for _, g := range goals {
+			fmt.Printf("%s\t%s\t%s\t%s\n", g.what, g.measured, g.target, g.verdict())
+		}
+		return nil
+	}
+
+	fmt.Printf("keypool serve before (%s) and after (%s), %d interleaved rounds, medians; %s, GOMAXPROCS %d, %d CPUs;\n",
+		beforeRev, strings.TrimSpace(afterRev), runs, runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU())
+	fmt.Printf("pinned: %s; load average %s at the start, %s at the end; %s in all.\n\n", pinned, load0, loadavg(), time.Since(began).Round(time.Second))
+	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ANSWERS\tCLIENTS\tTARGET\tREQ/S\tCPU µs/REQ\tAFTER/BEFORE\tAFTER/FLOOR")
 	for _, mode := range []string{"json", "stream"} {
 		for _, c := range []int{1, 32} {
 			for _, t := range targets {
 				k := key{t.name, mode, c}
 				cpuCol := fmt.Sprintf("%.0f", median(cpu[k]))
-				if t == targets[0] {
+				if t == upstream {
 					cpuCol = "(upstream) " + cpuCol
 				}
 				ratios := "\t"
-				if t == targets[2] {
-					ratios = fmt.Sprintf("%.2f×\t%.2f×", ratio(k, key{targets[1].name, mode, c}), ratio(k, key{targets[3].name, mode, c}))
+				if t == after || t == logged {
+					vsBefore := "-"
+					if prior != nil {
+						vsBefore = fmt.Sprintf("%.2f×", ratio(k, key{prior.name, mode, c}))
+					}
+					ratios = fmt.Sprintf("%s\t%.2f×", vsBefore, ratio(k, key{floor.name, mode, c}))
 				}
 				fmt.Fprintf(tw, "%s\t%d\t%s\t%.0f\t%s\t%s\n", mode, c, t.name, median(rps[k]), cpuCol, ratios)
 			}
@@ -353,7 +405,6 @@ func bench(before string, runs, requests, streams int, pin bool) error {
 	}
 	tw.Flush()
 	fmt.Println()
-	direct := median(ttfb[targets[0].name])
 	fmt.Printf("time to first byte of a stream, 1 client (median of the rounds' medians): upstream alone %.0f µs\n", direct)
 	for _, t := range targets[1:] {
 		fmt.Printf("  %-30s %6.0f µs, %+.0f µs added\n", t.name, median(ttfb[t.name]), median(ttfb[t.name])-direct)
@@ -362,7 +413,28 @@ func bench(before string, runs, requests, streams int, pin bool) error {
 	for _, t := range targets[1:] {
 		fmt.Printf("  %-30s %6.1f KiB\n", t.name, median(rss[t.name])/1024)
 	}
-	return nil
+	fmt.Println()
+	tw = tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "GOAL\tMEASURED\tTARGET\tRESULT")
+	for _, g := range goals {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", g.what, g.measured, g.target, g.verdict())
+	}
+	return tw.Flush()
+}
+
+// goal is one of issue 19's goals for the proxy and what was measured.
+type goal struct {
+	what, measured, target string
+	pass                   *bool // nil: reported, no goal
+}
+
+func check(ok bool) *bool { return &ok }
+
+func (g goal) verdict() string {
+	if g.pass == nil {
+		return ""
+	}
+	return map[bool]string{true: "pass", false: "FAIL"}[*g.pass]
 }
 
 // measurement is one load's outcome.
