@@ -165,6 +165,9 @@ func newServerPolling(s *settings, log *slog.Logger, store keypool.Store, closer
 			keypool.WithTracerProvider(attemptTracing{}),
 			keypool.OnEvict(func(e keypool.Eviction) { srv.benched(r.name, e) }),
 		}, r.options...)
+		if s.clock != nil {
+			opts = append(opts, keypool.WithClock(s.clock))
+		}
 		pool, err := keypool.New(r.name, r.keys, opts...)
 		if err != nil {
 			srv.close()
@@ -177,7 +180,7 @@ func newServerPolling(s *settings, log *slog.Logger, store keypool.Store, closer
 		}
 	}
 	srv.redact = newRedactor(secrets)
-	srv.fallback, err = keypool.NewFallback(routes, keypool.OnRoute(srv.routed))
+	srv.fallback, err = keypool.NewFallback(routes, keypool.OnRoute(srv.routed), keypool.WithClock(srv.now))
 	if err != nil {
 		srv.close()
 		return nil, err
@@ -192,6 +195,15 @@ func newServerPolling(s *settings, log *slog.Logger, store keypool.Store, closer
 	}
 	srv.startWatch(poll)
 	return srv, nil
+}
+
+// now returns the time on the server's clock: the pools' and the
+// fallback's.
+func (s *server) now() time.Time {
+	if s.settings.clock != nil {
+		return s.settings.clock()
+	}
+	return time.Now()
 }
 
 // benched logs a bench of a key of route, and keeps it for the status page
@@ -545,7 +557,7 @@ func (s *server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		refused(r, "no_key")
 		extra := map[string]any{}
 		if !na.RetryAt.IsZero() {
-			secs := int64(math.Ceil(time.Until(na.RetryAt).Seconds()))
+			secs := int64(math.Ceil(na.RetryAt.Sub(s.now()).Seconds()))
 			w.Header().Set("Retry-After", strconv.FormatInt(max(secs, 1), 10))
 			extra["retry_at"] = na.RetryAt.UTC().Format(time.RFC3339)
 		}
