@@ -141,6 +141,7 @@ func newServerWith(s *settings, log *slog.Logger, store keypool.Store, closer io
 // newServerPolling is newServerWith with the watcher's tick.
 func newServerPolling(s *settings, log *slog.Logger, store keypool.Store, closer io.Closer, poll time.Duration) (*server, error) {
 	srv := &server{settings: s, log: log, store: store, state: closer}
+	srv.events.now = srv.now
 	for _, t := range s.tokens {
 		srv.tokens = append(srv.tokens, string(t))
 	}
