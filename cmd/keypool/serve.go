@@ -539,7 +539,7 @@ func (s *server) modifyResponse(resp *http.Response) error {
 
 // proxyError answers a request the proxy could not forward: 429 with a
 // Retry-After when no key is free; 413 or 408 for a body too long or too
-// slow; 502 otherwise.
+// slow; 503 while Redis is out of reach (without replicas); 502 otherwise.
 func (s *server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	var na *keypool.NoAvailableKeyError
 	var body *requestBody
@@ -563,6 +563,13 @@ func (s *server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 			extra["retry_at"] = na.RetryAt.UTC().Format(time.RFC3339)
 		}
 		writeError(w, http.StatusTooManyRequests, "rate_limit_error", err.Error(), extra)
+	case errors.Is(err, redisstore.ErrUnavailable):
+		// Redis is out of reach, and without replicas no local windows
+		// stand in: the watcher logs the spell once, and each request's
+		// line says no_store, rather than a warning a request.
+		refused(r, "no_store")
+		writeError(w, http.StatusServiceUnavailable, "api_error",
+			"keypool: the state store is out of reach, and without replicas the proxy refuses requests until it answers: "+s.reason(err), nil)
 	case r.Context().Err() != nil:
 		refused(r, "canceled") // the client went away
 	default:
