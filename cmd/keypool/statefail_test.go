@@ -229,6 +229,20 @@ func (r *stateRun) term(limit time.Duration) (int, time.Duration) {
 	return status, r.p.took
 }
 
+// termWhileFailing stops the process while its state directory fails, and
+// checks that the stop took shutdown_timeout, as long as the store had to
+// save, and no longer, and said what was not saved, with exit status 1;
+// and that the failure was logged twice.
+func (r *stateRun) termWhileFailing(state string) {
+	r.t.Helper()
+	status, took := r.term(stateShutdown + 3*time.Second)
+	assert.Equal(r.t, 1, status, "what was not saved makes the exit status 1")
+	assert.GreaterOrEqual(r.t, took, stateShutdown-100*time.Millisecond, "the store had shutdown_timeout to save")
+	assert.Less(r.t, took, stateShutdown+time.Second, "and not longer")
+	assert.Equal(r.t, sorted([]string{"starting", "serving", "benched b", "benched c", notSaved(state)}, badgerFailing), r.logged(),
+		"the failure logged twice when it started, and the stop's line: %s", r.p.stderr.String())
+}
+
 // logged returns what the process logged, a message (or, for a line that
 // is not slog's, the line) a line, less the requests, sorted.
 func (r *stateRun) logged() []string {
@@ -300,12 +314,7 @@ func TestServeProcessStateDirectoryRemovedThenSIGTERM(t *testing.T) {
 	require.NoError(t, os.RemoveAll(state))
 	t.Logf("/healthz degraded %v after the directory was removed", r.waitHealthz(true).Round(time.Millisecond))
 	r.duringTheFailure(http.StatusOK) // served from memory
-	status, took := r.term(stateShutdown + 3*time.Second)
-	assert.Equal(t, 1, status, "what was not saved makes the exit status 1")
-	assert.GreaterOrEqual(t, took, stateShutdown-100*time.Millisecond, "the store had shutdown_timeout to save")
-	assert.Less(t, took, stateShutdown+time.Second, "and not longer")
-	assert.Equal(t, sorted([]string{"starting", "serving", "benched b", "benched c", notSaved(state)}, badgerFailing), r.logged(),
-		"the failure logged twice when it started, and the stop's line: %s", r.p.stderr.String())
+	r.termWhileFailing(state)
 	assert.Equal(t, map[string]string{"a": "serving", "b": "serving", "c": "serving"}, restartFinds(t, conf),
 		"a restart starts afresh: the state went with its directory")
 	assert.DirExists(t, state, "made again")
