@@ -477,7 +477,7 @@ func TestServeProcessRedisStoppedThenSIGTERM(t *testing.T) {
 			assert.Equal(t, sorted([]string{"starting", "serving", "redisstore: redis unavailable", "state store failing"}, tt.logged), got,
 				"the failure logged twice, not once a request: %s", r.p.stderr.String())
 
-			rs = startRedis(t, rs.port, dir) // from the database it saved
+			startRedis(t, rs.port, dir) // again, from the database it saved
 			assert.Equal(t, map[string]string{"a": "serving", "b": "benched", "c": "serving"}, restartFinds(t, conf),
 				"a restart finds b's bench, which Redis kept; c's, set on local windows while Redis was down, is lost")
 		})
