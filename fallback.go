@@ -222,7 +222,10 @@ func (r *fallbackRoute) benchedAt() int64 {
 // request builds the request for the route: its URL, and its model names in
 // the path and the body.
 func (r *fallbackRoute) request(req *http.Request, body *replay) (*http.Request, error) {
-	out := req.Clone(req.Context())
+	// A shallow copy: the route's pool clones it again before it puts a
+	// key on it, so only what changes here is copied.
+	out := new(http.Request)
+	*out = *req
 	u := *r.URL
 	p := req.URL.Path
 	if m := modelFromPath(p); m != "" {
@@ -252,6 +255,7 @@ func (r *fallbackRoute) request(req *http.Request, body *replay) (*http.Request,
 		out.GetBody = func() (io.ReadCloser, error) { return newMemoryBody(b), nil }
 		out.ContentLength = int64(len(b))
 		if out.Header.Get("Content-Length") != "" {
+			out.Header = out.Header.Clone()
 			out.Header.Set("Content-Length", strconv.Itoa(len(b)))
 		}
 		return out, nil

@@ -138,7 +138,7 @@ func checkSecret(secret string) error {
 
 // checkName returns an error for a key's ID or account that holds a control
 // character: stores keep an account's state under a name that starts with
-// one (AccountID).
+// one.
 func checkName(what, name string) error {
 	for i, r := range name {
 		if r < ' ' || r == 0x7f {

@@ -23,7 +23,7 @@ var errStoreClosed = errors.New("keypool: badger store: closed")
 
 // BadgerStore keeps a pool's state in memory, as NewMemoryStore's store does, and in a
 // Badger database, so that a restart — or a kill -9 — resumes with the
-// windows and benches. Benches and escalation levels are written through:
+// windows and benches. Benches and their levels are written through:
 // a bench is in the database when Bench returns, which a crash of the
 // process does not lose; a crash of the operating system or the machine
 // can lose what it wrote in the last seconds, unless WithSyncWrites is set.
@@ -198,7 +198,7 @@ func (s *BadgerStore) Health() error {
 }
 
 // benchesLife is how long a benches record outlives its last bench, by the
-// wall clock Badger expires records by: escalation levels outlast benches.
+// wall clock Badger expires records by: bench levels outlast benches.
 const benchesLife = 24 * time.Hour
 
 // writeBenches writes a key's benches and levels through, unless the store

@@ -73,7 +73,6 @@ func WithBadgerLogger(l *slog.Logger) Option {
 // it survives a crash of the process, not one of the operating system or
 // the machine. With it, that costs an fsync — about a millisecond on an SSD,
 // more on a network disk — in each Bench, and one in each flush of windows.
-// OpenBadgerStore only: with NewBadgerStore the database's own options rule.
 func WithSyncWrites() Option {
 	return badgerOption("WithSyncWrites", func(c *badgerConfig) error {
 		c.syncWrites = true

@@ -135,7 +135,7 @@ func (r *eventRing) latest(n int, now time.Time) []eventView {
 		switch e.Kind {
 		case "unbench":
 			next[scope{e.Route, e.Key, ""}] = e.At
-			next[scope{e.Route, "", ""}] = e.At // Fallback.Unbench ends the route's bench too
+			next[scope{e.Route, "", ""}] = e.At // Pool.Unbench ends the route's bench too
 		case "bench", "route":
 			end, seen := next[s]
 			if whole, ok := next[scope{e.Route, e.Key, ""}]; ok && (!seen || whole.Before(end)) {

@@ -27,6 +27,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/keypool-go/keypool"
+	"github.com/keypool-go/keypool/internal/windowspec"
 	"github.com/keypool-go/keypool/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -371,6 +372,13 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request) {
 		r.Body = aw.body
 	}
 	s.proxy.ServeHTTP(aw, r)
+	if aw.body != nil {
+		// Closed here, not after the handler returns: net/http, in full
+		// duplex, would otherwise start reading the next request while
+		// the close still reads this one's end, and panic
+		// (golang/go#68560).
+		_ = aw.body.Close()
+	}
 	if hasTrailers(w.Header()) {
 		s.redact.header(w.Header()) // trailers go out after the handler returns
 	}
@@ -539,9 +547,11 @@ func (s *server) modifyResponse(resp *http.Response) error {
 
 // proxyError answers a request the proxy could not forward: 429 with a
 // Retry-After when no key is free; 413 or 408 for a body too long or too
-// slow; 503 while Redis is out of reach (without replicas); 502 otherwise.
+// slow; 400 for a model name no store may keep; 503 while Redis is out of
+// reach (without replicas); 502 otherwise.
 func (s *server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	var na *keypool.NoAvailableKeyError
+	var mn *windowspec.ModelNameError
 	var body *requestBody
 	if aw, ok := w.(*answerWriter); ok {
 		body = aw.body
@@ -554,6 +564,9 @@ func (s *server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		refused(r, "refused")
 		w.Header().Set("Connection", "close")
 		writeError(w, http.StatusRequestTimeout, "invalid_request_error", "keypool: the request body did not arrive within body_timeout", nil)
+	case errors.As(err, &mn):
+		refused(r, "refused")
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "keypool: "+mn.Error(), nil)
 	case errors.As(err, &na):
 		refused(r, "no_key")
 		extra := map[string]any{}

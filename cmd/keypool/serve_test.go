@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -41,11 +42,15 @@ func startProxy(t *testing.T, conf string) (string, *server) {
 	var logs bytes.Buffer
 	srv, err := newServer(s, slog.New(slog.NewTextHandler(&logs, nil)))
 	require.NoError(t, err)
-	hs := httptest.NewServer(srv.handler())
+	hs := httptest.NewUnstartedServer(srv.handler())
+	var served syncBuffer // what net/http logs: a panic it recovered, for one
+	hs.Config.ErrorLog = log.New(&served, "", 0)
+	hs.Start()
 	t.Cleanup(func() {
 		hs.Close()
 		srv.close()
 		assert.NotContains(t, logs.String(), "sk-", "a secret reached the logs")
+		assert.NotContains(t, served.String(), "panic", "the server recovered a panic")
 	})
 	return hs.URL, srv
 }

@@ -136,7 +136,7 @@ type benchView struct {
 	Kind   kindName  `json:"kind"`
 	Reason string    `json:"reason"`
 	Until  time.Time `json:"until"`
-	// Level is the quota ladder's level (quota answers without a date
+	// Level is the bench's level (quota answers without a date
 	// since the last success); zero when none.
 	Level int `json:"level,omitempty"`
 }
