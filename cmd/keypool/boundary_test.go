@@ -32,6 +32,13 @@ func serveReal(t testing.TB, conf string) string {
 	require.NoError(t, yaml.Unmarshal([]byte(conf), &c))
 	s, err := c.resolve(func(string) (string, bool) { return "", false })
 	require.NoError(t, err)
+	return serveSettings(t, s)
+}
+
+// serveSettings is serveReal for a configuration already resolved, whose
+// test-only settings, such as its clock, the test may have set.
+func serveSettings(t testing.TB, s *settings) string {
+	t.Helper()
 	srv, err := newServer(s, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -127,9 +127,10 @@ upstreams:
   - name: openai
     url: %s
     limits: {rpm: 8, rpd: 200}
+    prices: {gpt-4o-mini: {input: 150, output: 600}}
     keys:
       - {id: one, secret: sk-browser-one}
-      - {id: two, secret: sk-browser-two, limits: {rpm: 40}}  # over the vendor's 30
+      - {id: two, secret: sk-browser-two, limits: {rpm: 40}, budget: {per_day: 2, per_month: 40}}  # over the vendor's 30
       - {id: gone, secret: sk-browser-gone}
       - {id: paid, secret: sk-browser-paid, paid: true}
   - name: backup
@@ -139,6 +140,8 @@ upstreams:
   - name: shared
     url: %s
     account_limits: {org-a: {rpm: 5}}
+    prices: {gpt-4o-mini: {input: 150, output: 600}}
+    account_budgets: {org-a: {per_month: 100}}
     keys:
       - {id: acct-1, secret: sk-browser-acct-1, account: org-a}
       - {id: acct-2, secret: sk-browser-acct-2, account: org-a}
@@ -195,6 +198,15 @@ upstreams:
 		assert.Contains(t, text(`.key[data-key="`+id+`"] .account`), "account org-a", id)
 	}
 	assert.Zero(t, read(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll('.key[data-key="one"] .account').length`)), "a key of no account")
+	// Spend: bars against a key's budget and an account's; a key without
+	// a budget counts none.
+	spend := text(`.key[data-key="two"] .spend`)
+	assert.Regexp(t, `spent today\s*\$0\.\d+ / \$2\.00\s*spent this month\s*\$0\.\d+ / \$40\.00`, spend)
+	assert.Equal(t, 2, read(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll('.key[data-key="two"] .spend .bar .fill').length`)), "a bar for the day's and the month's spend")
+	assert.Zero(t, read(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll('.key[data-key="one"] .spend').length`)), "a key without a budget")
+	assert.Regexp(t, `account org-a · what its keys spent together\s*spent today\s*\$0\.00 · no budget set\s*spent this month\s*\$0\.00 / \$100\.00`,
+		text(`section[data-route="shared"] .account-spend[data-account="org-a"]`))
+	assert.Zero(t, read(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll('.key[data-key="spare"] .spend').length`)), "no spend on a route without prices")
 	events := text("#events")
 	assert.Contains(t, events, "gone benched (auth: revoked or not authorized)")
 	html := read(t, ctx, chromedp.OuterHTML(chromedp.CSS("html")))
@@ -270,4 +282,26 @@ func TestStatusPageShowsAFailingStore(t *testing.T) {
 	store.fail(nil)
 	inTab(t, ctx, "the banner goes when the store works again",
 		chromedp.WaitNotVisible(chromedp.ID("store-banner")))
+}
+
+func TestStatusPageShowsASpentBudget(t *testing.T) {
+	ctx := browser(t)
+	dir := screenshotDir(t)
+	clock := newTestClock(time.Date(2026, 3, 10, 23, 0, 0, 0, time.UTC))
+	sim := spendSim(t, clock.now)
+	addr := serveAt(t, spendConfig(sim, t.TempDir()), clock)
+	spendUntilRefused(t, addr)
+	inTab(t, ctx, "log in",
+		chromedp.Navigate("http://"+addr+"/"),
+		chromedp.WaitVisible(chromedp.ID("login")),
+		chromedp.SendKeys(chromedp.ID("token"), proxyToken),
+		chromedp.Submit(chromedp.CSS("#login form")),
+		chromedp.WaitVisible(chromedp.CSS(`.key[data-key="paid"]`)),
+	)
+	paid := strings.ReplaceAll(read(t, ctx, chromedp.Text(chromedp.CSS(`.key[data-key="paid"]`))), "\u00a0", " ")
+	assert.Contains(t, paid, "its budget for today is spent: it takes requests again tomorrow")
+	assert.Regexp(t, `spent today\s*\$0\.258 / \$0\.25\s*spent this month\s*\$0\.258 / \$10\.00`, paid)
+	assert.True(t, read(t, ctx, chromedp.Evaluate[bool](`document.querySelector('.key[data-key="paid"]').classList.contains("state-full")`)), "the key shows full")
+	assert.Equal(t, 1, read(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll('.key[data-key="paid"] .spend .at-limit').length`)), "the day's bar at its limit, the month's not")
+	shoot(t, ctx, dir, "status-budget-spent.png")
 }

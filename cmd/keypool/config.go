@@ -74,8 +74,13 @@ type upstream struct {
 	AccountLimits map[string]limits `yaml:"account_limits"`
 	KeyCap        limits            `yaml:"key_cap"`
 	CalendarDay   *calendarDay      `yaml:"calendar_day"`
-	Models        map[string]string `yaml:"models"`
-	Wait          string            `yaml:"wait"`
+	// Prices are what each model costs, in US dollars per million
+	// tokens, by the model a request names: what budgets count.
+	Prices map[string]price `yaml:"prices"`
+	// AccountBudgets cap what the keys of each account spend together.
+	AccountBudgets map[string]budget `yaml:"account_budgets"`
+	Models         map[string]string `yaml:"models"`
+	Wait           string            `yaml:"wait"`
 	// IdleConns is how many idle connections to the upstream the proxy
 	// keeps for reuse: at least the requests it expects at once; default
 	// 256.
@@ -100,6 +105,8 @@ type keyRef struct {
 	Paid    bool   `yaml:"paid"`
 	Limits  limits `yaml:"limits"`
 	Account string `yaml:"account"`
+	// Budget caps what the key spends, by the upstream's prices.
+	Budget budget `yaml:"budget"`
 }
 
 // secretRef is a proxy token: a literal, or "env:NAME".
@@ -133,6 +140,9 @@ type settings struct {
 	routes       []routeSettings
 	warnings     []string
 	inlineKey    bool // some secret is written in the file itself
+	// clock is the pools' and the fallback's clock, and the one answers
+	// are dated by; nil: time.Now. Tests set it; the file cannot.
+	clock func() time.Time
 
 	maxBody         int64 // bytes of a request body
 	headerTimeout   time.Duration
@@ -490,7 +500,12 @@ func (u upstream) resolve(field string, env func(string) (string, bool), m *mist
 			r.name = target.Hostname()
 		}
 	}
-	r.options = u.options(field, m)
+	accounts := map[string]bool{}
+	for _, k := range u.Keys {
+		accounts[k.Account] = true
+	}
+	r.options = append(u.options(field, m), u.spendOptions(field, accounts, m)...)
+	u.needsPrices(field, m)
 	r.idleConns = defaultIdleConns
 	if u.IdleConns != nil {
 		if *u.IdleConns < 1 || *u.IdleConns > maxIdleConns {
@@ -504,9 +519,7 @@ func (u upstream) resolve(field string, env func(string) (string, bool), m *mist
 		{"answer_timeout", u.AnswerTimeout, defaultAnswerTimeout, &r.answerTimeout},
 	}, m)
 	var keys []sourcedKey
-	accounts := map[string]bool{}
 	for j, k := range u.Keys {
-		accounts[k.Account] = true
 		entry := fmt.Sprintf("%s.keys[%d]", field, j)
 		got, in, err := k.resolve(entry, env, maxKeysPerUpstream-len(keys))
 		if err != nil {
@@ -635,7 +648,8 @@ func (k keyRef) resolve(entry string, env func(string) (string, bool), most int)
 	if set != 1 {
 		return nil, false, fieldErr(entry, "give exactly one of secret, env and file")
 	}
-	key := sourcedKey{Key: keypool.Key{ID: k.ID, Paid: k.Paid, Limits: k.Limits.pool(), Account: k.Account}, entry: entry, idSet: k.ID != ""}
+	key := sourcedKey{Key: keypool.Key{ID: k.ID, Paid: k.Paid, Limits: k.Limits.pool(), Account: k.Account, Budget: k.Budget.pool()},
+		entry: entry, idSet: k.ID != ""}
 	switch {
 	case k.Secret != "":
 		key.Secret, key.source = k.Secret, entry+".secret"

@@ -105,8 +105,8 @@ func limitMistake(field string, v int64, reason error) error {
 }
 
 // judgeEntry notes in m the mistakes keypool.New finds in what a key entry
-// gives each of its keys — its id, limits and account, each alone, then
-// together — and reports whether there was none.
+// gives each of its keys — its id, limits, account and budget, each alone,
+// then together — and reports whether there was none.
 func judgeEntry(k keyRef, entry string, m *mistakes) bool {
 	before := len(*m)
 	part := func(field string, key keypool.Key) {
@@ -133,10 +133,11 @@ func judgeEntry(k keyRef, entry string, m *mistakes) bool {
 	if k.Account != "" {
 		part(entry+".account", keypool.Key{Account: k.Account})
 	}
+	judgeKeyBudget(entry, k.Budget, m)
 	if len(*m) > before {
 		return false
 	}
-	if err := judge([]keypool.Key{{Secret: standIn.Secret, ID: standIn.ID, Limits: k.Limits.pool(), Account: k.Account}}); err != nil {
+	if err := judge([]keypool.Key{{Secret: standIn.Secret, ID: standIn.ID, Limits: k.Limits.pool(), Account: k.Account, Budget: k.Budget.pool()}}); err != nil {
 		if k.Account != "" && k.Limits != (limits{}) {
 			m.addf(entry+".limits", "a key of an account has no limits of its own: set the account's in account_limits.%s", k.Account)
 		} else {

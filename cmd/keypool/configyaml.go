@@ -188,8 +188,8 @@ func (d *yamlDecoder) mapValue(n *yaml.Node, v reflect.Value, path string) {
 	}
 }
 
-// scalar decodes a scalar node into v: a string, a whole number or a
-// boolean.
+// scalar decodes a scalar node into v: a string, a whole number, a number
+// or a boolean.
 func (d *yamlDecoder) scalar(n *yaml.Node, v reflect.Value, path string) {
 	if n.Kind != yaml.ScalarNode {
 		d.fail(n, path, "want a single value, not %s", nodeKind(n))
@@ -201,6 +201,8 @@ func (d *yamlDecoder) scalar(n *yaml.Node, v reflect.Value, path string) {
 			d.fail(n, path, "%s is not a whole number", strconv.Quote(n.Value))
 		case reflect.Bool:
 			d.fail(n, path, "%s is not true or false", strconv.Quote(n.Value))
+		case reflect.Float64:
+			d.fail(n, path, "%s is not a number such as 2.5", strconv.Quote(n.Value))
 		default:
 			d.fail(n, path, "%s is not a %s", strconv.Quote(n.Value), v.Kind())
 		}

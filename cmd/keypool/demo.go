@@ -101,6 +101,9 @@ type demoKey struct {
 	vendor  vendorsim.Key
 	limits  keypool.Limits // what the pool is told
 	rpmShow int64          // the limit shown beside the key's minute use
+	// learns marks the key whose limit the vendor states below the one
+	// the pool is told: the demo shows the pool learn it.
+	learns bool
 }
 
 // scenario returns the demo's keys: most free keys are well described to
@@ -121,9 +124,10 @@ func scenario(free int) []demoKey {
 			k.vendor.Limits = vendorsim.Limits{RPM: 20, RPD: 5}
 			k.limits, k.rpmShow = keypool.Limits{RPM: 20}, 20
 		case 2:
-			k.note = "the vendor allows 12 a minute, the pool thinks 20: the vendor's headers tell it"
+			k.note = "the vendor allows 12 a minute, the pool is told 20: it learns 12 from the vendor's headers"
 			k.vendor.Limits = vendorsim.Limits{RPM: 12}
 			k.limits, k.rpmShow = keypool.Limits{RPM: 20}, 20
+			k.learns = true
 		default:
 			k.note = "5% server errors"
 			k.vendor.Limits = vendorsim.Limits{RPM: 20}
@@ -149,6 +153,9 @@ type demo struct {
 	start   time.Time
 	events  eventLog
 	benches [5]atomic.Int64 // by keypool.Kind
+	// learning watches the pool's attempts for what it learns of the
+	// keys' limits from the vendor's headers.
+	learning *learning
 
 	sent, served, failed atomic.Int64
 	noKey                atomic.Int64 // failures because no key could take a request
@@ -158,6 +165,7 @@ type demo struct {
 
 func newDemo(o demoOptions) (*demo, error) {
 	d := &demo{opts: o, keys: scenario(o.keys)}
+	d.learning = newLearning(d.keys)
 	cfg := vendorsim.Config{Dialect: vendorsim.OpenAI, Seed: 1}
 	var keys []keypool.Key
 	for _, k := range d.keys {
@@ -182,7 +190,7 @@ func newDemo(o demoOptions) (*demo, error) {
 	d.store = store
 	d.sim = vendorsim.Start(cfg)
 	d.pool = pool
-	d.client = &http.Client{Transport: pool.Transport(nil), Timeout: 10 * time.Second}
+	d.client = &http.Client{Transport: pool.Transport(d.learning), Timeout: 10 * time.Second}
 	return d, nil
 }
 
@@ -204,6 +212,7 @@ func (d *demo) run(parent context.Context, view *view) error {
 	ctx, cancel := context.WithTimeout(parent, d.opts.duration)
 	defer cancel()
 	d.start = time.Now()
+	d.learning.start = d.start
 	view.intro(d)
 
 	var wg sync.WaitGroup
@@ -235,7 +244,9 @@ func (d *demo) request(ctx context.Context) {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	d.sent.Add(1)
-	resp, err := d.client.Do(req)
+	tctx, answered := d.learning.track(ctx, d.pool, &d.events)
+	resp, err := d.client.Do(req.WithContext(tctx))
+	answered()
 	var na *keypool.NoAvailableKeyError
 	switch {
 	case errors.As(err, &na):

@@ -111,8 +111,14 @@ func (v *view) progress(d *demo) {
 	} else {
 		fmt.Fprintln(tw, "KEY\tTIER\tSTATE\tSENT\tOK\tMINUTE")
 	}
+	var learned []string // a footnote for each starred limit
 	for i, st := range d.pool.Stats() {
 		k := viewKey(st, now)
+		for _, m := range k.Models {
+			if m.Minute.RequestsLearned {
+				learned = append(learned, fmt.Sprintf("* %s: learned RPM %d from the vendor's headers (configured %d)\n", k.ID, m.Learned.RPM, m.Configured.RPM))
+			}
+		}
 		if width < compactBelow {
 			fmt.Fprintf(tw, "%s\t%s\t%s\n", k.ID, shortState(k, now), minuteUse(k, d.keys[i]))
 		} else {
@@ -120,6 +126,9 @@ func (v *view) progress(d *demo) {
 		}
 	}
 	tw.Flush()
+	for _, l := range learned {
+		b.WriteString(l)
+	}
 	b.WriteString("\nrecent events:\n")
 	events := d.events.latest(recentEvents)
 	for i := range recentEvents {
@@ -180,16 +189,24 @@ func (v *view) log(d *demo) {
 }
 
 // minuteUse shows the key's requests in the last minute against the limit
-// the demo shows for it.
+// the pool enforces — starred when it is the one learned from the vendor —
+// or, before the key has served, the one the demo shows for it.
 func minuteUse(k keyView, dk demoKey) string {
 	var used int64
+	limit, learned := dk.rpmShow, false
 	for _, m := range k.Models {
 		used += m.Minute.Requests
+		if m.Minute.RequestsLimit != 0 {
+			limit, learned = m.Minute.RequestsLimit, m.Minute.RequestsLearned
+		}
 	}
-	if dk.rpmShow == 0 {
+	switch {
+	case limit == 0:
 		return "-"
+	case learned:
+		return fmt.Sprintf("%d/%d*", used, limit)
 	}
-	return fmt.Sprintf("%d/%d", used, dk.rpmShow)
+	return fmt.Sprintf("%d/%d", used, limit)
 }
 
 // summary prints the demo's outcome and explains the failures callers saw.
@@ -218,12 +235,27 @@ func (v *view) summary(d *demo, interrupted bool) {
 		d.benches[keypool.KindAuth].Load(), d.benches[keypool.KindTransient].Load())
 	v.say("The vendor answered %d requests with 429, %d with 401, %d with a server error.\n",
 		totals.RateLimited+totals.Billing, totals.Unauthorized, totals.ServerErrors)
+	v.learned(d)
 	v.failures(d)
 	share := 0.0
 	if served > 0 {
 		share = 100 * float64(paidServed) / float64(served)
 	}
 	v.say("The paid key served %d of %d answers (%.0f%%).\n", paidServed, served, share)
+}
+
+// learned says which keys' limits the pool learned from the vendor's
+// headers, below what it was told, and the vendor's 429s of each before and
+// after.
+func (v *view) learned(d *demo) {
+	for _, k := range d.keys {
+		ll, ok, before, after := d.learning.learnedOf(k.id)
+		if !ok {
+			continue
+		}
+		v.say("%s: learned RPM %d (configured %d) from the vendor's headers %.1f s in, and held it there since; the vendor's 429s for it: %d before, %d after.\n",
+			k.id, ll.rpm, ll.configured, ll.at.Sub(d.start).Seconds(), before, after)
+	}
 }
 
 // failures explains the failures callers saw, by cause.

@@ -97,6 +97,17 @@ func (s *server) checkStore(now time.Time) {
 	}
 }
 
+// failingSince returns when the watcher first saw the store's failure
+// going on, or now when it has not seen it.
+func (s *server) failingSince() time.Time {
+	if s.watch != nil {
+		if spell := s.watch.spell.Load(); spell != nil {
+			return spell.since
+		}
+	}
+	return time.Now()
+}
+
 // storeView is the store's health as /status shows it.
 type storeView struct {
 	Healthy bool `json:"healthy"`
@@ -115,10 +126,8 @@ func (s *server) viewStoreHealth() storeView {
 		return storeView{Healthy: true}
 	}
 	v := storeView{Reason: s.reason(err)}
-	if s.watch != nil {
-		if spell := s.watch.spell.Load(); spell != nil {
-			v.Since = spell.since.UTC()
-		}
+	if s.watch != nil && s.watch.spell.Load() != nil {
+		v.Since = s.failingSince().UTC()
 	}
 	return v
 }

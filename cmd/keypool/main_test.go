@@ -53,6 +53,8 @@ func TestDemoPrintsSummary(t *testing.T) {
 		assert.Contains(t, out, want)
 	}
 	assert.Contains(t, out, "benched free-5: auth", "the revoked key is benched")
+	assert.Regexp(t, `\d+\.\ds  learned free-2's limit from the vendor's headers: 12 a minute \(configured 20\)\n`, out)
+	assert.Regexp(t, `free-2: learned RPM 12 \(configured 20\) from the vendor's headers \d+\.\d s in, and held it there since; the vendor's 429s for it: \d+ before, 0 after\.\n`, out)
 	assert.NotContains(t, out, "sk-demo-", "no secret in the output")
 	assert.False(t, strings.Contains(out, "\033["), "no terminal codes when stdout is not a terminal")
 }
@@ -94,6 +96,35 @@ func TestDemoLiveView(t *testing.T) {
 			assert.Contains(t, text, "auth", "the revoked key's bench")
 		})
 	}
+}
+
+// TestDemoLearnsAKeysLimit runs the demo's five free keys fast enough to
+// fill free-2's minute many times over: the pool, told 20 a minute, learns
+// the vendor's 12 from its headers and shows it, and the vendor refuses
+// free-2 no request sent after that.
+func TestDemoLearnsAKeysLimit(t *testing.T) {
+	var out bytes.Buffer
+	v := &view{out: &out, live: true, width: func() int { return 100 }, now: time.Now}
+	d, err := newDemo(demoOptions{keys: 5, duration: 3 * time.Second, rate: 80, state: t.TempDir()})
+	require.NoError(t, err)
+	defer d.close()
+	require.NoError(t, d.run(t.Context(), v))
+	text := escapes.ReplaceAllString(out.String(), "")
+	live, summary, _ := strings.Cut(text, "\nSummary after")
+	assert.Regexp(t, `free-2\s+free\s+serving\s+\d+\s+\d+\s+\d+/12\*\n`, live, "the minute against the learned limit, starred")
+	assert.Contains(t, live, "* free-2: learned RPM 12 from the vendor's headers (configured 20)\n")
+	assert.Contains(t, live, "learned free-2's limit from the vendor's headers: 12 a minute (configured 20)", "an event")
+
+	ll, ok, before, after := d.learning.learnedOf("free-2")
+	require.True(t, ok, "the pool learned free-2's limit")
+	assert.Equal(t, learnedLimit{rpm: 12, configured: 20, at: ll.at}, ll)
+	assert.Zero(t, after, "no 429 for a request sent after the pool learned the limit")
+	st, _ := d.sim.StatsOf("free-2")
+	assert.Equal(t, st.RateLimited, before, "every 429 the vendor sent free-2 came before")
+	assert.LessOrEqual(t, d.sim.MaxInWindow("free-2", time.Minute), 12, "never more than the vendor's 12 in a minute")
+	assert.GreaterOrEqual(t, st.Served, int64(12), "its minute was filled")
+	summary = strings.Join(strings.Fields(summary), " ") // the live view wraps prose
+	assert.Regexp(t, fmt.Sprintf(`free-2: learned RPM 12 \(configured 20\) from the vendor's headers \d+\.\d s in, and held it there since; the vendor's 429s for it: %d before, 0 after\.`, before), summary)
 }
 
 func TestDemoExplainsFailures(t *testing.T) {

@@ -142,6 +142,7 @@ func newServerWith(s *settings, log *slog.Logger, store keypool.Store, closer io
 // newServerPolling is newServerWith with the watcher's tick.
 func newServerPolling(s *settings, log *slog.Logger, store keypool.Store, closer io.Closer, poll time.Duration) (*server, error) {
 	srv := &server{settings: s, log: log, store: store, state: closer}
+	srv.events.now = srv.now
 	for _, t := range s.tokens {
 		srv.tokens = append(srv.tokens, string(t))
 	}
@@ -166,6 +167,9 @@ func newServerPolling(s *settings, log *slog.Logger, store keypool.Store, closer
 			keypool.WithTracerProvider(attemptTracing{}),
 			keypool.OnEvict(func(e keypool.Eviction) { srv.benched(r.name, e) }),
 		}, r.options...)
+		if s.clock != nil {
+			opts = append(opts, keypool.WithClock(s.clock))
+		}
 		pool, err := keypool.New(r.name, r.keys, opts...)
 		if err != nil {
 			srv.close()
@@ -178,7 +182,7 @@ func newServerPolling(s *settings, log *slog.Logger, store keypool.Store, closer
 		}
 	}
 	srv.redact = newRedactor(secrets)
-	srv.fallback, err = keypool.NewFallback(routes, keypool.OnRoute(srv.routed))
+	srv.fallback, err = keypool.NewFallback(routes, keypool.OnRoute(srv.routed), keypool.WithClock(srv.now))
 	if err != nil {
 		srv.close()
 		return nil, err
@@ -193,6 +197,15 @@ func newServerPolling(s *settings, log *slog.Logger, store keypool.Store, closer
 	}
 	srv.startWatch(poll)
 	return srv, nil
+}
+
+// now returns the time on the server's clock: the pools' and the
+// fallback's.
+func (s *server) now() time.Time {
+	if s.settings.clock != nil {
+		return s.settings.clock()
+	}
+	return time.Now()
 }
 
 // benched logs a bench of a key of route, and keeps it for the status page
@@ -534,7 +547,8 @@ func (s *server) modifyResponse(resp *http.Response) error {
 
 // proxyError answers a request the proxy could not forward: 429 with a
 // Retry-After when no key is free; 413 or 408 for a body too long or too
-// slow; 400 for a model name no store may keep; 502 otherwise.
+// slow; 400 for a model name no store may keep; 503 while Redis is out of
+// reach (without replicas); 502 otherwise.
 func (s *server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	var na *keypool.NoAvailableKeyError
 	var mn *windowspec.ModelNameError
@@ -557,11 +571,18 @@ func (s *server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		refused(r, "no_key")
 		extra := map[string]any{}
 		if !na.RetryAt.IsZero() {
-			secs := int64(math.Ceil(time.Until(na.RetryAt).Seconds()))
+			secs := int64(math.Ceil(na.RetryAt.Sub(s.now()).Seconds()))
 			w.Header().Set("Retry-After", strconv.FormatInt(max(secs, 1), 10))
 			extra["retry_at"] = na.RetryAt.UTC().Format(time.RFC3339)
 		}
 		writeError(w, http.StatusTooManyRequests, "rate_limit_error", err.Error(), extra)
+	case errors.Is(err, redisstore.ErrUnavailable):
+		// Redis is out of reach, and without replicas no local windows
+		// stand in: the watcher logs the spell once, and each request's
+		// line says no_store, rather than a warning a request.
+		refused(r, "no_store")
+		writeError(w, http.StatusServiceUnavailable, "api_error",
+			"keypool: the state store is out of reach, and without replicas the proxy refuses requests until it answers: "+s.reason(err), nil)
 	case r.Context().Err() != nil:
 		refused(r, "canceled") // the client went away
 	default:

@@ -245,7 +245,10 @@ func (s *stuckStore) Close() error { return nil }
 // serveWithStore runs the proxy for conf over store, as serve does, and
 // returns its address and a function that stops it and returns how long
 // the stop took, with what serve returned.
-func serveWithStore(t *testing.T, conf string, store *stuckStore) (addr string, stop func() (time.Duration, error)) {
+func serveWithStore(t *testing.T, conf string, store interface {
+	keypool.Store
+	io.Closer
+}) (addr string, stop func() (time.Duration, error)) {
 	t.Helper()
 	var c config
 	require.NoError(t, yaml.Unmarshal([]byte(conf), &c))

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -178,6 +180,60 @@ func printRoutes(w io.Writer, routes []routeView, now time.Time, fromStore bool)
 	if starred {
 		fmt.Fprintln(w, "* a limit learned from the vendor, tighter than any configured")
 	}
+	printSpend(w, routes)
+}
+
+// printSpend writes a table of what each key and account with a budget,
+// or with spend, spent today and this month, against its budget; nothing
+// when none has.
+func printSpend(w io.Writer, routes []routeView) {
+	type row struct {
+		who   string
+		spend spendView
+	}
+	var rows []row
+	for _, r := range routes {
+		for _, k := range r.Keys {
+			if k.Spend != nil {
+				rows = append(rows, row{r.Name + "/" + k.ID, *k.Spend})
+			}
+		}
+		for _, a := range r.Accounts {
+			rows = append(rows, row{r.Name + " account " + a.Name, a.Spend})
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SPEND (USD)\tTODAY\tTHIS MONTH")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.who, spentOf(r.spend.Today, r.spend.PerDay), spentOf(r.spend.Month, r.spend.PerMonth))
+	}
+	tw.Flush()
+}
+
+// spentOf says what was spent against a cap: "0.07 of 0.10", or "0.07"
+// without one.
+func spentOf(spent, limit float64) string {
+	if limit == 0 {
+		return usd(spent)
+	}
+	return usd(spent) + " of " + usd(limit)
+}
+
+// usd says an amount of US dollars to the cent, or to four places below a
+// cent, as the status page does: "5.00", "0.035", "0.0004".
+func usd(v float64) string {
+	s := strconv.FormatFloat(v, 'f', 2, 64)
+	if v != 0 && math.Abs(v) < 1 {
+		s = strings.TrimRight(strconv.FormatFloat(v, 'f', 4, 64), "0")
+		if i := strings.IndexByte(s, '.'); len(s)-i-1 < 2 {
+			s += strings.Repeat("0", 2-(len(s)-i-1))
+		}
+	}
+	return s
 }
 
 func (w windowView) learned() bool { return w.RequestsLearned || w.TokensLearned }

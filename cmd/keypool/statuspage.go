@@ -248,7 +248,7 @@ func (s *server) report(now time.Time) statusReport {
 }
 
 func (s *server) statusJSON(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, s.report(time.Now()))
+	writeJSON(w, http.StatusOK, s.report(s.now()))
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

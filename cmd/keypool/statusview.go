@@ -38,6 +38,49 @@ type routeView struct {
 	// not benched.
 	BenchedUntil time.Time `json:"benched_until,omitzero"`
 	Keys         []keyView `json:"keys"`
+	// Accounts are the accounts of the route's keys that have a budget or
+	// have spent, with their spend; nil when none has.
+	Accounts []accountView `json:"accounts,omitempty"`
+}
+
+// accountView is an account's spend: what the keys naming it spent
+// together.
+type accountView struct {
+	Name  string    `json:"name"`
+	Spend spendView `json:"spend"`
+}
+
+// spendView is what a key or an account spent today and this month, in US
+// dollars, against its budget (a zero cap is none). Days and months are
+// the pool's calendar's: midnight UTC unless calendar_day says otherwise.
+type spendView struct {
+	Today    float64 `json:"today"`
+	Month    float64 `json:"month"`
+	PerDay   float64 `json:"per_day,omitempty"`
+	PerMonth float64 `json:"per_month,omitempty"`
+}
+
+// viewSpend reads what was spent against a budget; nil when there is no
+// budget and nothing was spent.
+func viewSpend(spent, budget keypool.Budget) *spendView {
+	if spent == (keypool.Budget{}) && budget == (keypool.Budget{}) {
+		return nil
+	}
+	return &spendView{Today: spent.PerDay, Month: spent.PerMonth, PerDay: budget.PerDay, PerMonth: budget.PerMonth}
+}
+
+// spentPeriod returns the period whose budget is spent — "month" or "day"
+// (the month first: it lasts longer) — or "".
+func (s *spendView) spentPeriod() string {
+	switch {
+	case s == nil:
+		return ""
+	case s.PerMonth > 0 && s.Month >= s.PerMonth:
+		return "month"
+	case s.PerDay > 0 && s.Today >= s.PerDay:
+		return "day"
+	}
+	return ""
 }
 
 // keyView is one key of a route.
@@ -54,8 +97,9 @@ type keyView struct {
 	Bench      benchView `json:"bench,omitzero"`
 	BenchModel string    `json:"bench_model,omitempty"`
 	// Full names the window that is at its limit when State is "full":
-	// "minute" or "day" (the pool's count), or "vendor" (the vendor said
-	// its window is used up until FullUntil).
+	// "minute" or "day" (the pool's count), "vendor" (the vendor said its
+	// window is used up until FullUntil), or "budget-day" or
+	// "budget-month" (the key's or its account's budget is spent).
 	Full      string           `json:"full,omitempty"`
 	FullUntil time.Time        `json:"full_until,omitzero"`
 	Sent      int64            `json:"sent"`
@@ -64,6 +108,9 @@ type keyView struct {
 	// Last is what the vendor last said of the key's windows; nil when it
 	// has said nothing.
 	Last *readingView `json:"last,omitempty"`
+	// Spend is what the key spent against its own budget; nil when it has
+	// no budget and has spent nothing. Its account's is the route's.
+	Spend *spendView `json:"spend,omitempty"`
 }
 
 // kindName is a keypool.Kind as /status writes it, by name ("rate"), which
@@ -161,6 +208,12 @@ func viewRoutes(routes []keypool.RouteStatus, now time.Time) []routeView {
 		}
 		for _, k := range r.Keys {
 			rv.Keys = append(rv.Keys, viewKey(k, now))
+			if k.Account == "" || slices.ContainsFunc(rv.Accounts, func(a accountView) bool { return a.Name == k.Account }) {
+				continue
+			}
+			if sv := viewSpend(k.AccountSpent, k.AccountBudget); sv != nil {
+				rv.Accounts = append(rv.Accounts, accountView{Name: k.Account, Spend: *sv})
+			}
 		}
 		out = append(out, rv)
 	}
@@ -180,7 +233,8 @@ func displayURL(raw string) string {
 
 // viewKey reads one key's stats at now.
 func viewKey(k keypool.KeyStats, now time.Time) keyView {
-	kv := keyView{ID: k.ID, Paid: k.Paid, Account: k.Account, State: "serving", Sent: k.Sent, Models: []modelView{}}
+	kv := keyView{ID: k.ID, Paid: k.Paid, Account: k.Account, State: "serving", Sent: k.Sent, Models: []modelView{},
+		Spend: viewSpend(k.Spent, k.Budget)}
 	if len(k.Answers) > 0 {
 		kv.Answers = map[string]int64{}
 		for kind, n := range k.Answers {
@@ -210,6 +264,16 @@ func viewKey(k keypool.KeyStats, now time.Time) keyView {
 			kv.Full = "minute"
 		}
 		kv.Models = append(kv.Models, mv)
+	}
+	if kv.Full != "day" {
+		// A spent budget passes the key over until the next day or month.
+		p := kv.Spend.spentPeriod()
+		if ap := viewSpend(k.AccountSpent, k.AccountBudget).spentPeriod(); p == "" || ap == "month" {
+			p = ap
+		}
+		if p != "" {
+			kv.Full = "budget-" + p
+		}
 	}
 	if !k.LastAt.IsZero() {
 		kv.Last = &readingView{At: k.LastAt, Model: k.Last.Model, Window: string(k.Last.Window),
@@ -300,6 +364,10 @@ func stateWords(k keyView, now time.Time) string {
 			return "full today"
 		case "vendor":
 			return "full at the vendor, " + backIn(k.FullUntil, now)
+		case "budget-day":
+			return "budget spent for today"
+		case "budget-month":
+			return "budget spent for this month"
 		}
 		return "full this minute"
 	}

@@ -86,13 +86,25 @@
 
   const percent = (used, limit) => Math.min(100, Math.round((100 * used) / limit));
 
+  // usd says an amount of US dollars to the cent, or to four places below
+  // a cent, as keypool status does: "$5.00", "$0.035", "$0.0004".
+  function usd(v) {
+    let s = v.toFixed(2);
+    if (v !== 0 && Math.abs(v) < 1) {
+      s = v.toFixed(4).replace(/0+$/, "");
+      const places = s.length - s.indexOf(".") - 1;
+      if (places < 2) s += "0".repeat(2 - places);
+    }
+    return `$${s}`;
+  }
+
   // bar shows one window's use against the limit the pool enforces,
   // saying so when that limit is the one learned from the vendor; without
-  // a limit, the count alone.
-  function bar(label, used, limit, learned) {
+  // a limit, the count alone. say writes an amount (a count by default).
+  function bar(label, used, limit, learned, say = String, none = "no limit set") {
     if (!limit) {
       return h("div", { class: "use nolimit" }, h("span", { class: "use-label", text: label }),
-        h("span", { class: "use-count", text: `${used} · no limit set` }));
+        h("span", { class: "use-count", text: `${say(used)} · ${none}` }));
     }
     const pct = percent(used, limit);
     const fill = h("span", { class: "fill" });
@@ -103,7 +115,7 @@
     return h("div", { class: `use${level}` },
       h("span", { class: "use-label" }, label,
         learned ? h("span", { class: "learned", text: " · learned from the vendor" }) : null),
-      h("span", { class: "use-count", text: `${used} / ${limit}` }),
+      h("span", { class: "use-count", text: `${say(used)} / ${say(limit)}` }),
       h("span", {
         class: "bar", role: "meter", "aria-label": label,
         "aria-valuemin": 0, "aria-valuemax": limit, "aria-valuenow": Math.min(used, limit),
@@ -122,6 +134,25 @@
       head.append(h("span", { class: "badge benched", text: `benched (${m.bench.kind})` }));
     }
     return h("div", { class: "model-use" }, head, rows, limitsList(m));
+  }
+
+  // spendBars show what a key or an account spent today and this month
+  // against its budget, in US dollars.
+  function spendBars(s) {
+    return h("div", { class: "spend" },
+      bar("spent today", s.today, s.per_day, false, usd, "no budget set"),
+      bar("spent this month", s.month, s.per_month, false, usd, "no budget set"));
+  }
+
+  // accountsSpend shows the spend of each account of a route that has a
+  // budget or has spent.
+  function accountsSpend(r) {
+    if (!r.accounts || r.accounts.length === 0) return null;
+    return h("div", { class: "accounts" }, r.accounts.map((a) =>
+      h("div", { class: "account-spend", "data-account": a.name },
+        h("p", { class: "account" }, "account ", h("span", { class: "account-name", text: a.name }),
+          " · what its keys spent together"),
+        spendBars(a.spend))));
   }
 
   // limitsText says a set of limits in words: "30 req/min, 1000 req/day".
@@ -159,7 +190,12 @@
       return h("p", { class: "state-line" }, "the vendor says its window is used up · ", countdown(parseTime(k.full_until), "back"));
     }
     if (k.state === "full") {
-      return h("p", { class: "state-line", text: k.full === "day" ? "its day's limit is used up" : "its minute's limit is used up: it takes requests again as the minute slides" });
+      const why = {
+        day: "its day's limit is used up",
+        "budget-day": "its budget for today is spent: it takes requests again tomorrow",
+        "budget-month": "its budget for this month is spent: it takes requests again next month",
+      }[k.full] || "its minute's limit is used up: it takes requests again as the minute slides";
+      return h("p", { class: "state-line", text: why });
     }
     if (route.benched_until) {
       return h("p", { class: "state-line", text: "serving, but its route is benched" });
@@ -210,6 +246,7 @@
         " · its windows are shared with the account's other keys") : null,
       stateLine(k, route),
       k.models.map(modelUse),
+      k.spend ? spendBars(k.spend) : null,
       reading(k, now),
       counts(k));
     if (k.state === "benched" || route.benched_until) {
@@ -229,7 +266,7 @@
       head.append(h("span", { class: "badge serving", text: "serving" }));
     }
     return h("section", { class: "route", "data-route": r.name, "aria-label": `route ${r.name}` },
-      head, h("div", { class: "keys" }, r.keys.map((k) => keyCard(r, k, now))));
+      head, accountsSpend(r), h("div", { class: "keys" }, r.keys.map((k) => keyCard(r, k, now))));
   }
 
   function eventItem(e, now) {
