@@ -1,10 +1,11 @@
 package keypool
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/keypool-go/keypool/internal/refusal"
 )
 
 // Price is what a model costs, in US dollars per million tokens.
@@ -89,7 +90,7 @@ func estimateUse(info RequestInfo, estimate int64) usageReport {
 
 // errNoPrice is the error of a request for a model without a price that
 // only keys with a budget could take.
-var errNoPrice = errors.New("has no price (WithPrices), and every key that could take it has a budget")
+var errNoPrice = refusal.Errorf("has no price (WithPrices), and every key that could take it has a budget")
 
 // budgetDays returns the calendar budgets count by: the pool's calendar
 // days, or midnight UTC when the pool's days slide.

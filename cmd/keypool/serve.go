@@ -27,7 +27,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/keypool-go/keypool"
-	"github.com/keypool-go/keypool/internal/windowspec"
+	"github.com/keypool-go/keypool/internal/refusal"
 	"github.com/keypool-go/keypool/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -547,11 +547,12 @@ func (s *server) modifyResponse(resp *http.Response) error {
 
 // proxyError answers a request the proxy could not forward: 429 with a
 // Retry-After when no key is free; 413 or 408 for a body too long or too
-// slow; 400 for a model name no store may keep; 503 while Redis is out of
+// slow; 400 for what the request itself holds (a model name no store may
+// keep, a model without a price); 503 while Redis is out of
 // reach (without replicas); 502 otherwise.
 func (s *server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	var na *keypool.NoAvailableKeyError
-	var mn *windowspec.ModelNameError
+	var own *refusal.Error
 	var body *requestBody
 	if aw, ok := w.(*answerWriter); ok {
 		body = aw.body
@@ -564,9 +565,9 @@ func (s *server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		refused(r, "refused")
 		w.Header().Set("Connection", "close")
 		writeError(w, http.StatusRequestTimeout, "invalid_request_error", "keypool: the request body did not arrive within body_timeout", nil)
-	case errors.As(err, &mn):
+	case errors.As(err, &own):
 		refused(r, "refused")
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "keypool: "+mn.Error(), nil)
+		writeError(w, http.StatusBadRequest, "invalid_request_error", s.redact.String(err.Error()), nil)
 	case errors.As(err, &na):
 		refused(r, "no_key")
 		extra := map[string]any{}

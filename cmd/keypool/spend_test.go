@@ -324,3 +324,38 @@ func serveAt(t *testing.T, conf string, clock *testClock) string {
 	s.clock = clock.now
 	return serveSettings(t, s)
 }
+
+// A model without a price goes to keys without a budget, and waits for
+// them; with only budgeted keys to take it, the proxy refuses it as the
+// client's mistake (400), naming the price it lacks, and sends nothing.
+func TestProxyRefusesAModelWithoutAPriceForBudgetedKeys(t *testing.T) {
+	clock := newTestClock(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))
+	sim := spendSim(t, clock.now)
+	send := func(addr string) (int, string) {
+		req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions",
+			strings.NewReader(`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+proxyToken)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	addr := serveAt(t, spendConfig(sim, t.TempDir()), clock)
+	for i := range 2 {
+		status, _ := send(addr)
+		require.Equal(t, http.StatusOK, status, "request %d, on the free key", i)
+	}
+	status, body := send(addr)
+	assert.Equal(t, http.StatusTooManyRequests, status, "the free key is back tomorrow; the paid key never takes it")
+	assert.Contains(t, body, `"retry_at":"2026-03-11T12:00:00Z"`)
+
+	paidOnly := fmt.Sprintf("proxy_tokens: [%q]\nstate: %s\nupstreams:\n  - name: openai\n    url: %s\n"+
+		"    prices: {gpt-4o-mini: {input: 1000, output: 1000}}\n"+
+		"    keys: [{id: paid, secret: sk-spend-paid, paid: true, budget: {per_day: 0.25}}]\n", proxyToken, t.TempDir(), sim.URL())
+	status, body = send(serveAt(t, paidOnly, clock))
+	assert.Equal(t, http.StatusBadRequest, status)
+	assert.Contains(t, body, `model \"gpt-4o\" has no price`)
+	assert.Equal(t, int64(2), sim.Totals().Served, "nothing more was sent")
+}

@@ -5,9 +5,10 @@
 package windowspec
 
 import (
-	"fmt"
 	"time"
 	"unicode/utf8"
+
+	"github.com/keypool-go/keypool/internal/refusal"
 )
 
 // The bucket counts of the two sliding windows: a minute of 0.75 s buckets,
@@ -41,25 +42,19 @@ const (
 // within it.
 const MaxModelName = 256
 
-// ModelNameError says why a model name cannot be kept; a proxy answers it
-// as the client's mistake.
-type ModelNameError struct{ why string }
-
-func (e *ModelNameError) Error() string { return e.why }
-
-// CheckModel returns a *ModelNameError saying why a model name cannot be
+// CheckModel returns a *refusal.Error saying why a model name cannot be
 // kept: longer than MaxModelName, not UTF-8, or holding a control
 // character. It never quotes the name.
 func CheckModel(name string) error {
 	if len(name) > MaxModelName {
-		return &ModelNameError{fmt.Sprintf("a model name of %d bytes is longer than %d", len(name), MaxModelName)}
+		return refusal.Errorf("a model name of %d bytes is longer than %d", len(name), MaxModelName)
 	}
 	if !utf8.ValidString(name) {
-		return &ModelNameError{"a model name is not UTF-8"}
+		return refusal.Errorf("a model name is not UTF-8")
 	}
 	for i, r := range name {
 		if r < ' ' || r == 0x7f {
-			return &ModelNameError{fmt.Sprintf("a model name has a control character at byte %d", i)}
+			return refusal.Errorf("a model name has a control character at byte %d", i)
 		}
 	}
 	return nil
