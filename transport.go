@@ -226,10 +226,11 @@ type meteredBody struct {
 	lease lease
 }
 
-func (m *meteredBody) settle(tokens int64, ok bool) {
+func (m *meteredBody) settle(u usageReport, ok bool) {
 	if !ok {
 		return // the estimate stands
 	}
+	tokens := u.total()
 	ctx := context.Background() // the request's context may be over by now
 	m.pool.settleTokens(ctx, &m.lease, tokens)
 	m.pool.tel.used(ctx, m.lease.key, tokens)

@@ -5,28 +5,67 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 )
 
-// settler is told, once, the tokens an answer's body reported: ok is false,
-// and tokens 0, when it reported none.
+// settler is told, once, the usage an answer's body reported: ok is false,
+// and u zero, when it reported none.
 type settler interface {
-	settle(tokens int64, ok bool)
+	settle(u usageReport, ok bool)
 }
 
-// start makes b read the body of a 2xx answer so that the tokens the vendor
-// reports are read as the caller reads the body. Read hands each byte to the
+// usageReport is the usage one answer reported, split for spend budgets.
+// Every vendor's fields are read into one convention:
+//
+//   - input counts every input token, those read from a cache included:
+//     OpenAI's prompt_tokens (chat) or input_tokens (Responses), which
+//     already include the cached ones; Anthropic's input_tokens plus
+//     cache_creation_input_tokens plus cache_read_input_tokens, since its
+//     input_tokens counts only what follows the last cache breakpoint;
+//     Gemini's promptTokenCount, which includes cachedContentTokenCount,
+//     plus toolUsePromptTokenCount.
+//   - cachedInput is the part of input read from a cache, billed lower:
+//     OpenAI's prompt_tokens_details.cached_tokens (input_tokens_details in
+//     Responses), Anthropic's cache_read_input_tokens, Gemini's
+//     cachedContentTokenCount. It is never more than input, so input -
+//     cachedInput is the uncached input. Anthropic's cache writes
+//     (cache_creation_input_tokens) are uncached input.
+//   - output counts every output token, reasoning included: OpenAI's
+//     completion_tokens or output_tokens (which include reasoning_tokens),
+//     Anthropic's output_tokens, Gemini's candidatesTokenCount plus
+//     thoughtsTokenCount.
+//
+// Counts are non-negative and saturate at math.MaxInt64. A vendor that
+// states only a total leaves the split zero; total still holds it.
+type usageReport struct {
+	input, cachedInput, output int64
+	// limited is the tokens the vendor's token rate limits count; see
+	// total.
+	limited int64
+}
+
+// total returns the tokens the answer counts against the vendor's token
+// rate limits, which settle the pool's token windows: the total the vendor
+// states (OpenAI's total_tokens, Gemini's totalTokenCount), else the input
+// and output it reports less Anthropic's cache reads, which its input-token
+// limits do not count. It may differ from input + output: for Anthropic by
+// the cache reads, and where the vendor states a total without the split.
+func (u usageReport) total() int64 { return u.limited }
+
+// start makes b read the body of a 2xx answer so that the usage the vendor
+// reports is read as the caller reads the body. Read hands each byte to the
 // caller as soon as body yields it: b never reads ahead, never buffers the
 // body and never holds a byte back. b is meant to be embedded in a struct
 // that is its own settler, so that reading an answer's usage costs one
 // allocation.
 //
 // An answer whose contentType is text/event-stream is read as server-sent
-// events; any other as JSON. s.settle is called exactly once, with the tokens
-// the answer reported, at the first of: the end of the body, a read error, or
-// Close. It reports the latest usage read so far, so a stream cut short
-// settles what the vendor had reported by then; ok is false, and tokens 0,
-// when no usage was read — the pool then keeps its estimate.
+// events; any other as JSON. s.settle is called exactly once, with the usage
+// the answer reported, at the first of: the end of the body, a read error,
+// or Close. It reports the latest usage read so far, so a stream cut short
+// settles what the vendor had reported by then; ok is false, and the report
+// zero, when no usage was read — the pool then keeps its estimate.
 //
 // Read and Close may be called from different goroutines (net/http may close
 // a body while another goroutine reads it); settle runs on the goroutine
@@ -35,7 +74,6 @@ type settler interface {
 func (b *usageBody) start(body io.ReadCloser, contentType string, s settler) {
 	b.s, b.events = s, isEventStream(contentType)
 	b.sse.usage = &b.usage
-	b.reported.Store(-1)
 	b.body = body
 	if body == nil {
 		b.body = http.NoBody
@@ -61,9 +99,10 @@ type usageBody struct {
 	usage usageScanner
 	sse   sseScanner
 
-	// reported is the total of the usage read so far, or -1 before any;
-	// Read stores it for Close to load from another goroutine.
-	reported atomic.Int64
+	mu sync.Mutex // guards reported
+	// reported is the usage read so far, as Read last published it for
+	// the settle, which Close may call from another goroutine.
+	reported usageTally
 	// settled is set by the call that settles.
 	settled atomic.Bool
 }
@@ -77,8 +116,11 @@ func (b *usageBody) Read(p []byte) (int, error) {
 		} else {
 			b.usage.feed(p[:n])
 		}
-		if tokens, ok := b.usage.tally.tokens(); ok {
-			b.reported.Store(tokens)
+		if b.usage.tally.changed {
+			b.usage.tally.changed = false
+			b.mu.Lock()
+			b.reported = b.usage.tally
+			b.mu.Unlock()
 		}
 	}
 	if err != nil {
@@ -98,8 +140,10 @@ func (b *usageBody) finish() {
 	if !b.settled.CompareAndSwap(false, true) {
 		return
 	}
-	tokens := b.reported.Load()
-	b.s.settle(max(tokens, 0), tokens >= 0)
+	b.mu.Lock()
+	t := b.reported
+	b.mu.Unlock()
+	b.s.settle(t.report())
 }
 
 // sseState is where in a server-sent event stream an sseScanner stands.
@@ -242,8 +286,9 @@ const (
 // at the value of a top-level "usage" or "usageMetadata", or of a "usage"
 // inside a top-level "message" or "response"; a top-level array's elements
 // count as top-level objects (Gemini's streamGenerateContent without
-// alt=sse). Within that value it reads the integer members it knows, and it
-// skips the rest of the text without storing it. It holds no locks.
+// alt=sse). Within that value it reads the integer members it knows, and the
+// cached_tokens of OpenAI's prompt_tokens_details or input_tokens_details;
+// it skips the rest of the text without storing it. It holds no locks.
 type usageScanner struct {
 	lex   jsonLexer
 	tally usageTally
@@ -255,14 +300,20 @@ type usageScanner struct {
 	holderUsage bool
 	// inUsage is the depth of the open usage object, or 0.
 	inUsage int
+	// details is set when the last key of the usage object names the
+	// details of its input tokens; inDetails is the depth of that open
+	// object, or 0.
+	details   bool
+	inDetails int
 	// field is the usage member whose value comes next.
 	field usageField
 }
 
-// reset readies s for a new JSON text; the tally is kept.
+// zero readies s for a new JSON text; the tally is kept.
 func (s *usageScanner) zero() {
 	s.lex.zero()
 	s.root, s.top, s.holderUsage, s.inUsage, s.field = 0, usageKeyOther, false, 0, usageFieldNone
+	s.details, s.inDetails = false, 0
 }
 
 // feed scans the next piece of the text.
@@ -287,6 +338,9 @@ func (s *usageScanner) take(tok jsonToken) {
 			}
 			s.top = usageKeyOther
 		case s.inUsage != 0:
+			if tok == tokBeginObject && d == s.inUsage+1 && s.details {
+				s.inDetails = d
+			}
 		case tok == tokBeginObject && d == s.root+1 && s.top == usageKeyUsage,
 			tok == tokBeginObject && d == s.root+2 && s.top == usageKeyHolder && s.holderUsage:
 			s.inUsage = d
@@ -296,15 +350,25 @@ func (s *usageScanner) take(tok jsonToken) {
 			s.holderUsage = false
 		}
 	case tokEndObject, tokEndArray:
-		if d+1 == s.inUsage {
-			s.inUsage = 0
+		switch d + 1 {
+		case s.inDetails:
+			s.inDetails, s.field = 0, usageFieldNone
+		case s.inUsage:
+			s.inUsage, s.details = 0, false
 		}
 	case tokKey:
 		key := s.lex.keyBytes()
 		switch {
 		case s.inUsage != 0:
-			if d == s.inUsage {
+			switch d {
+			case s.inUsage:
 				s.field = usageFieldOf(key)
+				s.details = isInputDetails(key)
+			case s.inDetails:
+				s.field = usageFieldNone
+				if string(key) == "cached_tokens" {
+					s.field = usageFieldCached
+				}
 			}
 		case d == s.root:
 			s.top = usageKeyOf(key)
@@ -312,7 +376,7 @@ func (s *usageScanner) take(tok jsonToken) {
 			s.holderUsage = string(key) == "usage"
 		}
 	case tokNumber:
-		if s.inUsage != 0 && d == s.inUsage && s.lex.numOK {
+		if s.inUsage != 0 && (d == s.inUsage || d == s.inDetails) && s.lex.numOK {
 			s.tally.set(s.field, s.lex.num)
 		}
 	}
@@ -329,18 +393,46 @@ func usageKeyOf(key []byte) usageKey {
 	return usageKeyOther
 }
 
+// isInputDetails reports whether a usage member holds the details of the
+// input tokens, among them the cached ones: OpenAI chat's
+// prompt_tokens_details, Responses' input_tokens_details.
+func isInputDetails(key []byte) bool {
+	switch string(key) {
+	case "prompt_tokens_details", "input_tokens_details":
+		return true
+	}
+	return false
+}
+
 // usageField is a usage member the tally keeps.
 type usageField uint8
 
 const (
 	usageFieldNone usageField = iota
+	// usageFieldTotal: the total the vendor states.
 	usageFieldTotal
+	// usageFieldInput: the input as the vendor counts it (Anthropic's
+	// leaves its cache reads and writes out).
 	usageFieldInput
+	// usageFieldOutput: the output, Gemini's thoughts left out.
 	usageFieldOutput
+	// usageFieldCacheCreation: Anthropic's cache writes.
 	usageFieldCacheCreation
+	// usageFieldCacheRead: Anthropic's cache reads.
+	usageFieldCacheRead
+	// usageFieldCached: input read from a cache that the input count
+	// already includes (OpenAI's cached_tokens, Gemini's
+	// cachedContentTokenCount).
+	usageFieldCached
+	// usageFieldThoughts: Gemini's thinking output.
+	usageFieldThoughts
+	// usageFieldToolPrompt: Gemini's tool-use prompt input.
+	usageFieldToolPrompt
+
+	usageFields // the number of fields
 )
 
-// usageFieldOf maps a usage member to the field it reports.
+// usageFieldOf maps a member of a usage object to the field it reports.
 func usageFieldOf(key []byte) usageField {
 	switch string(key) {
 	case "total_tokens", "totalTokenCount":
@@ -351,16 +443,30 @@ func usageFieldOf(key []byte) usageField {
 		return usageFieldOutput
 	case "cache_creation_input_tokens":
 		return usageFieldCacheCreation
+	case "cache_read_input_tokens":
+		return usageFieldCacheRead
+	case "cachedContentTokenCount":
+		return usageFieldCached
+	case "thoughtsTokenCount":
+		return usageFieldThoughts
+	case "toolUsePromptTokenCount":
+		return usageFieldToolPrompt
 	}
 	return usageFieldNone
 }
+
+// settling are the fields whose report makes an answer's usage count: an
+// answer that reports only cache or thinking figures settles nothing.
+const settling = 1<<usageFieldTotal | 1<<usageFieldInput | 1<<usageFieldOutput | 1<<usageFieldCacheCreation
 
 // usageTally is the usage an answer has reported so far. Each member
 // reported replaces the last report of the same member, so cumulative
 // counts (Anthropic's message_delta, Gemini's chunks) end at the last word.
 type usageTally struct {
-	value [usageFieldCacheCreation + 1]int64
-	seen  uint8 // bit f set: field f was reported
+	value [usageFields]int64
+	seen  uint16 // bit f set: field f was reported
+	// changed is set by each report, for the reader to publish it.
+	changed bool
 }
 
 // set records a report of field f.
@@ -370,17 +476,27 @@ func (t *usageTally) set(f usageField, n int64) {
 	}
 	t.value[f] = n
 	t.seen |= 1 << f
+	t.changed = true
 }
 
-// tokens returns the answer's tokens, and whether it reported any usage:
-// the total it states (OpenAI's total_tokens, Gemini's totalTokenCount,
-// which counts thinking too), else input plus output plus Anthropic's
-// cache_creation_input_tokens. Anthropic's cache reads are left out: they
-// do not count against its input-token rate limits.
-func (t *usageTally) tokens() (int64, bool) {
-	if t.seen&(1<<usageFieldTotal) != 0 {
-		return t.value[usageFieldTotal], true
+// report returns the usage reported (see usageReport), and whether the
+// answer reported any usage that settles. The total (see
+// usageReport.total) is the total the vendor states, else input plus
+// output plus Anthropic's cache writes.
+func (t *usageTally) report() (usageReport, bool) {
+	if t.seen&settling == 0 {
+		return usageReport{}, false
 	}
-	sum := addTokens(t.value[usageFieldInput], t.value[usageFieldOutput])
-	return addTokens(sum, t.value[usageFieldCacheCreation]), t.seen != 0
+	v := &t.value
+	u := usageReport{
+		input:  addTokens(addTokens(v[usageFieldInput], v[usageFieldCacheCreation]), addTokens(v[usageFieldCacheRead], v[usageFieldToolPrompt])),
+		output: addTokens(v[usageFieldOutput], v[usageFieldThoughts]),
+	}
+	u.cachedInput = min(addTokens(v[usageFieldCacheRead], v[usageFieldCached]), u.input)
+	if t.seen&(1<<usageFieldTotal) != 0 {
+		u.limited = v[usageFieldTotal]
+	} else {
+		u.limited = addTokens(addTokens(v[usageFieldInput], v[usageFieldOutput]), v[usageFieldCacheCreation])
+	}
+	return u, true
 }
