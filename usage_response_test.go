@@ -562,6 +562,7 @@ func BenchmarkUsageBody(b *testing.B) {
 		contentType string
 		data        []byte
 	}{
+		{"json-overhead", jsonType, []byte(cannedBody)}, // BenchmarkOverhead's answer
 		{"json-2KiB", jsonType, jsonAnswer(2 << 10)},
 		{"sse-13KiB", streamType, stream},
 	} {
