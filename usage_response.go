@@ -58,7 +58,8 @@ func (u usageReport) total() int64 { return u.limited }
 // caller as soon as body yields it: b never reads ahead, never buffers the
 // body and never holds a byte back. b is meant to be embedded in a struct
 // that is its own settler, so that reading an answer's usage costs one
-// allocation.
+// allocation; the scanners' state is borrowed from a pool while the body is
+// read and given back when it settles.
 //
 // An answer whose contentType is text/event-stream is read as server-sent
 // events; any other as JSON. s.settle is called exactly once, with the usage
@@ -69,16 +70,19 @@ func (u usageReport) total() int64 { return u.limited }
 //
 // Read and Close may be called from different goroutines (net/http may close
 // a body while another goroutine reads it); settle runs on the goroutine
-// whose call settles, and never twice. A nil body settles at once and reads
-// as empty.
+// whose call settles, and never twice. A Close that comes while a Read is
+// scanning what it read leaves the settle to that Read, which settles as
+// soon as its scan ends, before it returns. A nil body settles at once and
+// reads as empty.
 func (b *usageBody) start(body io.ReadCloser, contentType string, s settler) {
 	b.s, b.events = s, isEventStream(contentType)
-	b.sse.usage = &b.usage
 	b.body = body
 	if body == nil {
 		b.body = http.NoBody
 		b.finish()
+		return
 	}
+	b.scan = scans.Get().(*usageScan)
 }
 
 // isEventStream reports whether a Content-Type is text/event-stream.
@@ -87,40 +91,63 @@ func isEventStream(contentType string) bool {
 	return strings.EqualFold(strings.TrimSpace(mediaType), "text/event-stream")
 }
 
+// usageScan is the scanners' state of one body: usage scans a JSON body;
+// sse scans an event stream and feeds each event's data to usage.
+type usageScan struct {
+	usage usageScanner
+	sse   sseScanner
+}
+
+// scans holds the scanners' states of bodies that have settled, zeroed, for
+// the next bodies: a body costs no allocation for them.
+var scans = sync.Pool{New: func() any { return new(usageScan) }}
+
+// feed scans the next bytes of a body, an event stream when events.
+func (u *usageScan) feed(p []byte, events bool) {
+	if events {
+		u.sse.usage = &u.usage
+		u.sse.feed(p)
+	} else {
+		u.usage.feed(p)
+	}
+}
+
+// The states of a usageBody (see usageBody.state).
+const (
+	// bodyScanning: a Read is scanning what it read; it holds scan.
+	bodyScanning uint32 = 1 << iota
+	// bodySettling: a Close came while a Read was scanning; that Read
+	// settles when its scan ends.
+	bodySettling
+	// bodySettled: settle has been called, or is being called, and scan
+	// given back.
+	bodySettled
+)
+
 // usageBody is an answer's body read for its usage; see start.
 type usageBody struct {
 	body   io.ReadCloser
 	s      settler
 	events bool // the body is server-sent events
 
-	// usage scans a JSON body; sse scans an event stream and feeds each
-	// event's data to usage. Only Read touches them, and io.Reader forbids
-	// calling it concurrently.
-	usage usageScanner
-	sse   sseScanner
-
-	mu sync.Mutex // guards reported
-	// reported is the usage read so far, as Read last published it for
-	// the settle, which Close may call from another goroutine.
-	reported usageTally
-	// settled is set by the call that settles.
-	settled atomic.Bool
+	// scan is the scanners' state, borrowed from scans until the body
+	// settles. Only the holder of the state's bodyScanning bit, or the call
+	// that moves it to bodySettled from 0, touches it.
+	scan *usageScan
+	// state is 0 (no scan under way, not settled) or a set of the body
+	// states above; it moves only forward to bodySettled.
+	state atomic.Uint32
 }
 
 // Read reads from the wrapped body and scans what it read for usage.
 func (b *usageBody) Read(p []byte) (int, error) {
 	n, err := b.body.Read(p)
-	if n > 0 && n <= len(p) && !b.settled.Load() {
-		if b.events {
-			b.sse.feed(p[:n])
-		} else {
-			b.usage.feed(p[:n])
-		}
-		if b.usage.tally.changed {
-			b.usage.tally.changed = false
-			b.mu.Lock()
-			b.reported = b.usage.tally
-			b.mu.Unlock()
+	if n > 0 && n <= len(p) && b.state.CompareAndSwap(0, bodyScanning) {
+		b.scan.feed(p[:n], b.events)
+		if !b.state.CompareAndSwap(bodyScanning, 0) {
+			// A Close came while this scan went on: settle now.
+			b.state.Store(bodySettled)
+			b.settle()
 		}
 	}
 	if err != nil {
@@ -135,15 +162,36 @@ func (b *usageBody) Close() error {
 	return b.body.Close()
 }
 
-// finish calls settle unless it has been called.
+// finish calls settle unless it has been called, or leaves it to the Read
+// that is scanning.
 func (b *usageBody) finish() {
-	if !b.settled.CompareAndSwap(false, true) {
-		return
+	for {
+		switch st := b.state.Load(); {
+		case st&(bodySettled|bodySettling) != 0:
+			return
+		case st&bodyScanning != 0:
+			if b.state.CompareAndSwap(st, st|bodySettling) {
+				return
+			}
+		case b.state.CompareAndSwap(st, bodySettled):
+			b.settle()
+			return
+		}
 	}
-	b.mu.Lock()
-	t := b.reported
-	b.mu.Unlock()
-	b.s.settle(t.report())
+}
+
+// settle tells the settler the usage read, and gives the scanners' state
+// back. Only the call that moved the state to bodySettled calls it.
+func (b *usageBody) settle() {
+	var u usageReport
+	var ok bool
+	if b.scan != nil {
+		u, ok = b.scan.usage.tally.report()
+		*b.scan = usageScan{}
+		scans.Put(b.scan)
+		b.scan = nil
+	}
+	b.s.settle(u, ok)
 }
 
 // sseState is where in a server-sent event stream an sseScanner stands.
@@ -465,8 +513,6 @@ const settling = 1<<usageFieldTotal | 1<<usageFieldInput | 1<<usageFieldOutput |
 type usageTally struct {
 	value [usageFields]int64
 	seen  uint16 // bit f set: field f was reported
-	// changed is set by each report, for the reader to publish it.
-	changed bool
 }
 
 // set records a report of field f.
@@ -476,7 +522,6 @@ func (t *usageTally) set(f usageField, n int64) {
 	}
 	t.value[f] = n
 	t.seen |= 1 << f
-	t.changed = true
 }
 
 // report returns the usage reported (see usageReport), and whether the
