@@ -36,9 +36,12 @@ const (
 type telemetry struct {
 	tracer    trace.Tracer
 	startOpts []trace.SpanStartOption
-	// quietUntil, in Unix nanoseconds, is when to try starting spans again
-	// after the tracer gave a span that goes nowhere: without an SDK, the
-	// global provider's spans cost allocations and record nothing.
+	// quietUntil, in nanoseconds since epoch on the monotonic clock, is
+	// when to try starting spans again after the tracer gave a span that
+	// goes nowhere: without an SDK, the global provider's spans cost
+	// allocations and record nothing. The monotonic clock alone is read,
+	// which costs about half a wall-clock reading.
+	epoch       time.Time
 	quietUntil  atomic.Int64
 	requests    metric.Int64Counter
 	benches     metric.Int64Counter
@@ -79,6 +82,7 @@ func newTelemetry(p *Pool) *telemetry {
 		mp = otel.GetMeterProvider()
 	}
 	t := &telemetry{
+		epoch:     time.Now(),
 		tracer:    tp.Tracer(ScopeName, trace.WithInstrumentationVersion(Version)),
 		startOpts: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)},
 	}
@@ -148,13 +152,13 @@ const quietFor = time.Second
 func (t *telemetry) startAttempt(ctx context.Context, k *poolKey, model string, attempt int) (context.Context, trace.Span) {
 	parent := trace.SpanFromContext(ctx)
 	if !parent.SpanContext().IsValid() {
-		if now := time.Now().UnixNano(); now < t.quietUntil.Load() {
+		if time.Since(t.epoch).Nanoseconds() < t.quietUntil.Load() {
 			return ctx, parent // the no-op span of a context without one
 		}
 	}
 	sctx, span := t.tracer.Start(ctx, "keypool.attempt", t.startOpts...)
 	if !span.SpanContext().IsValid() && !span.IsRecording() {
-		t.quietUntil.Store(time.Now().Add(quietFor).UnixNano())
+		t.quietUntil.Store((time.Since(t.epoch) + quietFor).Nanoseconds())
 		return sctx, span
 	}
 	if span.IsRecording() {
