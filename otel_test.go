@@ -233,3 +233,32 @@ func TestTelemetryQuietWithoutSDK(t *testing.T) {
 		assert.Equal(t, int64(2), tp.starts.Load(), "spans started in the next quiet spell")
 	})
 }
+
+// TestTelemetryQuietWithGlobalProvider holds the quiet spell of the global
+// tracer provider without an SDK: it lasts, with no clock read, until
+// another global provider is installed.
+func TestTelemetryQuietWithGlobalProvider(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tp := &countingTracerProvider{inner: tracenoop.NewTracerProvider()}
+		var global trace.TracerProvider = tp
+		p, err := New("test", []Key{{Secret: "sk-1"}})
+		require.NoError(t, err)
+		defer p.Close()
+		p.tel.close()
+		p.tel = newTelemetryOf(p, func() trace.TracerProvider { return global })
+		k, ctx := p.keys[0], context.Background()
+		attempt := func() {
+			_, span := p.tel.startAttempt(ctx, k, "m", 0)
+			endAttempt(span, 200, verdict{}, 0, nil)
+		}
+		attempt()
+		assert.Equal(t, int64(1), tp.starts.Load(), "spans started by the first attempt")
+		time.Sleep(10 * quietFor)
+		attempt()
+		assert.Equal(t, int64(1), tp.starts.Load(), "spans started while the global provider is the same")
+		global = &countingTracerProvider{inner: tracenoop.NewTracerProvider()} // another provider installed
+		time.Sleep(quietFor)
+		attempt()
+		assert.Equal(t, int64(2), tp.starts.Load(), "spans started once another global provider is installed")
+	})
+}
