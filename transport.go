@@ -214,7 +214,7 @@ func (p *Pool) settle(l *lease, resp *http.Response) {
 		return
 	}
 	m := &meteredBody{pool: p, lease: *l}
-	m.start(resp.Body, resp.Header.Get("Content-Type"), m)
+	m.start(resp.Body, resp.Header, m)
 	resp.Body = m
 }
 

@@ -61,8 +61,8 @@ func (u usageReport) total() int64 { return u.limited }
 // allocation; the scanners' state is borrowed from a pool while the body is
 // read and given back when it settles.
 //
-// An answer whose contentType is text/event-stream is read as server-sent
-// events; any other as JSON. s.settle is called exactly once, with the usage
+// An answer whose Content-Type (in header h) is text/event-stream is read
+// as server-sent events; any other as JSON. s.settle is called exactly once, with the usage
 // the answer reported, at the first of: the end of the body, a read error,
 // or Close. It reports the latest usage read so far, so a stream cut short
 // settles what the vendor had reported by then; ok is false, and the report
@@ -74,8 +74,10 @@ func (u usageReport) total() int64 { return u.limited }
 // scanning what it read leaves the settle to that Read, which settles as
 // soon as its scan ends, before it returns. A nil body settles at once and
 // reads as empty.
-func (b *usageBody) start(body io.ReadCloser, contentType string, s settler) {
-	b.s, b.events = s, isEventStream(contentType)
+func (b *usageBody) start(body io.ReadCloser, h http.Header, s settler) {
+	// A lookup of the canonical name, as net/http gives it, spares
+	// Header.Get's canonicalization.
+	b.s, b.events = s, isEventStream(first(h, "Content-Type"))
 	b.body = body
 	if body == nil {
 		b.body = http.NoBody

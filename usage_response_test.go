@@ -528,9 +528,10 @@ func TestUsageBodyAllocs(t *testing.T) {
 			src := &rewindBody{}
 			buf := make([]byte, 512)
 			settle := func(usageReport, bool) {}
+			h := http.Header{"Content-Type": {contentTypeOf(rec.file)}}
 			got := testing.AllocsPerRun(50, func() {
 				src.Reset(data)
-				body := newUsageBody(src, contentTypeOf(rec.file), settle)
+				body := newUsageBodyOf(src, h, settle)
 				for {
 					if _, err := body.Read(buf); err != nil {
 						break
@@ -570,11 +571,12 @@ func BenchmarkUsageBody(b *testing.B) {
 			src := &rewindBody{}
 			buf := make([]byte, 4096)
 			settle := func(usageReport, bool) {}
+			h := http.Header{"Content-Type": {bench.contentType}}
 			b.SetBytes(int64(len(bench.data)))
 			b.ReportAllocs()
 			for b.Loop() {
 				src.Reset(bench.data)
-				body := newUsageBody(src, bench.contentType, settle)
+				body := newUsageBodyOf(src, h, settle)
 				for {
 					if _, err := body.Read(buf); err != nil {
 						break
@@ -666,13 +668,18 @@ type settleFunc func(u usageReport, ok bool)
 
 func (f settleFunc) settle(u usageReport, ok bool) { f(u, ok) }
 
-// newUsageBody wraps body in a usageBody that tells settle, or returns body
-// itself for a nil settle.
+// newUsageBody wraps body, an answer of contentType, in a usageBody that
+// tells settle, or returns body itself for a nil settle.
 func newUsageBody(body io.ReadCloser, contentType string, settle func(u usageReport, ok bool)) io.ReadCloser {
+	return newUsageBodyOf(body, http.Header{"Content-Type": {contentType}}, settle)
+}
+
+// newUsageBodyOf is newUsageBody for an answer with header h.
+func newUsageBodyOf(body io.ReadCloser, h http.Header, settle func(u usageReport, ok bool)) io.ReadCloser {
 	if settle == nil {
 		return body
 	}
 	b := &usageBody{}
-	b.start(body, contentType, settleFunc(settle))
+	b.start(body, h, settleFunc(settle))
 	return b
 }
