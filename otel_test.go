@@ -208,6 +208,12 @@ func (t *countingTracer) Start(ctx context.Context, name string, opts ...trace.S
 	return t.inner.Start(ctx, name, opts...)
 }
 
+// quietAttempt starts and ends the span of one attempt of p's first key.
+func quietAttempt(p *Pool) {
+	_, span := p.tel.startAttempt(context.Background(), p.keys[0], "m", 0)
+	endAttempt(span, 200, verdict{}, 0, nil)
+}
+
 // TestTelemetryQuietWithoutSDK holds the quiet spell of a tracer whose spans
 // go nowhere: the pool asks it for no span for quietFor, then tries again.
 func TestTelemetryQuietWithoutSDK(t *testing.T) {
@@ -216,11 +222,7 @@ func TestTelemetryQuietWithoutSDK(t *testing.T) {
 		p, err := New("test", []Key{{Secret: "sk-1"}}, WithTracerProvider(tp))
 		require.NoError(t, err)
 		defer p.Close()
-		k, ctx := p.keys[0], context.Background()
-		attempt := func() {
-			_, span := p.tel.startAttempt(ctx, k, "m", 0)
-			endAttempt(span, 200, verdict{}, 0, nil)
-		}
+		attempt := func() { quietAttempt(p) }
 		attempt()
 		assert.Equal(t, int64(1), tp.starts.Load(), "spans started by the first attempt")
 		time.Sleep(quietFor - time.Millisecond)
@@ -246,11 +248,7 @@ func TestTelemetryQuietWithGlobalProvider(t *testing.T) {
 		defer p.Close()
 		p.tel.close()
 		p.tel = newTelemetryOf(p, func() trace.TracerProvider { return global })
-		k, ctx := p.keys[0], context.Background()
-		attempt := func() {
-			_, span := p.tel.startAttempt(ctx, k, "m", 0)
-			endAttempt(span, 200, verdict{}, 0, nil)
-		}
+		attempt := func() { quietAttempt(p) }
 		attempt()
 		assert.Equal(t, int64(1), tp.starts.Load(), "spans started by the first attempt")
 		time.Sleep(10 * quietFor)

@@ -66,6 +66,12 @@ func parseWait(v string, now time.Time) (time.Duration, bool) {
 	return waitOf(f, time.Second), true
 }
 
+// durationUnits are the units of a Go duration that simpleDuration reads.
+var durationUnits = [...]struct {
+	name string
+	unit time.Duration
+}{{"ms", time.Millisecond}, {"s", time.Second}, {"m", time.Minute}, {"h", time.Hour}, {"us", time.Microsecond}, {"ns", time.Nanosecond}}
+
 // simpleDuration reads a Go duration of one whole number and one unit
 // ("6ms", "0s", "30m"), the reset OpenAI sends on most answers, as
 // time.ParseDuration reads it but without its lookup of the unit. It
@@ -79,20 +85,13 @@ func simpleDuration(v string) (time.Duration, bool) {
 		return 0, false
 	}
 	var unit time.Duration
-	switch v[digits:] {
-	case "ns":
-		unit = time.Nanosecond
-	case "us":
-		unit = time.Microsecond
-	case "ms":
-		unit = time.Millisecond
-	case "s":
-		unit = time.Second
-	case "m":
-		unit = time.Minute
-	case "h":
-		unit = time.Hour
-	default:
+	for _, u := range durationUnits {
+		if v[digits:] == u.name {
+			unit = u.unit
+			break
+		}
+	}
+	if unit == 0 {
 		return 0, false
 	}
 	n, _ := parseWhole(v[:digits])

@@ -1,48 +1,11 @@
 package keypool
 
-import (
-	"bytes"
-	"math"
-)
+import "bytes"
 
-// refLexer is jsonLexer as it was before it was made faster: a plainer
-// reading of the same text, kept to hold the faster one to the same tokens
-// (FuzzJSONLexer).
-type refLexer struct {
-	state lexState
-	// depth counts the containers open.
-	depth int
-	// objects has bit d-1 set when the container at depth d is an object.
-	objects uint64
-	// wantKey is set when the next string is an object key.
-	wantKey bool
-	// escaped is set inside a string when the last input ended on a
-	// backslash.
-	escaped bool
-
-	key    [maxKeyLen]byte
-	keyLen int // bytes of the current key; above maxKeyLen when cut
-
-	num   int64 // the number read, saturated at math.MaxInt64
-	numOK bool  // the number is a non-negative integer
-
-	start, end int  // the bounds of a tokString piece in the last input
-	done       bool // the tokString piece closes its string
-}
-
-// inObject reports whether the innermost open container is an object.
-func (l *refLexer) inObject() bool {
-	return l.depth > 0 && l.depth <= maxTrackedDepth && l.objects&(1<<(l.depth-1)) != 0
-}
-
-// keyBytes returns the last key read, or nil when it was longer than
-// maxKeyLen.
-func (l *refLexer) keyBytes() []byte {
-	if l.keyLen > maxKeyLen {
-		return nil
-	}
-	return l.key[:l.keyLen]
-}
+// refLexer is jsonLexer with the next and string it had before they were
+// made faster: a plainer reading of the same text, kept to hold the faster
+// one to the same tokens (FuzzJSONLexer).
+type refLexer struct{ jsonLexer }
 
 // next reads in from offset i and returns the next token and the offset
 // after it. It returns tokMore with len(in) when in holds no further token.
@@ -171,39 +134,4 @@ func (l *refLexer) string(in []byte, i int) (jsonToken, int) {
 	}
 	l.start, l.end, l.done = start, end, closed
 	return tokString, i
-}
-
-// appendKey adds b to the key being read.
-func (l *refLexer) appendKey(b []byte) {
-	if l.keyLen <= maxKeyLen {
-		copy(l.key[l.keyLen:], b)
-		l.keyLen += min(len(b), maxKeyLen+1)
-	}
-}
-
-// number reads the rest of a number from in[i:]. It reports the number at
-// the first byte after it, which it leaves for the next call.
-func (l *refLexer) number(in []byte, i int) (jsonToken, int) {
-	for ; i < len(in); i++ {
-		c := in[i]
-		switch {
-		case c >= '0' && c <= '9':
-			d := int64(c - '0')
-			if l.num > (math.MaxInt64-d)/10 {
-				l.num = math.MaxInt64
-			} else {
-				l.num = l.num*10 + d
-			}
-		case c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E':
-			l.numOK = false
-		default:
-			l.state = lexBetween
-			return tokNumber, i
-		}
-	}
-	return tokMore, i
-}
-
-func (l *refLexer) view() lexView {
-	return lexView{string(l.keyBytes()), l.start, l.end, l.done, l.num, l.numOK}
 }
