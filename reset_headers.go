@@ -65,6 +65,9 @@ type answerHeaders struct {
 	values [len(counters)][counterFields]string
 }
 
+// This fails to compile when answerHeaders.counted has no bit for a counter.
+const _ = uint16(1) << (len(counters) - 1)
+
 // counterNames holds the canonical name of each counter header by id,
 // counter*counterFields + field; "" where a counter has no such header.
 var counterNames = func() (names [len(counters) * counterFields]string) {
@@ -109,9 +112,8 @@ func counterHeader(k string) (uint8, bool) {
 
 // scanHeaders reads into a, which must be zero, in one pass over the keys of
 // h, which groups of rate-limit headers h carries and the values of the
-// counters' headers. Keys
-// are matched as net/http canonicalizes them, as a lookup of the canonical
-// name would match them.
+// counters' headers. Keys are matched as net/http canonicalizes them, as a
+// lookup of the canonical name would match them.
 func scanHeaders(h http.Header, a *answerHeaders) {
 	for k, v := range h {
 		if len(k) < len("Ratelimit") {

@@ -62,11 +62,12 @@ func (u usageReport) total() int64 { return u.limited }
 // read and given back when it settles.
 //
 // An answer whose Content-Type (in header h) is text/event-stream is read
-// as server-sent events; any other as JSON. s.settle is called exactly once, with the usage
-// the answer reported, at the first of: the end of the body, a read error,
-// or Close. It reports the latest usage read so far, so a stream cut short
-// settles what the vendor had reported by then; ok is false, and the report
-// zero, when no usage was read — the pool then keeps its estimate.
+// as server-sent events; any other as JSON. s.settle is called exactly once,
+// with the usage the answer reported, at the first of: the end of the body,
+// a read error, or Close. It reports the latest usage read so far, so a
+// stream cut short settles what the vendor had reported by then; ok is
+// false, and the report zero, when no usage was read — the pool then keeps
+// its estimate.
 //
 // Read and Close may be called from different goroutines (net/http may close
 // a body while another goroutine reads it); settle runs on the goroutine
@@ -137,7 +138,7 @@ type usageBody struct {
 	// that moves it to bodySettled from 0, touches it.
 	scan *usageScan
 	// state is 0 (no scan under way, not settled) or a set of the body
-	// states above; it moves only forward to bodySettled.
+	// states above; once bodySettled, it stays so.
 	state atomic.Uint32
 }
 
