@@ -1,7 +1,6 @@
 package keypool
 
 import (
-	"fmt"
 	"time"
 )
 
@@ -108,14 +107,3 @@ func (v verdict) wholeKey() bool {
 
 // MarshalText returns the kind's name, so that JSON shows "rate", not 1.
 func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
-
-// UnmarshalText reads a kind's name.
-func (k *Kind) UnmarshalText(b []byte) error {
-	for i, name := range kindNames {
-		if string(b) == name {
-			*k = Kind(i)
-			return nil
-		}
-	}
-	return fmt.Errorf("keypool: unknown kind %q", b)
-}

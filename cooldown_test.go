@@ -19,10 +19,6 @@ func TestKindText(t *testing.T) {
 	for k := KindNone; k <= KindTransient; k++ {
 		b, err := k.MarshalText()
 		assert.NoError(t, err)
-		var back Kind
-		assert.NoError(t, back.UnmarshalText(b))
-		assert.Equal(t, k, back)
+		assert.Equal(t, k.String(), string(b))
 	}
-	var k Kind
-	assert.ErrorContains(t, k.UnmarshalText([]byte("bogus")), `unknown kind "bogus"`)
 }

@@ -12,10 +12,11 @@ import (
 // Do calls fn with a key of the pool, in the same order, with the same
 // windows and benches as the Transport, for clients that are not HTTP.
 //
-// When the pool has token limits, a call counts the pool's estimate for a
-// request naming model (WithEstimator) until fn says what it used: fn calls
-// Settle(ctx, tokens) with the context Do gave it, once the vendor has
-// reported its usage. When fn never calls Settle, the estimate stands.
+// When the pool has token limits or budgets, a call counts the pool's
+// estimate for a request naming model (WithEstimator) until fn says what it
+// used: fn calls Settle(ctx, input, output) with the context Do gave it,
+// once the vendor has reported its usage. When fn never calls Settle, the
+// estimate stands.
 //
 // When fn returns an error that is (or wraps) a *ProviderError of a failing
 // kind, the key is benched by that error and, if another key can take the
@@ -27,16 +28,17 @@ func (p *Pool) Do(ctx context.Context, model string, fn func(ctx context.Context
 	if err := windowspec.CheckModel(model); err != nil {
 		return fmt.Errorf("keypool: %s: %w", p.provider, err)
 	}
-	var estimate int64
+	var est usageReport
 	if p.usable() == nil && p.needTokens() {
-		estimate = max(p.cfg.estimator(RequestInfo{Model: model}), 0)
+		info := RequestInfo{Model: model}
+		est = estimateUse(info, max(p.cfg.estimator(info), 0))
 	}
 	var c call
 	var last error
 	used := &doUsage{}
 	fctx := context.WithValue(ctx, doUsageKey{}, used)
 	for {
-		l, err := p.take(ctx, &c, model, estimate)
+		l, err := p.take(ctx, &c, model, est)
 		if err != nil {
 			var na *NoAvailableKeyError
 			if errors.As(err, &na) && last != nil {
@@ -52,32 +54,36 @@ func (p *Pool) Do(ctx context.Context, model string, fn func(ctx context.Context
 		c.sooner(p.observe(ctx, &l, v, now))
 		switch {
 		case v.kind != KindNone && !p.single():
-			p.settleTokens(ctx, &l, 0)
+			p.settle(ctx, &l, usageReport{})
 			c.tried.add(l.key.index)
 			last = err
 			continue
 		case v.kind != KindNone:
-			p.settleTokens(ctx, &l, 0)
+			p.settle(ctx, &l, usageReport{})
 		case used.settled:
-			p.settleTokens(ctx, &l, used.tokens)
-			p.tel.used(ctx, l.key, used.tokens)
+			p.settle(ctx, &l, used.usageReport)
+			if p.needTokens() {
+				p.tel.used(ctx, l.key, used.total())
+			}
 		}
 		return err
 	}
 }
 
 // Settle tells the pool, from inside the function Pool.Do calls, how many
-// tokens the call used, as the vendor reported them; ctx is the context Do
-// gave the function. The last call counts. Outside Pool.Do it does nothing.
-func Settle(ctx context.Context, tokens int64) {
+// tokens the call used, as the vendor reported them: input (cached input
+// included) and output (reasoning included). ctx is the context Do gave the
+// function. The last call counts. Outside Pool.Do it does nothing.
+func Settle(ctx context.Context, input, output int64) {
 	if u, ok := ctx.Value(doUsageKey{}).(*doUsage); ok {
-		u.tokens, u.settled = max(tokens, 0), true
+		u.usageReport = usageReport{input: max(input, 0), output: max(output, 0)}
+		u.settled = true
 	}
 }
 
 // doUsage is what the function of one Pool.Do attempt settled.
 type doUsage struct {
-	tokens  int64
+	usageReport
 	settled bool
 }
 

@@ -30,16 +30,16 @@ func TestDoSettlesTokens(t *testing.T) {
 		fn   func(ctx context.Context, k Key) error
 		want int64
 	}{
-		{"settled", func(ctx context.Context, _ Key) error { Settle(ctx, 120); return nil }, 120},
+		{"settled", func(ctx context.Context, _ Key) error { Settle(ctx, 100, 20); return nil }, 120},
 		{"settled twice: the last counts", func(ctx context.Context, _ Key) error {
-			Settle(ctx, 500)
-			Settle(ctx, 80)
+			Settle(ctx, 400, 100)
+			Settle(ctx, 60, 20)
 			return nil
 		}, 80},
-		{"negative is zero", func(ctx context.Context, _ Key) error { Settle(ctx, -7); return nil }, 0},
+		{"negative is zero", func(ctx context.Context, _ Key) error { Settle(ctx, -7, -1); return nil }, 0},
 		{"not settled: the estimate stands", func(context.Context, Key) error { return nil }, DefaultEstimate(RequestInfo{Model: "m"})},
 		{"a failure counts nothing", func(ctx context.Context, _ Key) error {
-			Settle(ctx, 300)
+			Settle(ctx, 200, 100)
 			return &ProviderError{Kind: KindTransient, Status: 503}
 		}, 0},
 	}
@@ -56,7 +56,7 @@ func TestDoSettlesTokens(t *testing.T) {
 func TestDoSettledTokensHoldTheWindow(t *testing.T) {
 	p, err := New("x", []Key{{Secret: "sk-one", ID: "one"}}, WithLimits(Limits{TPM: 3000}))
 	require.NoError(t, err)
-	used := func(ctx context.Context, _ Key) error { Settle(ctx, 1400); return nil }
+	used := func(ctx context.Context, _ Key) error { Settle(ctx, 1000, 400); return nil }
 	require.NoError(t, p.Do(t.Context(), "m", used))
 	require.NoError(t, p.Do(t.Context(), "m", used))
 	err = p.Do(t.Context(), "m", used)
@@ -65,5 +65,5 @@ func TestDoSettledTokensHoldTheWindow(t *testing.T) {
 }
 
 func TestSettleOutsideDoDoesNothing(t *testing.T) {
-	assert.NotPanics(t, func() { Settle(context.Background(), 10) })
+	assert.NotPanics(t, func() { Settle(context.Background(), 10, 0) })
 }

@@ -1,7 +1,6 @@
 package keypool
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -63,6 +62,9 @@ type fallbackRoute struct {
 	rt           http.RoundTripper
 	benchedUntil atomic.Int64 // Unix nanoseconds
 	benchKind    atomic.Int64 // the Kind of the bench that ends at benchedUntil
+	// unbenched is the pool's count of Unbench calls when the route was
+	// benched: a key unbenched since ends the route's bench too.
+	unbenched atomic.Uint64
 }
 
 // RouteEvent tells OnRoute how a request was routed: the route that
@@ -146,7 +148,7 @@ func (fb *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 	sent := false
 	for _, r := range fb.routes {
 		now := fb.clock()
-		if until := r.benchedUntil.Load(); until > now.UnixNano() {
+		if until := r.benchedAt(); until > now.UnixNano() {
 			skip(r, RouteSkip{Kind: Kind(r.benchKind.Load()), Earlier: true, Until: time.Unix(0, until).UTC()})
 			continue
 		}
@@ -200,15 +202,30 @@ func (fb *Fallback) report(ev RouteEvent) {
 // bench sets the route aside until until for a failure of kind, unless it
 // is already benched longer.
 func (r *fallbackRoute) bench(until time.Time, kind Kind) {
+	r.unbenched.Store(r.Pool.unbenched.Load())
 	if extendTo(&r.benchedUntil, until.UnixNano()) {
 		r.benchKind.Store(int64(kind))
 	}
 }
 
+// benchedAt returns when the route's bench ends, in Unix nanoseconds: 0
+// when none holds it, or when a key of its pool was unbenched by hand
+// (Pool.Unbench) since it was benched.
+func (r *fallbackRoute) benchedAt() int64 {
+	if r.unbenched.Load() != r.Pool.unbenched.Load() {
+		r.benchedUntil.Store(0)
+		return 0
+	}
+	return r.benchedUntil.Load()
+}
+
 // request builds the request for the route: its URL, and its model names in
 // the path and the body.
 func (r *fallbackRoute) request(req *http.Request, body *replay) (*http.Request, error) {
-	out := req.Clone(req.Context())
+	// A shallow copy: the route's pool clones it again before it puts a
+	// key on it, so only what changes here is copied.
+	out := new(http.Request)
+	*out = *req
 	u := *r.URL
 	p := req.URL.Path
 	if m := modelFromPath(p); m != "" {
@@ -238,6 +255,7 @@ func (r *fallbackRoute) request(req *http.Request, body *replay) (*http.Request,
 		out.GetBody = func() (io.ReadCloser, error) { return newMemoryBody(b), nil }
 		out.ContentLength = int64(len(b))
 		if out.Header.Get("Content-Length") != "" {
+			out.Header = out.Header.Clone()
 			out.Header.Set("Content-Length", strconv.Itoa(len(b)))
 		}
 		return out, nil
@@ -325,31 +343,12 @@ func (fb *Fallback) Status() []RouteStatus {
 	out := make([]RouteStatus, 0, len(fb.routes))
 	for _, r := range fb.routes {
 		st := RouteStatus{Name: r.Name, URL: r.URL.Redacted(), Keys: r.Pool.Stats()}
-		if until := r.benchedUntil.Load(); until > now {
+		if until := r.benchedAt(); until > now {
 			st.BenchedUntil = time.Unix(0, until).UTC()
 		}
 		out = append(out, st)
 	}
 	return out
-}
-
-// Unbench lifts the benches of the key with the given ID in the named
-// route's pool (Pool.Unbench) and the route's own bench, so that the next
-// request tries the route again: an operator's manual reset, for a key that
-// was fixed. It returns an error for an unknown route or key, or a failing
-// store.
-func (fb *Fallback) Unbench(ctx context.Context, route, keyID string) error {
-	for _, r := range fb.routes {
-		if r.Name != route {
-			continue
-		}
-		if err := r.Pool.Unbench(ctx, keyID); err != nil {
-			return err
-		}
-		r.benchedUntil.Store(0)
-		return nil
-	}
-	return fmt.Errorf("keypool: fallback: no route named %q", route)
 }
 
 // CloseIdleConnections closes the idle connections of every route's base.

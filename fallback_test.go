@@ -269,3 +269,33 @@ func TestFallbackBodyIsReadOnce(t *testing.T) {
 	perRequest := (ms.TotalAlloc - before) / 20
 	assert.Less(t, perRequest, uint64(2*len(body)), "one copy of a %d-byte body per request, not two: %d bytes allocated (%v allocations)", len(body), perRequest, allocated)
 }
+
+// A RoundTripper must not change the request it is given: the route's URL,
+// its model's name and the key go on a copy.
+func TestFallbackLeavesTheCallersRequestAlone(t *testing.T) {
+	var got *http.Request
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		got = r
+		return okResponse(r), nil
+	})
+	pool, err := New("route", []Key{{Secret: "sk-route"}})
+	require.NoError(t, err)
+	u, _ := url.Parse("https://vendor.test/base")
+	fb, err := NewFallback([]Route{{Name: "route", Pool: pool, URL: u, Base: base, Models: map[string]string{"gpt-4o-mini": "their-model-name"}}})
+	require.NoError(t, err)
+	req := chatRequest(t, "gpt-4o-mini")
+	req.Header.Set("Content-Length", "71")
+	req.Header.Set("X-Caller", "kept")
+	before := req.Header.Clone()
+	resp, err := fb.RoundTrip(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, "http://proxy.invalid/v1/chat/completions", req.URL.String())
+	assert.Equal(t, before, req.Header, "the caller's header, untouched")
+	require.NotNil(t, got)
+	assert.Equal(t, "https://vendor.test/base/v1/chat/completions", got.URL.String())
+	assert.Equal(t, "Bearer sk-route", got.Header.Get("Authorization"))
+	assert.Equal(t, "kept", got.Header.Get("X-Caller"))
+	assert.NotEqual(t, "71", got.Header.Get("Content-Length"), "the renamed body's length")
+	assert.Same(t, req, resp.Request)
+}

@@ -14,7 +14,7 @@ import (
 	"github.com/keypool-go/keypool/internal/vendorsim"
 )
 
-func TestFallbackUnbenchBringsBackABenchedRoute(t *testing.T) {
+func TestPoolUnbenchBringsBackABenchedRoute(t *testing.T) {
 	clock := newTestClock()
 	sim := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Clock: clock.Now,
 		Keys: []vendorsim.Key{{Secret: "sk-only", ID: "only", Revoked: true}}})
@@ -49,7 +49,7 @@ func TestFallbackUnbenchBringsBackABenchedRoute(t *testing.T) {
 	require.True(t, errors.As(err, &na), "the route rests: %v", err)
 	assert.Zero(t, events[1].Benched, "a request passed over a benched route reports no new bench")
 
-	require.NoError(t, fb.Unbench(t.Context(), "up", "only"))
+	require.NoError(t, pool.Unbench(t.Context(), "only"))
 	assert.True(t, fb.Status()[0].BenchedUntil.IsZero(), "the route is no longer benched")
 	status, err = send()
 	require.NoError(t, err)
@@ -57,6 +57,5 @@ func TestFallbackUnbenchBringsBackABenchedRoute(t *testing.T) {
 	st, _ := sim.StatsOf("only")
 	assert.Equal(t, int64(2), st.Requests)
 
-	assert.ErrorContains(t, fb.Unbench(t.Context(), "nope", "only"), `no route named "nope"`)
-	assert.ErrorContains(t, fb.Unbench(t.Context(), "up", "nope"), `no key with ID "nope"`)
+	assert.ErrorContains(t, pool.Unbench(t.Context(), "nope"), `no key with ID "nope"`)
 }

@@ -129,6 +129,9 @@ func TestGoodput(t *testing.T) {
 	if g.vendor != 0 {
 		t.Errorf("the vendor answered 429 to %d requests; with the limits configured, want 0", g.vendor)
 	}
+	if g.failedWithRoom > 10 {
+		t.Errorf("%d calls failed while a key had room at the vendor, want at most 10", g.failedWithRoom)
+	}
 	naive := runGoodput(t, true)
 	t.Logf("naive round-robin: %s", naive)
 }

@@ -53,6 +53,10 @@ type Key struct {
 	// Limits, when set, override the pool's limits for this key field by
 	// field (WithLimits, WithModelLimits).
 	Limits Limits
+	// Budget caps what the key spends, by the prices of WithPrices: a key
+	// whose day's or month's budget is spent takes no request until the
+	// next day or month, and a model without a price is never sent to it.
+	Budget Budget
 	// Account, when set, names the account (a vendor's organisation or
 	// project) the key belongs to: keys naming one account share its
 	// windows, set by WithAccountLimits or learned from the vendor, and a
@@ -134,7 +138,7 @@ func checkSecret(secret string) error {
 
 // checkName returns an error for a key's ID or account that holds a control
 // character: stores keep an account's state under a name that starts with
-// one (AccountID).
+// one.
 func checkName(what, name string) error {
 	for i, r := range name {
 		if r < ' ' || r == 0x7f {
@@ -144,23 +148,19 @@ func checkName(what, name string) error {
 	return nil
 }
 
-// String returns the key's ID and tier, never its secret.
-func (k Key) String() string {
-	tier := "free"
-	if k.Paid {
-		tier = "paid"
-	}
-	return "key " + k.id() + " (" + tier + ")"
-}
-
-// Format prints the key as String does, for every verb: %v, %+v, %#v and %s
-// all show the ID only.
+// Format prints the key's ID and tier, never its secret, for every verb:
+// %v, %+v, %s and fmt.Sprint give "key ID (free)", %#v a Go-syntax value with
+// the secret redacted.
 func (k Key) Format(f fmt.State, verb rune) {
 	if verb == 'v' && f.Flag('#') {
 		fmt.Fprintf(f, "keypool.Key{ID:%q, Paid:%t, Secret:\"[redacted]\"}", k.id(), k.Paid)
 		return
 	}
-	fmt.Fprint(f, k.String())
+	tier := "free"
+	if k.Paid {
+		tier = "paid"
+	}
+	fmt.Fprint(f, "key "+k.id()+" ("+tier+")")
 }
 
 // Pool spreads requests over the keys of one vendor. It is safe for
@@ -181,6 +181,9 @@ type Pool struct {
 	tokens atomic.Bool
 	closed atomic.Bool
 	tel    *telemetry
+	// unbenched counts the keys unbenched by hand, so that a Fallback's
+	// route over the pool knows to come back.
+	unbenched atomic.Uint64
 	// health reads the store's Health, when it has one; storeFailing
 	// holds the kinds of store call (storeOp) failing now.
 	health       func() error
@@ -247,8 +250,9 @@ func New(provider string, keys []Key, opts ...Option) (*Pool, error) {
 		tokens = tokens || l.hasTokens()
 	}
 	for _, k := range p.keys {
-		tokens = tokens || k.Limits.hasTokens()
+		tokens = tokens || k.Limits.hasTokens() || k.Budget != (Budget{})
 	}
+	tokens = tokens || len(cfg.accountBudgets) > 0
 	p.tokens.Store(tokens)
 	return p, nil
 }
@@ -279,6 +283,9 @@ func (p *Pool) addKeys(keys []Key) error {
 			return fmt.Errorf("key %d: %w", i, err)
 		}
 		if err := checkName("account", k.Account); err != nil {
+			return fmt.Errorf("key %s: %w", k.ID, err)
+		}
+		if err := k.Budget.validate(); err != nil {
 			return fmt.Errorf("key %s: %w", k.ID, err)
 		}
 		if k.Account != "" && k.Limits != (Limits{}) {
@@ -334,6 +341,10 @@ type lease struct {
 	claim Claim
 	grant Grant
 	probe bool
+	// price is the model's, when it has one (priced): what the request
+	// used is then spent.
+	price  Price
+	priced bool
 }
 
 // call is what one request remembers across its attempts: the keys that
@@ -343,6 +354,7 @@ type call struct {
 	tried    keySet
 	soonest  time.Time
 	waitEnds time.Time
+	unpriced bool // a key with a budget was passed over: the model has no price
 }
 
 func (c *call) sooner(t time.Time) {
@@ -351,11 +363,12 @@ func (c *call) sooner(t time.Time) {
 	}
 }
 
-// acquire takes the first key in order that can take a request for model of
-// tokens tokens: free keys round-robin, then paid keys round-robin, each
+// acquire takes the first key in order that can take a request for model
+// estimated at est: free keys round-robin, then paid keys round-robin, each
 // only if c has not tried it. When none can, it returns a
-// *NoAvailableKeyError.
-func (p *Pool) acquire(ctx context.Context, c *call, model string, tokens int64) (lease, error) {
+// *NoAvailableKeyError — or, when only keys with a budget could have taken
+// it and the model has no price, an error naming the model.
+func (p *Pool) acquire(ctx context.Context, c *call, model string, est usageReport) (lease, error) {
 	if err := p.usable(); err != nil {
 		return lease{}, err
 	}
@@ -363,19 +376,22 @@ func (p *Pool) acquire(ctx context.Context, c *call, model string, tokens int64)
 		return lease{}, err
 	}
 	now := p.cfg.clock()
-	l, ok, err := p.scan(ctx, c, p.free, &p.freeNext, model, tokens, now)
+	l, ok, err := p.scan(ctx, c, p.free, &p.freeNext, model, est, now)
 	if ok || err != nil {
 		return l, err
 	}
-	l, ok, err = p.scan(ctx, c, p.paid, &p.paidNext, model, tokens, now)
+	l, ok, err = p.scan(ctx, c, p.paid, &p.paidNext, model, est, now)
 	if ok || err != nil {
 		return l, err
+	}
+	if c.unpriced && c.soonest.IsZero() {
+		return lease{}, fmt.Errorf("keypool: %s: model %q %w", p.provider, truncate(model, 64), errNoPrice)
 	}
 	return lease{}, noKeyError(p.provider, c.soonest, now)
 }
 
 // scan offers the request to the keys of one tier, starting at the cursor.
-func (p *Pool) scan(ctx context.Context, c *call, keys []*poolKey, cursor *atomic.Uint64, model string, tokens int64, now time.Time) (lease, bool, error) {
+func (p *Pool) scan(ctx context.Context, c *call, keys []*poolKey, cursor *atomic.Uint64, model string, est usageReport, now time.Time) (lease, bool, error) {
 	n := uint64(len(keys))
 	if n == 0 {
 		return lease{}, false, nil
@@ -392,16 +408,28 @@ func (p *Pool) scan(ctx context.Context, c *call, keys []*poolKey, cursor *atomi
 			continue
 		}
 		cl := Claim{Provider: p.provider, KeyID: k.ID, Account: k.Account, Model: model, Limits: p.limits(k, model),
-			Cap: p.cfg.keyCap, Days: p.cfg.days, Now: now}
+			Cap: p.cfg.keyCap, DayZone: p.cfg.days.loc, DayHour: p.cfg.days.hour, Now: now, Budget: k.Budget, AccountBudget: p.cfg.accountBudgets[k.Account]}
 		_, cl.Named = p.cfg.modelLimits[model]
-		cl.Tokens = tokens
+		cl.Tokens = est.total()
 		if limit := windowspec.Tighter(cl.Limits.tokenCap(), cl.Cap.tokenCap()); limit > 0 {
-			cl.Tokens = min(tokens, limit)
+			cl.Tokens = min(cl.Tokens, limit)
+		}
+		price, priced := p.cfg.prices[model]
+		if !priced && (cl.Budget != (Budget{}) || cl.AccountBudget != (Budget{})) {
+			// A budget cannot hold what has no price: never silently free.
+			c.unpriced = true
+			if probe {
+				k.returns.done(model, false)
+			}
+			continue
+		}
+		if priced {
+			cl.Cost = price.cost(est)
 		}
 		g, err := p.store.Take(ctx, cl)
 		p.storeResult(opTake, err)
 		if err == nil && g.OK {
-			return lease{key: k, claim: cl, grant: g, probe: probe}, true, nil
+			return lease{key: k, claim: cl, grant: g, probe: probe, price: price, priced: priced}, true, nil
 		}
 		if probe {
 			k.returns.done(model, false)

@@ -44,11 +44,11 @@ func BenchmarkAcquire(b *testing.B) {
 				i := 0
 				for b.Loop() {
 					var c call
-					l, err := p.acquire(ctx, &c, names[i%models], 500)
+					l, err := p.acquire(ctx, &c, names[i%models], usageReport{input: 400, output: 100})
 					if err != nil {
 						b.Fatal(err)
 					}
-					_ = l.grant.Reservation.Settle(ctx, 400)
+					_ = l.grant.Reservation.Settle(ctx, 400, 0)
 					i++
 				}
 			})
@@ -81,11 +81,11 @@ func BenchmarkStores(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				var c call
-				l, err := p.acquire(ctx, &c, "m", 500)
+				l, err := p.acquire(ctx, &c, "m", usageReport{input: 400, output: 100})
 				if err != nil {
 					b.Fatal(err)
 				}
-				_ = l.grant.Reservation.Settle(ctx, 400)
+				_ = l.grant.Reservation.Settle(ctx, 400, 0)
 			}
 		})
 	}

@@ -46,11 +46,11 @@ func (p *Pool) probed(l *lease, succeeded bool) {
 // noteReading keeps what an answer said of the key's windows as its last
 // reading, and tells OnRateLimit when the answer names a window.
 func (p *Pool) noteReading(l *lease, v verdict, now time.Time) {
-	if !v.reset.HasUtilization && v.reset.ResetAt.IsZero() {
+	if !v.reset.HasUtilization && v.reset.ResetAt.IsZero() && v.stated.limits == (Limits{}) {
 		return
 	}
 	r := Reading{Provider: p.provider, KeyID: l.key.ID, Model: l.claim.Model,
-		Window: v.reset.Window, Utilization: v.reset.Utilization, ResetAt: v.reset.ResetAt}
+		Window: v.reset.Window, Utilization: v.reset.Utilization, ResetAt: v.reset.ResetAt, Limits: v.stated.limits}
 	l.key.lastMu.Lock()
 	l.key.last, l.key.lastAt = r, now
 	l.key.lastMu.Unlock()
@@ -68,7 +68,7 @@ func (p *Pool) learn(ctx context.Context, l *lease, s statedWindows, now time.Ti
 		return
 	}
 	st := Stated{Provider: p.provider, KeyID: l.key.ID, Account: l.key.Account, Model: l.claim.Model,
-		Limits: s.limits, Used: s.used, Days: p.cfg.days, Now: now}
+		Limits: s.limits, Used: s.used, DayZone: p.cfg.days.loc, DayHour: p.cfg.days.hour, Now: now}
 	if s.minuteWait > 0 {
 		st.MinuteReset = now.Add(s.minuteWait)
 	}
@@ -78,6 +78,7 @@ func (p *Pool) learn(ctx context.Context, l *lease, s statedWindows, now time.Ti
 	if s.limits.hasTokens() && !p.tokens.Load() {
 		p.tokens.Store(true)
 	}
+	p.tel.learned(ctx, l.key, s.limits)
 	p.storeResult(opLearn, p.store.Learn(ctx, st))
 }
 
@@ -195,7 +196,8 @@ type Eviction struct {
 
 // Reading reports to OnRateLimit what an answer said of a window: which
 // window, how full (a fraction; 1 is full and more is real), and when it
-// resets.
+// resets; and the limits the answer stated, which the pool learns (a zero
+// field: not stated).
 type Reading struct {
 	Provider    string
 	KeyID       string
@@ -203,4 +205,5 @@ type Reading struct {
 	Window      Window
 	Utilization float64
 	ResetAt     time.Time
+	Limits      Limits
 }

@@ -11,10 +11,11 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// An Option configures a Pool (New) or a Fallback (NewFallback); each
-// option's doc says which. Options that take a function or an interface
-// ignore nil, keeping the default; a bad value, or an option given to what it
-// does not configure, is an error from New or NewFallback.
+// An Option configures a Pool (New), a Fallback (NewFallback) or a
+// BadgerStore (OpenBadgerStore); each option's doc says which. Options that
+// take a function or an interface ignore nil, keeping the default; a bad
+// value, or an option given to what it does not configure, is an error from
+// the function it was given to.
 type Option interface {
 	apply(*config)
 }
@@ -25,11 +26,15 @@ type scope uint8
 const (
 	forPool scope = 1 << iota
 	forFallback
+	forBadger
 )
 
 func (s scope) String() string {
-	if s == forFallback {
+	switch s {
+	case forFallback:
 		return "Fallback"
+	case forBadger:
+		return "BadgerStore"
 	}
 	return "Pool"
 }
@@ -59,27 +64,31 @@ func poolOption(name string, set func(*config) error) Option {
 // config is a pool's or a fallback's configuration: every default lives in
 // newConfig.
 type config struct {
-	scope         scope // what is being configured
-	clock         func() time.Time
-	store         Store
-	limits        Limits
-	modelLimits   map[string]Limits
-	keyCap        Limits
-	days          Calendar
-	onEvict       func(Eviction)
-	onRateLimit   func(Reading)
-	onStoreError  func(error)
-	onRoute       func(RouteEvent)
-	auth          auth
-	modelFunc     func(*http.Request) string
-	estimator     func(RequestInfo) int64
-	bench         benchPolicy
-	wait          time.Duration   // the longest a request waits for a key; 0 is not at all
-	hosts         map[string]bool // hostKey of each host keys may go to; none is the first host of each request
-	accountLimits map[string]Limits
+	scope          scope // what is being configured
+	clock          func() time.Time
+	store          Store
+	limits         Limits
+	modelLimits    map[string]Limits
+	keyCap         Limits
+	days           calendar
+	onEvict        func(Eviction)
+	onRateLimit    func(Reading)
+	onStoreError   func(error)
+	onRoute        func(RouteEvent)
+	auth           auth
+	modelFunc      func(*http.Request) string
+	estimator      func(RequestInfo) int64
+	bench          benchPolicy
+	wait           time.Duration   // the longest a request waits for a key; 0 is not at all
+	hosts          map[string]bool // hostKey of each host keys may go to; none is the first host of each request
+	accountLimits  map[string]Limits
+	accountBudgets map[string]Budget
+	prices         map[string]Price // by model
 
 	tracerProvider trace.TracerProvider
 	meterProvider  metric.MeterProvider
+
+	badger badgerConfig // a BadgerStore's
 
 	errs []error // from options
 }
@@ -93,6 +102,7 @@ func newConfig(opts []Option, s scope) (config, error) {
 		auth:      auth{style: authHeader, name: "Authorization", prefix: "Bearer "},
 		estimator: DefaultEstimate,
 		bench:     defaultBenchPolicy(),
+		badger:    defaultBadgerConfig(),
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -185,6 +195,43 @@ func WithAccountLimits(account string, l Limits) Option {
 	})
 }
 
+// WithPrices sets what models cost, by the model a request names, in US
+// dollars per million tokens: what each request spends — estimated before
+// it is sent, settled from the usage the vendor reports — is held against
+// the budgets of keys (Key.Budget) and accounts (WithAccountBudget), and
+// measured (the keypool.spend metric). A model without a price is never
+// sent to a key with a budget.
+func WithPrices(prices map[string]Price) Option {
+	return poolOption("WithPrices", func(c *config) error {
+		c.prices = make(map[string]Price, len(prices))
+		for model, p := range prices {
+			if err := p.validate(); err != nil {
+				return fmt.Errorf("model %q: %w", model, err)
+			}
+			c.prices[model] = p
+		}
+		return nil
+	})
+}
+
+// WithAccountBudget caps what an account's keys (Key.Account) spend
+// together, by the prices of WithPrices: see Budget.
+func WithAccountBudget(account string, b Budget) Option {
+	return poolOption("WithAccountBudget", func(c *config) error {
+		if account == "" {
+			return errors.New("needs an account's name")
+		}
+		if err := checkName("account", account); err != nil {
+			return err
+		}
+		if c.accountBudgets == nil {
+			c.accountBudgets = map[string]Budget{}
+		}
+		c.accountBudgets[account] = b
+		return b.validate()
+	})
+}
+
 // WithKeyCap sets limits that each key of a Pool has across all its models
 // together, beside its per-model limits: for instance the daily request cap
 // of a free tier that counts every model.
@@ -207,7 +254,7 @@ func WithCalendarDay(hour int, loc *time.Location) Option {
 		if loc == nil {
 			loc = time.UTC
 		}
-		c.days = Calendar{Hour: hour, Loc: loc}
+		c.days = calendar{hour: hour, loc: loc}
 		return nil
 	})
 }

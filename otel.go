@@ -30,6 +30,7 @@ const (
 	attrBench    = attribute.Key("keypool.bench.seconds")
 	attrFailover = attribute.Key("keypool.failover")
 	attrWindow   = attribute.Key("keypool.window")
+	attrAxis     = attribute.Key("keypool.limit.axis")
 	attrStatus   = attribute.Key("http.response.status_code")
 )
 
@@ -57,6 +58,8 @@ type telemetry struct {
 	requests    metric.Int64Counter
 	benches     metric.Int64Counter
 	tokens      metric.Int64Counter
+	spend       metric.Float64Counter
+	limit       metric.Int64Gauge
 	utilization metric.Float64Gauge
 	waited      metric.Float64Histogram
 	waitOpts    []metric.RecordOption
@@ -70,7 +73,11 @@ type keyTelemetry struct {
 	benches     [len(kindNames)][]metric.AddOption
 	tokens      []metric.AddOption
 	utilization map[Window][]metric.RecordOption
-	span        []attribute.KeyValue // provider, key ID, tier
+	limits      [4][]metric.RecordOption // by axis: rpm, rpd, tpm, tpd
+	span        []attribute.KeyValue     // provider, key ID, tier
+	// stated holds the limits last recorded, by axis, so that an answer
+	// restating them records nothing.
+	stated *[4]atomic.Int64
 }
 
 // windowLabel names a window in metrics; the empty Window is a short one.
@@ -120,6 +127,12 @@ func newTelemetryOf(p *Pool, globalProvider func() trace.TracerProvider) *teleme
 	t.tokens, err = m.Int64Counter("keypool.tokens", metric.WithUnit("{token}"),
 		metric.WithDescription("Tokens the vendor reported used, by key."))
 	handle(err)
+	t.spend, err = m.Float64Counter("keypool.spend", metric.WithUnit("USD"),
+		metric.WithDescription("What requests cost, by the prices the pool was given, by key and model."))
+	handle(err)
+	t.limit, err = m.Int64Gauge("keypool.limit.learned", metric.WithUnit("{request}"),
+		metric.WithDescription("The limits a key's vendor last stated, by key and axis (rpm, rpd, tpm, tpd; tokens for the last two)."))
+	handle(err)
 	t.utilization, err = m.Float64Gauge("keypool.window.utilization", metric.WithUnit("1"),
 		metric.WithDescription("The share of its window a key has used, as the vendor last reported it."))
 	handle(err)
@@ -148,12 +161,15 @@ func (t *telemetry) forKey(provider string, k *poolKey) keyTelemetry {
 		tier = "paid"
 	}
 	base := []attribute.KeyValue{attrProvider.String(provider), attrKeyID.String(k.ID), attrTier.String(tier)}
-	kt := keyTelemetry{span: base, utilization: map[Window][]metric.RecordOption{}}
+	kt := keyTelemetry{span: base, utilization: map[Window][]metric.RecordOption{}, stated: new([4]atomic.Int64)}
 	for kind := range kindNames {
 		kt.requests[kind] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(append(base[:3:3], attrOutcome.String(Kind(kind).String()))...))}
 		kt.benches[kind] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(append(base[:3:3], attrKind.String(Kind(kind).String()))...))}
 	}
 	kt.tokens = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(base...))}
+	for i, a := range [...]string{"rpm", "rpd", "tpm", "tpd"} {
+		kt.limits[i] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(append(base[:3:3], attrAxis.String(a))...))}
+	}
 	for _, w := range []Window{WindowNone, Window5h, WindowDaily, WindowWeekly, WindowMonthly} {
 		kt.utilization[w] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(append(base[:3:3], attrWindow.String(windowLabel(w)))...))}
 	}
@@ -229,6 +245,25 @@ func (t *telemetry) benched(ctx context.Context, k *poolKey, kind Kind) {
 // used counts the tokens a key's answer reported.
 func (t *telemetry) used(ctx context.Context, k *poolKey, tokens int64) {
 	t.tokens.Add(ctx, tokens, k.tel.tokens...)
+}
+
+// learned records the limits an answer stated for a key, those that
+// changed.
+func (t *telemetry) learned(ctx context.Context, k *poolKey, l Limits) {
+	for i, v := range [...]int64{l.RPM, l.RPD, l.TPM, l.TPD} {
+		if v > 0 && k.tel.stated[i].Swap(v) != v {
+			t.limit.Record(ctx, v, k.tel.limits[i]...)
+		}
+	}
+}
+
+// spent counts what a key's request cost, in millionths of a dollar.
+func (t *telemetry) spent(ctx context.Context, k *poolKey, model string, micros int64) {
+	if micros <= 0 || !t.spend.Enabled(ctx) {
+		return
+	}
+	attrs := append(k.tel.span[:len(k.tel.span):len(k.tel.span)], attrModel.String(model))
+	t.spend.Add(ctx, fromMicros(micros), metric.WithAttributes(attrs...))
 }
 
 // wait records how long a request waited for a key.

@@ -260,3 +260,35 @@ func TestTelemetryQuietWithGlobalProvider(t *testing.T) {
 		assert.Equal(t, int64(2), tp.starts.Load(), "spans started once another global provider is installed")
 	})
 }
+
+// The limits a vendor states are measured by key and axis, once per change.
+func TestTelemetryLearnedLimits(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	f := newFixture(t, WithMeterProvider(mp))
+	f.vendor.on("sk-a", answer{status: 200, header: map[string]string{
+		"X-Ratelimit-Limit-Requests": "500", "X-Ratelimit-Remaining-Requests": "499",
+		"X-Ratelimit-Limit-Tokens": "30000", "X-Ratelimit-Remaining-Tokens": "29000"}})
+	_, err := get(t, f.client, f.url)
+	require.NoError(t, err)
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(t.Context(), &rm))
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != "keypool.limit.learned" {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Gauge[int64]).DataPoints {
+				axis, _ := dp.Attributes.Value("keypool.limit.axis")
+				got[axis.AsString()] = dp.Value
+			}
+		}
+	}
+	assert.Equal(t, map[string]int64{"rpm": 500, "tpm": 30000}, got)
+	for _, ks := range f.pool.Stats() {
+		if ks.Last.Limits != (Limits{}) {
+			assert.Equal(t, Limits{RPM: 500, TPM: 30000}, ks.Last.Limits, "the key's last reading names what it stated")
+		}
+	}
+}

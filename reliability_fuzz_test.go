@@ -172,9 +172,9 @@ func FuzzStoreRecords(f *testing.F) {
 		s := newMemoryStore()
 		s.keys.Store(keyRef{"p", "k"}, k)
 		now := fuzzNow(sec)
-		days := Calendar{}
+		days := calendar{}
 		if sec%2 == 0 {
-			days = Calendar{Loc: time.UTC}
+			days = calendar{loc: time.UTC}
 		}
 		models := []string{"new"}
 		for name := range k.models {
@@ -182,11 +182,11 @@ func FuzzStoreRecords(f *testing.F) {
 		}
 		for _, model := range models {
 			take := Claim{Provider: "p", KeyID: "k", Model: model, Tokens: 10,
-				Limits: Limits{RPM: 5, RPD: 50, TPM: 500, TPD: 5000}, Cap: Limits{RPM: 10, RPD: 100}, Days: days, Now: now}
+				Limits: Limits{RPM: 5, RPD: 50, TPM: 500, TPD: 5000}, Cap: Limits{RPM: 10, RPD: 100}, DayZone: days.loc, DayHour: days.hour, Now: now}
 			g, err := s.Take(t.Context(), take)
 			require.NoError(t, err)
 			if g.OK {
-				require.NoError(t, g.Reservation.Settle(t.Context(), 3))
+				require.NoError(t, g.Reservation.Settle(t.Context(), 3, 0))
 				require.NoError(t, g.Reservation.Release(t.Context()))
 			}
 		}

@@ -23,6 +23,11 @@ type KeyStats struct {
 	Bench Bench
 	// Cap is what the key has used across its models.
 	Cap Usage
+	// Spent is what the key spent today and this month, in US dollars;
+	// Budget its caps. For a key of an account, AccountSpent and
+	// AccountBudget are the account's.
+	Spent, Budget               Budget
+	AccountSpent, AccountBudget Budget
 	// Models holds the key's state per model, sorted by model name in
 	// Pool.Stats and in no particular order from a Store.
 	Models []ModelStats
@@ -98,14 +103,17 @@ func (p *Pool) stored(k *poolKey, now time.Time) KeyStats {
 	if !ok {
 		return KeyStats{}
 	}
+	ks.Budget = k.Budget
 	if k.Account != "" {
-		own := ks.Bench
-		if ks, ok = state(AccountID(k.Account)); !ok {
+		own := ks
+		if ks, ok = state(accountID(k.Account)); !ok {
 			return KeyStats{}
 		}
-		if own.Until.After(ks.Bench.Until) {
-			ks.Bench = own
+		if own.Bench.Until.After(ks.Bench.Until) {
+			ks.Bench = own.Bench
 		}
+		ks.AccountSpent, ks.AccountBudget = ks.Spent, p.cfg.accountBudgets[k.Account]
+		ks.Spent, ks.Budget = own.Spent, own.Budget
 	}
 	for i := range ks.Models {
 		m := &ks.Models[i]
@@ -130,8 +138,9 @@ func (p *Pool) available(now time.Time) int {
 
 // Unbench lifts every bench of the key with the given ID and sets its levels
 // back to zero: an operator's manual return, for a key that was fixed (a
-// topped-up balance, a renewed key). It returns an error for an unknown ID
-// or a failing store.
+// topped-up balance, a renewed key). A Fallback's route over the pool that
+// is benched comes back with it. It returns an error for an unknown ID or a
+// failing store.
 func (p *Pool) Unbench(ctx context.Context, keyID string) error {
 	if err := p.usable(); err == errNotNew {
 		return err
@@ -144,6 +153,7 @@ func (p *Pool) Unbench(ctx context.Context, keyID string) error {
 			return fmt.Errorf("keypool: %s: unbench %s: %w", p.provider, keyID, err)
 		}
 		k.benchedUntil.Store(0)
+		p.unbenched.Add(1)
 		return nil
 	}
 	return fmt.Errorf("keypool: %s: no key with ID %q", p.provider, keyID)

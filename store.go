@@ -37,10 +37,10 @@ type Store interface {
 	// Unbench lifts every bench of a key and sets its levels back to zero.
 	Unbench(ctx context.Context, provider, keyID string) error
 	// State returns what the store holds for a key at now: its benches,
-	// levels, usage and learned limits. It fills Bench, Cap and Models (each
-	// with Model, Bench, Level, Usage and Learned); the pool fills the rest
-	// of KeyStats. An account's state is asked for under the ID
-	// AccountID(account).
+	// levels, usage, spend and learned limits. It fills Bench, Cap, Spent
+	// and Models (each with Model, Bench, Level, Usage and Learned); the
+	// pool fills the rest of KeyStats. An account's state is asked for under the ID
+	// accountID(account).
 	State(ctx context.Context, provider, keyID string, now time.Time) (KeyStats, error)
 	// Flush writes what the store holds only in memory to where it keeps
 	// state; a store that keeps nothing elsewhere returns nil.
@@ -49,12 +49,16 @@ type Store interface {
 
 // Keys that name one account share its windows, and its rate and quota
 // benches, as vendors scope limits to an organisation or a project: a store
-// keeps an account's state as it keeps a key's, under the ID AccountID
-// gives it, which no key's ID can be (key IDs hold no control characters).
-// A key's own benches — a revoked key — stay with the key.
+// keeps an account's state as it keeps a key's, under an ID that no key's ID
+// can be — a NUL, then the account's name (key IDs hold no control
+// characters) — and State answers for it under that ID. A key's own benches —
+// a revoked key — stay with the key.
 
-// AccountID returns the ID under which a store keeps an account's state.
-func AccountID(account string) string { return windowspec.AccountID(account) }
+// accountID returns the ID under which a store keeps an account's state.
+func accountID(account string) string { return windowspec.AccountID(account) }
+
+// days returns the calendar a Claim's or a Stated's day fields describe.
+func days(zone *time.Location, hour int) calendar { return calendar{hour: hour, loc: zone} }
 
 // Claim is one request a pool asks a store to admit.
 type Claim struct {
@@ -80,8 +84,19 @@ type Claim struct {
 	// it learned for the model (Learn).
 	Limits Limits
 	Cap    Limits
-	// Days says how day windows count.
-	Days Calendar
+	// DayZone and DayHour say how day windows count: over the last 24
+	// hours when DayZone is nil, else by calendar days that start at
+	// DayHour o'clock in DayZone.
+	DayZone *time.Location
+	DayHour int
+	// Cost is the request's estimated cost, in millionths of a US dollar.
+	// Budget caps what the key spends, AccountBudget what its account
+	// spends (zero fields: no cap). A store admits the request only when
+	// its cost fits what is left of each cap, by calendar days and months
+	// (see Budget), and records it as spent.
+	Cost          int64
+	Budget        Budget
+	AccountBudget Budget
 	// Now is the pool's clock. A store that shares state between hosts may
 	// use its own clock instead.
 	Now time.Time
@@ -96,7 +111,7 @@ type Grant struct {
 	RetryAt time.Time
 	// Reason, when the request was refused, is why: the kind of the bench
 	// that holds the key, or KindRate for a full minute window and KindQuota
-	// for a full day window.
+	// for a full day window or a spent budget.
 	Reason Kind
 	// Level is the key's level for the model: the quota answers without a
 	// date it has had since its last success.
@@ -110,9 +125,10 @@ type Grant struct {
 // rate.Reservation is for x/time/rate. The pool settles or releases it once
 // the answer is known; one request uses it at a time.
 type Reservation interface {
-	// Settle replaces the tokens the request recorded by the tokens it
-	// used. A later Settle replaces those in turn.
-	Settle(ctx context.Context, tokens int64) error
+	// Settle replaces the tokens and the cost (in millionths of a dollar)
+	// the request recorded by those it used. A later Settle replaces those
+	// in turn.
+	Settle(ctx context.Context, tokens, cost int64) error
 	// Release gives back all the request recorded: it never reached the
 	// vendor. A second Release does nothing.
 	Release(ctx context.Context) error
@@ -160,7 +176,9 @@ type Stated struct {
 	Used        Limits
 	MinuteReset time.Time
 	DayReset    time.Time
-	// Days says how day windows count; Now is the pool's clock.
-	Days Calendar
-	Now  time.Time
+	// DayZone and DayHour say how day windows count, as a Claim's do; Now is
+	// the pool's clock.
+	DayZone *time.Location
+	DayHour int
+	Now     time.Time
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"iter"
 	"os"
 	"strings"
 	"sync"
@@ -19,17 +18,17 @@ import (
 // at a time. Test for it with errors.Is.
 var ErrStoreLocked = errors.New("state directory is held by another process")
 
-// errStoreClosed is what a BadgerStore's writes return once Shutdown began.
+// errStoreClosed is what a BadgerStore's writes return once Close began.
 var errStoreClosed = errors.New("keypool: badger store: closed")
 
 // BadgerStore keeps a pool's state in memory, as NewMemoryStore's store does, and in a
 // Badger database, so that a restart — or a kill -9 — resumes with the
-// windows and benches. Benches and escalation levels are written through:
+// windows and benches. Benches and their levels are written through:
 // a bench is in the database when Bench returns, which a crash of the
 // process does not lose; a crash of the operating system or the machine
 // can lose what it wrote in the last seconds, unless WithSyncWrites is set.
 // Windows are written behind, in one batch about once a second
-// (WithFlushInterval) and at Flush and Shutdown, so the hot path never waits
+// (WithFlushInterval) and at Flush and Close, so the hot path never waits
 // on disk. Opening the store loads what it holds; state that has expired is
 // dropped.
 //
@@ -51,22 +50,22 @@ var errStoreClosed = errors.New("keypool: badger store: closed")
 // directory once: share the store between pools rather than opening it
 // twice.
 type BadgerStore struct {
-	mem   *memoryStore
-	cfg   badgerConfig
-	log   *badgerLogger
-	owned bool // the store opened the database: it closes it, and opens one again in a directory made again
+	*memoryStore // the windows, benches and spend; Take, Learn, State and Keys are its
+	cfg          badgerConfig
+	log          *badgerLogger
+	owned        bool // the store opened the database: it closes it, and opens one again in a directory made again
 
 	db  atomic.Pointer[badger.DB]
 	dir atomic.Pointer[stateDir] // nil for a database that keeps no files
 	gen atomic.Uint64            // counts the databases opened again
 
 	health atomic.Pointer[error] // nil while writes succeed
-	closed atomic.Bool           // Shutdown began
+	closed atomic.Bool           // Close began
 
 	stop chan struct{}
 	done sync.WaitGroup
 
-	// flushMu serializes flushes — the flusher's, Flush's and Shutdown's —
+	// flushMu serializes flushes — the flusher's, Flush's and Close's —
 	// and the opening of a database again.
 	flushMu sync.Mutex
 	// spellMu serializes the changes of health with their log lines, so
@@ -78,7 +77,7 @@ type BadgerStore struct {
 	unwritten map[keyRef]uint64  // keys whose benches are not written, and the version to write
 	refused   map[recordRef]bool // records Badger would refuse, each logged once
 
-	closeMu sync.Mutex // serializes Shutdown
+	closeMu sync.Mutex // serializes Close
 
 	// update and flushBatch write to the database: its Update and
 	// WriteBatch.Flush, which tests replace to make writes fail.
@@ -107,13 +106,13 @@ func (r recordRef) String() string {
 // one that cannot be written, is not a Badger database or has less free
 // than the store keeps in reserve gives an error naming it; so does a bad
 // option. Empty memtable files a killed process left are removed first,
-// each with a warning. Shutdown and Close close the database.
-func OpenBadgerStore(dir string, opts ...BadgerOption) (*BadgerStore, error) {
+// each with a warning. Close closes the database.
+func OpenBadgerStore(dir string, opts ...Option) (*BadgerStore, error) {
 	if dir == "" {
 		return nil, errors.New("keypool: badger store: no directory")
 	}
-	cfg := newBadgerConfig(opts)
-	if err := errors.Join(cfg.errs...); err != nil {
+	cfg, err := newBadgerConfig(opts)
+	if err != nil {
 		return nil, fmt.Errorf("keypool: badger store %s: %w", dir, err)
 	}
 	log := newBadgerLogger(cfg.logger)
@@ -132,17 +131,18 @@ func OpenBadgerStore(dir string, opts ...BadgerOption) (*BadgerStore, error) {
 	return s, nil
 }
 
-// NewBadgerStore returns a store over a Badger database the caller opened
-// and owns: Shutdown and Close stop the store but leave db open, and a
+// newBadgerStoreOver returns a store over a Badger database the caller
+// opened and owns (tests use an in-memory one): Close stops the store but
+// leaves db open, and a
 // directory made again is not opened again. The store's records are under
 // keys that start with "kp2/" (and "kp1/", the layout it reads and
 // replaces). A bad option gives an error naming it.
-func NewBadgerStore(db *badger.DB, opts ...BadgerOption) (*BadgerStore, error) {
+func newBadgerStoreOver(db *badger.DB, opts ...Option) (*BadgerStore, error) {
 	if db == nil {
 		return nil, errors.New("keypool: badger store: nil database")
 	}
-	cfg := newBadgerConfig(opts)
-	if err := errors.Join(cfg.errs...); err != nil {
+	cfg, err := newBadgerConfig(opts)
+	if err != nil {
 		return nil, fmt.Errorf("keypool: badger store: %w", err)
 	}
 	s, err := newBadgerStore(db, false, cfg, newBadgerLogger(cfg.logger))
@@ -153,7 +153,7 @@ func NewBadgerStore(db *badger.DB, opts ...BadgerOption) (*BadgerStore, error) {
 }
 
 func newBadgerStore(db *badger.DB, owned bool, cfg badgerConfig, log *badgerLogger) (*BadgerStore, error) {
-	s := &BadgerStore{mem: newMemoryStore(), cfg: cfg, log: log, owned: owned, stop: make(chan struct{}),
+	s := &BadgerStore{memoryStore: newMemoryStore(), cfg: cfg, log: log, owned: owned, stop: make(chan struct{}),
 		unwritten: map[keyRef]uint64{}, refused: map[recordRef]bool{}, flushBatch: (*badger.WriteBatch).Flush}
 	s.update = func(fn func(*badger.Txn) error) error { return s.db.Load().Update(fn) }
 	s.db.Store(db)
@@ -173,21 +173,9 @@ func newBadgerStore(db *badger.DB, owned bool, cfg badgerConfig, log *badgerLogg
 	return s, nil
 }
 
-// Take implements Store.
-func (s *BadgerStore) Take(ctx context.Context, c Claim) (Grant, error) { return s.mem.Take(ctx, c) }
-
-// Learn implements Store: what is learned is written behind, with the
-// windows.
-func (s *BadgerStore) Learn(ctx context.Context, st Stated) error { return s.mem.Learn(ctx, st) }
-
-// State implements Store.
-func (s *BadgerStore) State(ctx context.Context, provider, keyID string, now time.Time) (KeyStats, error) {
-	return s.mem.State(ctx, provider, keyID, now)
-}
-
 // Bench implements Store: the bench, or the level, is written through.
 func (s *BadgerStore) Bench(ctx context.Context, b Bench) error {
-	if err := s.mem.Bench(ctx, b); err != nil {
+	if err := s.memoryStore.Bench(ctx, b); err != nil {
 		return err
 	}
 	return s.writeBenches(keyRef{b.Provider, b.KeyID})
@@ -195,7 +183,7 @@ func (s *BadgerStore) Bench(ctx context.Context, b Bench) error {
 
 // Unbench implements Store: the change is written through.
 func (s *BadgerStore) Unbench(ctx context.Context, provider, keyID string) error {
-	_ = s.mem.Unbench(ctx, provider, keyID)
+	_ = s.memoryStore.Unbench(ctx, provider, keyID)
 	return s.writeBenches(keyRef{provider, keyID})
 }
 
@@ -210,7 +198,7 @@ func (s *BadgerStore) Health() error {
 }
 
 // benchesLife is how long a benches record outlives its last bench, by the
-// wall clock Badger expires records by: escalation levels outlast benches.
+// wall clock Badger expires records by: bench levels outlast benches.
 const benchesLife = 24 * time.Hour
 
 // writeBenches writes a key's benches and levels through, unless the store
@@ -227,7 +215,7 @@ func (s *BadgerStore) writeBenches(ref keyRef) error {
 		}
 	}
 	if err != nil {
-		k := s.mem.key(ref.provider, ref.keyID)
+		k := s.memoryStore.key(ref.provider, ref.keyID)
 		k.mu.Lock()
 		ver := k.benchVer
 		k.mu.Unlock()
@@ -249,7 +237,7 @@ func (s *BadgerStore) writeBenches(ref keyRef) error {
 // each carries the key's bench version, and an older version never replaces
 // a newer one. A failed write is made again at the next flush.
 func (s *BadgerStore) putBenches(ref keyRef) error {
-	k := s.mem.key(ref.provider, ref.keyID)
+	k := s.memoryStore.key(ref.provider, ref.keyID)
 	k.mu.Lock()
 	val := k.encodeBenches(nil)
 	ver := k.benchVer
@@ -391,7 +379,7 @@ func (s *BadgerStore) reopen(d *stateDir, cause error) error {
 	s.db.Store(db)
 	s.dir.Store(nd)
 	s.gen.Add(1)
-	s.mem.each(func(ref keyRef, k *memKey) {
+	s.memoryStore.each(func(ref keyRef, k *memKey) {
 		k.mu.Lock()
 		k.dirty = true
 		ver := k.benchVer
@@ -416,7 +404,7 @@ func (s *BadgerStore) writeWindows() (refused []error, err error) {
 	defer wb.Cancel()
 	var written []*memKey
 	var refs []keyRef
-	s.mem.each(func(ref keyRef, k *memKey) {
+	s.memoryStore.each(func(ref keyRef, k *memKey) {
 		if err != nil {
 			return
 		}
@@ -563,7 +551,7 @@ func (s *BadgerStore) setHealth(err error) {
 	}
 }
 
-// every calls fn every d until Shutdown.
+// every calls fn every d until Close.
 func (s *BadgerStore) every(d time.Duration, fn func()) {
 	defer s.done.Done()
 	t := time.NewTicker(d)
@@ -588,26 +576,14 @@ func (s *BadgerStore) collect() {
 	}
 }
 
-// shutdownRetry is how often Shutdown tries again to write while the store
+// shutdownRetry is how often Close tries again to write while the store
 // is failing.
 const shutdownRetry = 250 * time.Millisecond
 
-// Shutdown stops the store's goroutines, writes what it holds, and closes
-// the database if the store opened it. While the store is failing it tries
-// again four times a second until ctx ends; it then returns an error that
-// wraps ctx.Err() and says how many keys' windows and benches are not
-// saved. A second Shutdown returns nil.
-//
-// What Shutdown leaves running when ctx ends first: while the directory is
-// gone, read-only or full, the database stays open, with its dozen idle
-// goroutines and its files, until the process exits — closing it would
-// retry writing Badger's memtable once a second without end, or kill the
-// process on a full filesystem; what it wrote before the failure is read
-// at the next open, as after a kill. While the directory is fine but
-// writes fail, the database is closed by a goroutine that outlives
-// Shutdown. A write or a close that hangs in Badger (a disk that stops
-// answering) hangs that goroutine, not Shutdown.
-func (s *BadgerStore) Shutdown(ctx context.Context) error {
+// shutdown is Close within ctx: it returns when the store has written what
+// it holds, or when ctx ends, with an error that wraps ctx.Err() and says
+// how many keys' windows and benches are not saved.
+func (s *BadgerStore) shutdown(ctx context.Context) error {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
 	if s.closed.Swap(true) {
@@ -629,14 +605,28 @@ func (s *BadgerStore) Shutdown(ctx context.Context) error {
 	}
 }
 
-// Close is Shutdown bounded by 15 seconds.
+// Close stops the store's goroutines, writes what it holds, and closes the
+// database if the store opened it — within 15 seconds. While the store is
+// failing it tries again four times a second until then; it then returns an
+// error that says how many keys' windows and benches are not saved. A second
+// Close returns nil.
+//
+// What Close leaves running when its 15 seconds end first: while the
+// directory is gone, read-only or full, the database stays open, with its
+// dozen idle goroutines and its files, until the process exits — closing it
+// would retry writing Badger's memtable once a second without end, or kill
+// the process on a full filesystem; what it wrote before the failure is read
+// at the next open, as after a kill. While the directory is fine but writes
+// fail, the database is closed by a goroutine that outlives Close. A write
+// or a close that hangs in Badger (a disk that stops answering) hangs that
+// goroutine, not Close.
 func (s *BadgerStore) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.closeBound)
 	defer cancel()
-	return s.Shutdown(ctx)
+	return s.shutdown(ctx)
 }
 
-// finish does Shutdown's work once the store's goroutines have stopped.
+// finish does Close's work once the store's goroutines have stopped.
 func (s *BadgerStore) finish(ctx context.Context) error {
 	s.done.Wait()
 	retry := time.NewTicker(min(s.cfg.flushEvery, shutdownRetry))
@@ -669,12 +659,12 @@ func (s *BadgerStore) finish(ctx context.Context) error {
 	}
 }
 
-// unsaved returns the error of a Shutdown that ended before the store wrote
+// unsaved returns the error of a Close that ended before the store wrote
 // what it holds.
 func (s *BadgerStore) unsaved(cause error) error {
 	lost, _ := s.dir.Load().check()
 	windows, benches := 0, 0
-	s.mem.each(func(_ keyRef, k *memKey) {
+	s.memoryStore.each(func(_ keyRef, k *memKey) {
 		k.mu.Lock()
 		if lost || k.dirty {
 			windows++
@@ -694,15 +684,4 @@ func (s *BadgerStore) unsaved(cause error) error {
 		return fmt.Errorf("%s (%s): %w", msg, strings.TrimPrefix(err.Error(), "keypool: badger store: "), cause)
 	}
 	return fmt.Errorf("%s: %w", msg, cause)
-}
-
-// Keys yields the provider and ID of each key the store holds state for,
-// in no particular order.
-func (s *BadgerStore) Keys() iter.Seq2[string, string] {
-	return func(yield func(provider, keyID string) bool) {
-		s.mem.keys.Range(func(ref, _ any) bool {
-			r := ref.(keyRef)
-			return yield(r.provider, r.keyID)
-		})
-	}
 }

@@ -122,7 +122,7 @@ func (r *failRun) closeTimed() (time.Duration, error) {
 	r.stopLoad()
 	poolStart := time.Now()
 	_ = r.pool.Close()
-	require.Less(r.t, time.Since(poolStart), 100*time.Millisecond, "Pool.Close does not wait on a failing store")
+	require.Less(r.t, time.Since(poolStart), time.Second, "Pool.Close does not wait on a failing store")
 	start := time.Now()
 	err := r.store.Close()
 	return time.Since(start), err
@@ -137,7 +137,7 @@ func (r *failRun) closeFindsAll() map[string]KeyStats {
 	want := keyStates(r.t, r.store, now)
 	closing, err := r.closeTimed()
 	require.NoError(r.t, err)
-	assert.Less(r.t, closing, 500*time.Millisecond)
+	assert.Less(r.t, closing, 5*time.Second, "Close writes at once, well within its bound of 15 s")
 	r.checkSpell(true)
 	assert.Equal(r.t, want, keyStates(r.t, reopen(r.t, r.dir), now), "a reopen finds everything the store held")
 	r.t.Logf("Close took %v", closing)
@@ -315,7 +315,7 @@ func TestBadgerStoreOfTheCallerDirectoryMadeAgain(t *testing.T) {
 	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
 	require.NoError(t, err)
 	var logs logLines
-	s, err := NewBadgerStore(db, WithFlushInterval(time.Hour), WithBadgerLogger(logs.logger()))
+	s, err := newBadgerStoreOver(db, WithFlushInterval(time.Hour), WithBadgerLogger(logs.logger()))
 	require.NoError(t, err)
 	s.cfg.closeBound = 100 * time.Millisecond
 	require.NoError(t, os.RemoveAll(dir))
@@ -338,10 +338,10 @@ func TestBadgerStoreShutdownTwice(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if err := s.Shutdown(ctx); err != nil {
+	if err := s.shutdown(ctx); err != nil {
 		require.ErrorIs(t, err, context.Canceled)
 	}
-	require.NoError(t, s.Shutdown(t.Context()))
+	require.NoError(t, s.shutdown(t.Context()))
 	require.NoError(t, s.Close())
 	require.ErrorIs(t, s.Flush(t.Context()), errStoreClosed)
 	require.True(t, errors.Is(s.Bench(t.Context(), Bench{Provider: "p", KeyID: "k", AllModels: true, Kind: KindAuth,

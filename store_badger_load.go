@@ -83,7 +83,7 @@ func (s *BadgerStore) load(db *badger.DB) (legacy [][]byte, err error) {
 			"records", unreadable, "first", firstUnreadable)
 	}
 	for ref := range replaced {
-		k := s.mem.key(ref.provider, ref.keyID)
+		k := s.memoryStore.key(ref.provider, ref.keyID)
 		k.mu.Lock()
 		k.dirty = true
 		ver := k.benchVer
@@ -106,7 +106,7 @@ func (s *BadgerStore) loadRecord(ref keyRef, benches bool, v []byte) error {
 	} else if err := read.decodeWindows(v); err != nil {
 		return err
 	}
-	k := s.mem.key(ref.provider, ref.keyID)
+	k := s.memoryStore.key(ref.provider, ref.keyID)
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if benches {
@@ -118,7 +118,7 @@ func (s *BadgerStore) loadRecord(ref keyRef, benches bool, v []byte) error {
 		}
 		return nil
 	}
-	k.last, k.cap = read.last, read.cap
+	k.last, k.cap, k.spend = read.last, read.cap, read.spend
 	for name, m := range read.models {
 		km := k.model(name, k.last, true)
 		km.win, km.learned = m.win, m.learned

@@ -46,7 +46,7 @@ func TestBadgerStoreRecordOverLimit(t *testing.T) {
 	tests := []struct {
 		name string
 		big  keyRef
-		opts []BadgerOption
+		opts []Option
 		fill func(t *testing.T, s *BadgerStore, now time.Time) // makes big's record too large
 		want string                                            // in the error naming big
 	}{
@@ -61,17 +61,17 @@ func TestBadgerStoreRecordOverLimit(t *testing.T) {
 		{
 			name: "windows over Badger's value limit",
 			big:  keyRef{"acme", "big"},
-			opts: []BadgerOption{WithBadgerOptions(func(o badger.Options) badger.Options { return o.WithValueLogFileSize(1 << 20) })},
+			opts: []Option{withBadgerOptions(func(o badger.Options) badger.Options { return o.WithValueLogFileSize(1 << 20) })},
 			fill: func(t *testing.T, s *BadgerStore, now time.Time) {
 				// Names longer than a store now takes, as a store written
 				// before they were bounded may hold: set in place.
 				takeN(t, s, keyRef{"acme", "big"}, "m", 1, now)
-				k := s.mem.key("acme", "big")
+				k := s.memoryStore.key("acme", "big")
 				k.mu.Lock()
 				defer k.mu.Unlock()
 				for i := range maxModelsPerKey {
 					w := &windows{}
-					w.add(now.UnixNano(), Limits{RPM: 1}, 1, 0, Calendar{})
+					w.add(now.UnixNano(), Limits{RPM: 1}, 1, 0, calendar{})
 					k.models[fmt.Sprintf("%04d-%s", i, strings.Repeat("m", 1100))] = &memModel{win: w}
 				}
 				k.dirty = true
@@ -83,7 +83,7 @@ func TestBadgerStoreRecordOverLimit(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
 			var logs logLines
-			opts := append([]BadgerOption{WithFlushInterval(time.Hour), WithBadgerLogger(logs.logger())}, tt.opts...)
+			opts := append([]Option{WithFlushInterval(time.Hour), WithBadgerLogger(logs.logger())}, tt.opts...)
 			s, err := OpenBadgerStore(dir, opts...)
 			require.NoError(t, err)
 			now := time.Now()
@@ -306,11 +306,11 @@ func TestBadgerStoreLeavesEmptyFilesOfAHeldDirectory(t *testing.T) {
 func TestBadgerStoreSyncWrites(t *testing.T) {
 	for _, tt := range []struct {
 		name string
-		opts []BadgerOption
+		opts []Option
 		want bool
 	}{
 		{"by default", nil, false},
-		{"WithSyncWrites", []BadgerOption{WithSyncWrites()}, true},
+		{"WithSyncWrites", []Option{WithSyncWrites()}, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s, err := OpenBadgerStore(t.TempDir(), tt.opts...)
@@ -324,12 +324,12 @@ func TestBadgerStoreSyncWrites(t *testing.T) {
 func TestBadgerStoreBadOptions(t *testing.T) {
 	tests := []struct {
 		name string
-		opt  BadgerOption
+		opt  Option
 		want string
 	}{
-		{"negative flush interval", WithFlushInterval(-time.Second), "WithFlushInterval(-1s): must be positive"},
-		{"zero flush interval", WithFlushInterval(0), "WithFlushInterval(0s): must be positive"},
-		{"negative GC interval", WithGCInterval(-time.Minute), "WithGCInterval(-1m0s): must be positive"},
+		{"negative flush interval", WithFlushInterval(-time.Second), "WithFlushInterval: -1s is not positive"},
+		{"zero flush interval", WithFlushInterval(0), "WithFlushInterval: 0s is not positive"},
+		{"a pool's option", WithLimits(Limits{RPM: 1}), "WithLimits does not configure a BadgerStore"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -342,13 +342,13 @@ func TestBadgerStoreBadOptions(t *testing.T) {
 			db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
 			require.NoError(t, err, "the directory was left closed")
 			defer db.Close()
-			s, err = NewBadgerStore(db, tt.opt)
+			s, err = newBadgerStoreOver(db, tt.opt)
 			require.Error(t, err)
 			assert.Nil(t, s)
 			assert.Equal(t, "keypool: badger store: "+tt.want, err.Error())
 		})
 	}
-	s, err := OpenBadgerStore(t.TempDir(), nil, WithBadgerLogger(nil), WithBadgerOptions(nil))
+	s, err := OpenBadgerStore(t.TempDir(), nil, WithBadgerLogger(nil))
 	require.NoError(t, err, "nil options keep the defaults")
 	require.NoError(t, s.Close())
 }
@@ -427,7 +427,7 @@ func TestBadgerStoreRecordRefusedByBadger(t *testing.T) {
 	require.NoError(t, err)
 	defer db.Close()
 	var logs logLines
-	s, err := NewBadgerStore(db, WithFlushInterval(time.Hour), WithBadgerLogger(logs.logger()))
+	s, err := newBadgerStoreOver(db, WithFlushInterval(time.Hour), WithBadgerLogger(logs.logger()))
 	require.NoError(t, err)
 	defer s.Close()
 	now := time.Now()

@@ -16,7 +16,7 @@ import (
 
 // The record formats.
 const (
-	windowsFormat = 3 // 2 before learned limits: read as 3 without them
+	windowsFormat = 5 // 2 before learned limits, 3 before spend, 4 before exact windows: read without them
 	benchesFormat = 1
 )
 
@@ -72,6 +72,11 @@ func parseLegacyRecordKey(prefix, k []byte) (keyRef, bool) {
 func (k *memKey) encodeWindows(b []byte) []byte {
 	b = append(b, windowsFormat)
 	b = binary.AppendVarint(b, k.last)
+	for _, p := range []period{k.spend.day, k.spend.month} {
+		b = binary.AppendVarint(b, p.start)
+		b = binary.AppendVarint(b, p.end)
+		b = binary.AppendVarint(b, p.spent)
+	}
 	b = append(b, boolByte(k.cap != nil))
 	if k.cap != nil {
 		b = k.cap.encode(b)
@@ -104,19 +109,27 @@ func (k *memKey) encodeWindows(b []byte) []byte {
 func (k *memKey) decodeWindows(b []byte) error {
 	r := reader{b: b}
 	f := r.byte()
-	if f != windowsFormat && f != 2 {
+	if f < 2 || f > windowsFormat {
 		return fmt.Errorf("windows record of format %d", f)
 	}
 	k.last = r.varint()
+	if f >= 4 {
+		for _, p := range []*period{&k.spend.day, &k.spend.month} {
+			p.start, p.end, p.spent = r.varint(), r.varint(), r.varint()
+			if p.spent < 0 || p.end < p.start {
+				r.fail(fmt.Errorf("spend of %d from %d to %d", p.spent, p.start, p.end))
+			}
+		}
+	}
 	if r.byte() != 0 {
 		k.cap = &windows{}
-		k.cap.decode(&r)
+		k.cap.decode(&r, f)
 	}
 	for n := r.uvarint(); n > 0 && r.err == nil; n-- {
 		m := k.model(r.string(), k.last, true)
 		if f == 2 || r.byte() != 0 {
 			m.win = &windows{}
-			m.win.decode(&r)
+			m.win.decode(&r, f)
 		}
 		if f == 2 {
 			continue
@@ -207,15 +220,16 @@ func (w *windows) encode(b []byte) []byte {
 	return b
 }
 
-func (w *windows) decode(r *reader) {
-	w.minute.decode(r, w.minuteBuckets())
-	w.day.decode(r, w.dayBuckets())
+func (w *windows) decode(r *reader, format byte) {
+	w.minute.decode(r, w.minuteBuckets(), format)
+	w.day.decode(r, w.dayBuckets(), format)
 	for _, v := range []*int64{&w.cal.start, &w.cal.end, &w.cal.requests, &w.cal.tokens} {
 		*v = r.varint()
 	}
 }
 
 func (s *sliding) encode(b []byte, bk buckets) []byte {
+	b = append(b, boolByte(s.exact))
 	b = binary.AppendVarint(b, s.head)
 	n := 0
 	for i := range bk.requests {
@@ -234,8 +248,9 @@ func (s *sliding) encode(b []byte, bk buckets) []byte {
 	return b
 }
 
-func (s *sliding) decode(r *reader, bk buckets) {
-	*s = sliding{head: r.varint()}
+func (s *sliding) decode(r *reader, bk buckets, format byte) {
+	exact := format >= 5 && r.byte() != 0
+	*s = sliding{head: r.varint(), exact: exact}
 	clear(bk.requests)
 	clear(bk.tokens)
 	if s.head < 0 {
@@ -254,6 +269,16 @@ func (s *sliding) decode(r *reader, bk buckets) {
 		bk.requests[i], bk.tokens[i] = uint32(req), uint32(tok)
 		s.sumReq += int64(req)
 		s.sumTok += int64(tok)
+	}
+	if s.exact {
+		// A slot holds a time, not a count: the sums count entries, as
+		// prune will at the next take.
+		s.sumReq = 0
+		for i := range bk.requests {
+			if bk.requests[i] != 0 {
+				s.sumReq++
+			}
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package keypool
 import (
 	"context"
 	"fmt"
+	"iter"
 	"sync"
 	"time"
 
@@ -29,9 +30,10 @@ type memKey struct {
 	mu     sync.Mutex // guards the fields below
 	bench  benchState
 	cap    *windows // across models; nil until a cap applies
-	days   Calendar // as the last take counted days
+	days   calendar // as the last take counted days
 	last   int64    // the latest time a take was recorded, Unix nanoseconds
 	models map[string]*memModel
+	spend  spend // what the key (or account) spent, by calendar day and month
 	// dirty reports that the windows changed since a store that persists
 	// them last wrote them; benchVer counts changes of benches and levels.
 	dirty    bool
@@ -139,7 +141,7 @@ func (k *memKey) evictIdle(now int64) bool {
 
 // idle reports whether the entry holds nothing in force at now: no bench,
 // no level, windows that count nothing.
-func (m *memModel) idle(now int64, c Calendar) bool {
+func (m *memModel) idle(now int64, c calendar) bool {
 	return m.bench.until <= now && m.level == 0 && (m.win == nil || m.win.usage(now, c) == Usage{})
 }
 
@@ -148,19 +150,25 @@ func (s *memoryStore) Take(_ context.Context, t Claim) (Grant, error) {
 	if err := windowspec.CheckModel(t.Model); err != nil {
 		return Grant{}, fmt.Errorf("keypool: memory store: %w", err)
 	}
-	k := s.key(t.Provider, t.KeyID)
-	var keyBench benchState // the key's own bench, when its account holds its windows
+	// The key's entry holds its own benches and spend; its account's
+	// entry, when it names one, the windows and benches they share. A take
+	// holds both, always the key's first.
+	own := s.key(t.Provider, t.KeyID)
+	own.mu.Lock()
+	defer own.mu.Unlock()
+	k := own
 	if t.Account != "" {
+		k = s.key(t.Provider, accountID(t.Account))
 		k.mu.Lock()
-		keyBench = k.bench
-		k.mu.Unlock()
-		k = s.key(t.Provider, AccountID(t.Account))
+		defer k.mu.Unlock()
 	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	now := k.clock(t.Now, t.Days)
+	cal := days(t.DayZone, t.DayHour)
+	now := k.clock(t.Now, cal)
+	if k != own {
+		own.clock(t.Now, cal)
+	}
 	m := k.model(t.Model, now, t.Named)
-	if until, kind := latest(keyBench, latestBench(k.bench, m.bench)); until > now {
+	if until, kind := latest(own.bench, latestBench(k.bench, m.bench)); until > now {
 		return Grant{RetryAt: time.Unix(0, until).UTC(), Reason: kind, Level: m.level}, nil
 	}
 	lim := t.Limits.tighter(m.learned)
@@ -173,14 +181,27 @@ func (s *memoryStore) Take(_ context.Context, t Claim) (Grant, error) {
 	}
 	ok, retryAt, dayFull := true, int64(0), false
 	if m.win != nil {
-		ok, retryAt, dayFull = m.win.room(now, lim, tok, t.Days)
+		ok, retryAt, dayFull = m.win.room(now, lim, tok, cal)
 	}
 	if t.Cap != (Limits{}) {
 		if k.cap == nil {
 			k.cap = &windows{}
 		}
-		okCap, atCap, dayCap := k.cap.room(now, t.Cap, tok, t.Days)
+		okCap, atCap, dayCap := k.cap.room(now, t.Cap, tok, cal)
 		ok, retryAt, dayFull = ok && okCap, max(retryAt, atCap), dayFull || dayCap
+	}
+	budget := budgetDays(cal)
+	for _, b := range [...]struct {
+		k      *memKey
+		budget Budget
+	}{{own, t.Budget}, {k, t.AccountBudget}} {
+		if b.budget == (Budget{}) {
+			continue
+		}
+		day, month := b.budget.micros()
+		if fits, at := b.k.spend.room(now, t.Cost, day, month, budget); !fits {
+			ok, retryAt, dayFull = false, max(retryAt, at), true
+		}
 	}
 	if !ok {
 		reason := KindRate
@@ -190,13 +211,22 @@ func (s *memoryStore) Take(_ context.Context, t Claim) (Grant, error) {
 		return Grant{RetryAt: time.Unix(0, retryAt).UTC(), Reason: reason, Level: m.level}, nil
 	}
 	if m.win != nil {
-		m.win.add(now, lim, 1, tok, t.Days)
+		m.win.add(now, lim, 1, tok, cal)
 	}
 	if k.cap != nil {
-		k.cap.add(now, t.Cap, 1, tok, t.Days)
+		k.cap.add(now, t.Cap, 1, tok, cal)
+	}
+	r := &memReservation{key: k, model: m, at: now, tokens: tok, limits: lim, cap: t.Cap, days: cal}
+	if t.Budget != (Budget{}) {
+		own.spend.add(now, t.Cost)
+		own.dirty = true
+		r.own, r.cost = own, t.Cost
+	}
+	if t.AccountBudget != (Budget{}) {
+		k.spend.add(now, t.Cost)
+		r.shared, r.cost = k, t.Cost
 	}
 	k.dirty = true
-	r := &memReservation{key: k, model: m, at: now, tokens: tok, limits: lim, cap: t.Cap, days: t.Days}
 	return Grant{OK: true, Level: m.level, Reservation: r}, nil
 }
 
@@ -205,7 +235,7 @@ func (s *memoryStore) Take(_ context.Context, t Claim) (Grant, error) {
 // counts at least as long as it should. A step back of more than maxStepBack
 // is a clock put right after running ahead: the key's windows and benches,
 // dated by the wrong clock, move back with it. k.mu must be held.
-func (k *memKey) clock(t time.Time, days Calendar) int64 {
+func (k *memKey) clock(t time.Time, days calendar) int64 {
 	if k.last-t.UnixNano() > int64(maxStepBack) {
 		k.shiftBack(k.last-t.UnixNano(), t.UnixNano(), days)
 	}
@@ -222,12 +252,13 @@ func (s *memoryStore) Learn(_ context.Context, st Stated) error {
 	}
 	id := st.KeyID
 	if st.Account != "" {
-		id = AccountID(st.Account)
+		id = accountID(st.Account)
 	}
 	k := s.key(st.Provider, id)
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	now := k.clock(st.Now, st.Days)
+	cal := days(st.DayZone, st.DayHour)
+	now := k.clock(st.Now, cal)
 	m := k.model(st.Model, now, false)
 	m.learned = m.learned.over(st.Limits)
 	k.dirty = true
@@ -237,7 +268,7 @@ func (s *memoryStore) Learn(_ context.Context, st Stated) error {
 	if m.win == nil {
 		m.win = &windows{}
 	}
-	m.win.raise(now, st.Used, unixOrZero(st.MinuteReset), unixOrZero(st.DayReset), st.Days)
+	m.win.raise(now, st.Used, unixOrZero(st.MinuteReset), unixOrZero(st.DayReset), cal)
 	return nil
 }
 
@@ -265,38 +296,66 @@ type memReservation struct {
 	model    *memModel
 	at       int64 // when the take was recorded, Unix nanoseconds
 	tokens   int64 // the tokens it counts now
+	cost     int64 // the cost it counts now, in millionths of a dollar
 	released bool
 	limits   Limits
 	cap      Limits
-	days     Calendar
+	days     calendar
+	// own and shared are the entries whose spend counts the cost: the
+	// key's, for its budget, and its account's; nil where no budget is.
+	own, shared *memKey
 }
 
 // Settle implements Reservation.
-func (r *memReservation) Settle(_ context.Context, tokens int64) error {
-	r.key.mu.Lock()
-	defer r.key.mu.Unlock()
+func (r *memReservation) Settle(_ context.Context, tokens, cost int64) error {
+	r.lock()
+	defer r.unlock()
 	if !r.released {
-		tokens = max(tokens, 0)
-		r.add(0, tokens-r.tokens)
-		r.tokens = tokens
+		tokens, cost = max(tokens, 0), max(cost, 0)
+		r.add(0, tokens-r.tokens, cost-r.cost)
+		r.tokens, r.cost = tokens, cost
 	}
 	return nil
 }
 
 // Release implements Reservation.
 func (r *memReservation) Release(context.Context) error {
-	r.key.mu.Lock()
-	defer r.key.mu.Unlock()
+	r.lock()
+	defer r.unlock()
 	if !r.released {
-		r.add(-1, -r.tokens)
+		r.add(-1, -r.tokens, -r.cost)
 		r.released = true
 	}
 	return nil
 }
 
-// add changes what the take recorded by req requests and tok tokens.
-// r.key.mu must be held.
-func (r *memReservation) add(req, tok int64) {
+// lock takes the locks of the entries the reservation changes, the key's
+// before its account's, as Take does.
+func (r *memReservation) lock() {
+	if r.own != nil && r.own != r.key {
+		r.own.mu.Lock()
+	}
+	r.key.mu.Lock()
+}
+
+func (r *memReservation) unlock() {
+	r.key.mu.Unlock()
+	if r.own != nil && r.own != r.key {
+		r.own.mu.Unlock()
+	}
+}
+
+// add changes what the take recorded by req requests, tok tokens and cost
+// millionths of a dollar. The entries' locks must be held.
+func (r *memReservation) add(req, tok, cost int64) {
+	if cost != 0 {
+		for _, k := range []*memKey{r.own, r.shared} {
+			if k != nil {
+				k.spend.add(r.at, cost)
+				k.dirty = true
+			}
+		}
+	}
 	if req == 0 && tok == 0 {
 		return
 	}
@@ -317,7 +376,7 @@ const maxStepBack = time.Hour
 // now, after the clock that dated them was put back by d: what was taken
 // still counts, for as long as it should from the corrected clock, and a
 // bench ends as long after it began as it was meant to. k.mu must be held.
-func (k *memKey) shiftBack(d, now int64, c Calendar) {
+func (k *memKey) shiftBack(d, now int64, c calendar) {
 	shift := func(w *windows) {
 		if w != nil {
 			w.shiftBack(d, now, c)
@@ -347,7 +406,7 @@ func (s *memoryStore) Bench(_ context.Context, b Bench) error {
 	}
 	id := b.KeyID
 	if b.Account != "" {
-		id = AccountID(b.Account)
+		id = accountID(b.Account)
 	}
 	k := s.key(b.Provider, id)
 	k.mu.Lock()
@@ -387,6 +446,8 @@ func (s *memoryStore) State(_ context.Context, provider, keyID string, now time.
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	st := KeyStats{Bench: k.bench.public(n), Models: make([]ModelStats, 0, len(k.models))}
+	day, month := k.spend.spent(n)
+	st.Spent = Budget{PerDay: fromMicros(day), PerMonth: fromMicros(month)}
 	if k.cap != nil {
 		st.Cap = k.cap.usage(n, k.days)
 	}
@@ -398,6 +459,17 @@ func (s *memoryStore) State(_ context.Context, provider, keyID string, now time.
 		st.Models = append(st.Models, ms)
 	}
 	return st, nil
+}
+
+// Keys yields the provider and ID of each key the store holds state for,
+// in no particular order: an account's under its account ID.
+func (s *memoryStore) Keys() iter.Seq2[string, string] {
+	return func(yield func(provider, keyID string) bool) {
+		s.keys.Range(func(ref, _ any) bool {
+			r := ref.(keyRef)
+			return yield(r.provider, r.keyID)
+		})
+	}
 }
 
 // each calls fn for every key the store holds.

@@ -47,14 +47,14 @@ func TestMemoryStoreClockPutRight(t *testing.T) {
 	tests := []struct {
 		name   string
 		limits Limits
-		days   Calendar
+		days   calendar
 		takes  int
 		wait   time.Duration // how long after the clock is put right the key takes again
 	}{
-		{"minute", Limits{RPM: 1}, Calendar{}, 1, time.Minute},
-		{"sliding day", Limits{RPD: 5}, Calendar{}, 5, 24 * time.Hour},
-		{"calendar day", Limits{RPD: 5}, Calendar{Loc: time.UTC}, 5, 24 * time.Hour},
-		{"an hour and a second back", Limits{RPD: 3}, Calendar{}, 3, 24 * time.Hour},
+		{"minute", Limits{RPM: 1}, calendar{}, 1, time.Minute},
+		{"sliding day", Limits{RPD: 5}, calendar{}, 5, 24 * time.Hour},
+		{"calendar day", Limits{RPD: 5}, calendar{loc: time.UTC}, 5, 24 * time.Hour},
+		{"an hour and a second back", Limits{RPD: 3}, calendar{}, 3, 24 * time.Hour},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -63,7 +63,7 @@ func TestMemoryStoreClockPutRight(t *testing.T) {
 			if tt.name == "an hour and a second back" {
 				from = right.Add(time.Hour + time.Second)
 			}
-			c := Claim{Provider: "p", KeyID: "k", Model: "m", Limits: tt.limits, Days: tt.days, Now: from}
+			c := Claim{Provider: "p", KeyID: "k", Model: "m", Limits: tt.limits, DayZone: tt.days.loc, DayHour: tt.days.hour, Now: from}
 			for i := range tt.takes {
 				g, err := s.Take(t.Context(), c)
 				require.NoError(t, err)

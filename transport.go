@@ -80,7 +80,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	r := request{req: req, body: body, model: info.Model}
 	if p.needTokens() {
-		r.estimate = max(p.cfg.estimator(info), 0)
+		r.estimate = estimateUse(info, max(p.cfg.estimator(info), 0))
 	}
 	for attempt := 0; ; attempt++ {
 		resp, again, err := t.attempt(&r, attempt)
@@ -95,7 +95,7 @@ type request struct {
 	req      *http.Request
 	body     *replay
 	model    string
-	estimate int64
+	estimate usageReport
 	call
 }
 
@@ -157,12 +157,12 @@ func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again
 	r.sooner(until)
 	endAttempt(span, resp.StatusCode, v, max(until.Sub(now), 0), nil)
 	if v.kind == KindNone || v.oversized || p.single() || !r.body.replayable() {
-		p.settle(&l, resp)
+		p.meter(&l, resp)
 		return resp, false, nil
 	}
 	// A key-scoped failure: the vendor refused the request, so it used
 	// no tokens. Try the next key.
-	p.settleTokens(ctx, &l, 0)
+	p.settle(ctx, &l, usageReport{})
 	r.tried.add(l.key.index)
 	drain(resp.Body)
 	return nil, true, nil
@@ -195,22 +195,29 @@ func (p *Pool) release(ctx context.Context, l *lease) {
 	p.storeResult(opSettle, l.grant.Reservation.Release(ctx))
 }
 
-// settleTokens settles a lease at tokens, when the pool counts tokens.
-func (p *Pool) settleTokens(ctx context.Context, l *lease, tokens int64) {
-	if p.needTokens() {
-		p.storeResult(opSettle, l.grant.Reservation.Settle(ctx, tokens))
+// settle settles a lease at what its request used — tokens, and their
+// cost where the model has a price — when the pool counts either.
+func (p *Pool) settle(ctx context.Context, l *lease, u usageReport) {
+	if !p.needTokens() && !l.priced {
+		return
 	}
+	var cost int64
+	if l.priced {
+		cost = l.price.cost(u)
+		p.tel.spent(ctx, l.key, l.claim.Model, cost)
+	}
+	p.storeResult(opSettle, l.grant.Reservation.Settle(ctx, u.total(), cost))
 }
 
-// settle arranges for the tokens an answer reports to replace the estimate
-// of its lease: as the caller reads a successful body, or at once (zero
-// tokens) for an answer that is not a success.
-func (p *Pool) settle(l *lease, resp *http.Response) {
-	if !p.needTokens() {
+// meter arranges for what an answer reports it used to replace the
+// estimate of its lease: as the caller reads a successful body, or at once
+// (nothing used) for an answer that is not a success.
+func (p *Pool) meter(l *lease, resp *http.Response) {
+	if !p.needTokens() && !l.priced {
 		return
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		p.settleTokens(resp.Request.Context(), l, 0)
+		p.settle(resp.Request.Context(), l, usageReport{})
 		return
 	}
 	m := &meteredBody{pool: p, lease: *l}
@@ -230,10 +237,9 @@ func (m *meteredBody) settle(u usageReport, ok bool) {
 	if !ok {
 		return // the estimate stands
 	}
-	tokens := u.total()
 	ctx := context.Background() // the request's context may be over by now
-	m.pool.settleTokens(ctx, &m.lease, tokens)
-	m.pool.tel.used(ctx, m.lease.key, tokens)
+	m.pool.settle(ctx, &m.lease, u)
+	m.pool.tel.used(ctx, m.lease.key, u.total())
 }
 
 // redact returns err with the key's secret removed from its text, for a key

@@ -106,7 +106,9 @@ func (s *requestScanner) text(v []byte, d int) {
 	}
 	switch {
 	case key == keyModel:
-		if s.lex.done {
+		// A name the prefix cuts is unknown, unless what the prefix
+		// holds of it is already too long to be a name.
+		if s.lex.done || len(v) > windowspec.MaxModelName {
 			s.model = v
 		}
 	case bytes.HasPrefix(v, []byte("data:")):

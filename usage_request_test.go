@@ -218,6 +218,16 @@ func TestScanRequestPrefixes(t *testing.T) {
 	}
 }
 
+// A prefix that cuts the model's name leaves the model unknown, unless what
+// it holds of the name is already longer than a name may be: then the
+// model is that much of it, which the pool refuses.
+func TestScanRequestCutModel(t *testing.T) {
+	long := `{"model":"` + strings.Repeat("m", 400)
+	assert.Len(t, scanRequest([]byte(long), nil).Model, 257, "over the bound by one byte, enough to refuse it")
+	assert.Empty(t, scanRequest([]byte(`{"model":"gpt-4o-mi`), nil).Model, "a short name cut is unknown")
+	assert.Equal(t, "gpt-4o-mini", scanRequest([]byte(`{"model":"gpt-4o-mini"`), nil).Model)
+}
+
 // checkRequestInfo fails t when info is not something body can hold.
 func checkRequestInfo(t *testing.T, body []byte, info RequestInfo) {
 	t.Helper()

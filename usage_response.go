@@ -15,44 +15,6 @@ type settler interface {
 	settle(u usageReport, ok bool)
 }
 
-// usageReport is the usage one answer reported, split for spend budgets.
-// Every vendor's fields are read into one convention:
-//
-//   - input counts every input token, those read from a cache included:
-//     OpenAI's prompt_tokens (chat) or input_tokens (Responses), which
-//     already include the cached ones; Anthropic's input_tokens plus
-//     cache_creation_input_tokens plus cache_read_input_tokens, since its
-//     input_tokens counts only what follows the last cache breakpoint;
-//     Gemini's promptTokenCount, which includes cachedContentTokenCount,
-//     plus toolUsePromptTokenCount.
-//   - cachedInput is the part of input read from a cache, billed lower:
-//     OpenAI's prompt_tokens_details.cached_tokens (input_tokens_details in
-//     Responses), Anthropic's cache_read_input_tokens, Gemini's
-//     cachedContentTokenCount. It is never more than input, so input -
-//     cachedInput is the uncached input. Anthropic's cache writes
-//     (cache_creation_input_tokens) are uncached input.
-//   - output counts every output token, reasoning included: OpenAI's
-//     completion_tokens or output_tokens (which include reasoning_tokens),
-//     Anthropic's output_tokens, Gemini's candidatesTokenCount plus
-//     thoughtsTokenCount.
-//
-// Counts are non-negative and saturate at math.MaxInt64. A vendor that
-// states only a total leaves the split zero; total still holds it.
-type usageReport struct {
-	input, cachedInput, output int64
-	// limited is the tokens the vendor's token rate limits count; see
-	// total.
-	limited int64
-}
-
-// total returns the tokens the answer counts against the vendor's token
-// rate limits, which settle the pool's token windows: the total the vendor
-// states (OpenAI's total_tokens, Gemini's totalTokenCount), else the input
-// and output it reports less Anthropic's cache reads, which its input-token
-// limits do not count. It may differ from input + output: for Anthropic by
-// the cache reads, and where the vendor states a total without the split.
-func (u usageReport) total() int64 { return u.limited }
-
 // start makes b read the body of a 2xx answer so that the usage the vendor
 // reports is read as the caller reads the body. Read hands each byte to the
 // caller as soon as body yields it: b never reads ahead, never buffers the
@@ -527,10 +489,34 @@ func (t *usageTally) set(f usageField, n int64) {
 	t.seen |= 1 << f
 }
 
-// report returns the usage reported (see usageReport), and whether the
-// answer reported any usage that settles. The total (see
-// usageReport.total) is the total the vendor states, else input plus
-// output plus Anthropic's cache writes.
+// report returns the usage reported, and whether the answer reported any
+// usage that settles. Every vendor's fields are read into one convention:
+//
+//   - input counts every input token, those read from a cache included:
+//     OpenAI's prompt_tokens (chat) or input_tokens (Responses), which
+//     already include the cached ones; Anthropic's input_tokens plus
+//     cache_creation_input_tokens plus cache_read_input_tokens, since its
+//     input_tokens counts only what follows the last cache breakpoint;
+//     Gemini's promptTokenCount, which includes cachedContentTokenCount,
+//     plus toolUsePromptTokenCount.
+//   - cachedInput is the part of input read from a cache, billed lower:
+//     OpenAI's prompt_tokens_details.cached_tokens (input_tokens_details in
+//     Responses), Anthropic's cache_read_input_tokens, Gemini's
+//     cachedContentTokenCount. It is never more than input, so input -
+//     cachedInput is the uncached input; Anthropic's cache writes
+//     (cache_creation_input_tokens) are uncached input.
+//   - output counts every output token, reasoning included: OpenAI's
+//     completion_tokens or output_tokens (which include reasoning_tokens),
+//     Anthropic's output_tokens, Gemini's candidatesTokenCount plus
+//     thoughtsTokenCount.
+//   - limited, what settles the token windows as before the split: the
+//     total the vendor states (OpenAI's total_tokens, Gemini's
+//     totalTokenCount), else the vendor's input and output plus Anthropic's
+//     cache writes — its cache reads left out, as its input-token limits
+//     leave them out.
+//
+// Counts are non-negative and saturate at math.MaxInt64. A vendor that
+// states only a total leaves the split zero; limited still holds it.
 func (t *usageTally) report() (usageReport, bool) {
 	if t.seen&settling == 0 {
 		return usageReport{}, false
@@ -541,6 +527,7 @@ func (t *usageTally) report() (usageReport, bool) {
 		output: addTokens(v[usageFieldOutput], v[usageFieldThoughts]),
 	}
 	u.cachedInput = min(addTokens(v[usageFieldCacheRead], v[usageFieldCached]), u.input)
+	u.hasLimited = true
 	if t.seen&(1<<usageFieldTotal) != 0 {
 		u.limited = v[usageFieldTotal]
 	} else {

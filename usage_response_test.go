@@ -43,10 +43,10 @@ var recordedUsage = []struct {
 	{"gemini_stream_cumulative.sse", split(9, 0, 23+185, 217)},
 }
 
-// split is a usage report: input, of it cachedInput, output, and the total
-// the rate limits count.
+// split is a usage report as the usage reader makes it: input, of it
+// cachedInput, output, and the total the rate limits count.
 func split(input, cachedInput, output, total int64) usageReport {
-	return usageReport{input: input, cachedInput: cachedInput, output: output, limited: total}
+	return usageReport{input: input, cachedInput: cachedInput, output: output, limited: total, hasLimited: true}
 }
 
 // Content types as vendors send them.
@@ -185,6 +185,37 @@ func TestUsageSettlesTheLimitedTotal(t *testing.T) {
 			st := pool.Stats()[0]
 			require.Len(t, st.Models, 1)
 			assert.Equal(t, rec.tokens, st.Models[0].Usage.MinuteTokens, "tokens settled for %s", rec.file)
+		})
+	}
+}
+
+// TestUsageSettlesSpendBySplit sends requests through the transport to a
+// vendor whose answers report cached input, with a price for the model:
+// each answer's spend is its uncached input, cached input and output at
+// their prices.
+func TestUsageSettlesSpendBySplit(t *testing.T) {
+	price := Price{Input: 3, CachedInput: 0.3, Output: 15} // dollars per million tokens
+	for _, rec := range []struct {
+		file                     string
+		uncached, cached, output int64
+	}{
+		{"anthropic_messages_cached.json", 1 + 101, 5169, 71},
+		{"openai_chat_stream_cached.sse", 4597 - 4480, 4480, 4},
+		{"gemini_generate_cached.json", 1107 + 1171 - 1081, 1081, 21 + 41},
+	} {
+		t.Run(rec.file, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join("testdata", "usage", rec.file))
+			require.NoError(t, err)
+			v, srv := newVendor(t)
+			v.on("sk-a", answer{status: 200, header: map[string]string{"Content-Type": contentTypeOf(rec.file)}, body: string(data)})
+			pool, err := New("test", []Key{{Secret: "sk-a", Budget: Budget{PerDay: 1000}}},
+				WithClock(newTestClock().Now), WithPrices(map[string]Price{"m": price}))
+			require.NoError(t, err)
+			status, err := post(&http.Client{Transport: pool.Transport(nil)}, srv.URL, "m", 400)
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, status)
+			want := (float64(rec.uncached)*price.Input + float64(rec.cached)*price.CachedInput + float64(rec.output)*price.Output) / 1e6
+			assert.InDelta(t, want, pool.Stats()[0].Spent.PerDay, 1e-6, "spent on %s", rec.file)
 		})
 	}
 }

@@ -97,18 +97,18 @@ const minPause = 10 * time.Millisecond
 
 // take acquires a key as acquire does and, when the pool waits for keys
 // (WaitForKey), waits in line for one when none is free.
-func (p *Pool) take(ctx context.Context, c *call, model string, tokens int64) (lease, error) {
+func (p *Pool) take(ctx context.Context, c *call, model string, est usageReport) (lease, error) {
 	if p.cfg.wait <= 0 {
-		return p.acquire(ctx, c, model, tokens)
+		return p.acquire(ctx, c, model, est)
 	}
 	var err error
 	if !p.lines.queued(model) {
 		var l lease
-		if l, err = p.acquire(ctx, c, model, tokens); !isNoKey(err) {
+		if l, err = p.acquire(ctx, c, model, est); !isNoKey(err) {
 			return l, err
 		}
 	}
-	return p.wait(ctx, c, model, tokens, err)
+	return p.wait(ctx, c, model, est, err)
 }
 
 // wait waits in line for a key. At its turn it sleeps until the soonest key
@@ -118,7 +118,7 @@ func (p *Pool) take(ctx context.Context, c *call, model string, tokens int64) (l
 // the pool's wait or the context's deadline; it leaves at once when the
 // context ends or the pool is closed. Every try after the first sleeps at
 // least minPause.
-func (p *Pool) wait(ctx context.Context, c *call, model string, tokens int64, last error) (lease, error) {
+func (p *Pool) wait(ctx context.Context, c *call, model string, est usageReport, last error) (lease, error) {
 	start := time.Now()
 	if c.waitEnds.IsZero() {
 		// The bound is the request's, whatever it tried since it began to
@@ -139,7 +139,7 @@ func (p *Pool) wait(ctx context.Context, c *call, model string, tokens int64, la
 	}
 	for {
 		c.forget()
-		l, err := p.acquire(ctx, c, model, tokens)
+		l, err := p.acquire(ctx, c, model, est)
 		var na *NoAvailableKeyError
 		if !errors.As(err, &na) {
 			if err == nil {

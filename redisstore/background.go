@@ -98,6 +98,7 @@ type adjustment struct {
 	at       int64
 	requests int64
 	tokens   int64
+	cost     int64 // millionths of a dollar
 }
 
 // adjustCall returns the adjust script's call for a.
@@ -107,12 +108,15 @@ func (s *Store) adjustCall(a adjustment) *evalCall {
 	}
 	t := a.claim
 	n := s.scope(t.Provider, t.KeyID, t.Account)
-	cal := t.Days.Loc != nil
+	own := names(s.cfg.prefix, t.Provider, t.KeyID)
+	cal := t.DayZone != nil
 	return call("adjust",
 		[]string{n.index(), n.minute(t.Model), n.dayOf(t.Model, cal),
-			n.minute(overflowModel), n.dayOf(overflowModel, cal), n.capMinute(), n.capDayOf(cal)},
+			n.minute(overflowModel), n.dayOf(overflowModel, cal), n.capMinute(), n.capDayOf(cal),
+			own.spend(), n.spend()},
 		t.Model, a.at, a.requests, a.tokens,
-		flag(a.counted&1 != 0), flag(a.counted&2 != 0), flag(a.counted&4 != 0), flag(a.counted&8 != 0), flag(cal))
+		flag(a.counted&1 != 0), flag(a.counted&2 != 0), flag(a.counted&4 != 0), flag(a.counted&8 != 0), flag(cal),
+		a.cost, flag(a.counted&16 != 0), flag(a.counted&32 != 0), t.Now.UnixMilli())
 }
 
 func flag(b bool) int {
@@ -125,7 +129,7 @@ func flag(b bool) int {
 // queue adds an adjustment to those waiting, and wakes the store's
 // goroutine to send it if no take carries it first.
 func (s *Store) queue(a adjustment) {
-	if a.call == nil && a.requests == 0 && a.tokens == 0 {
+	if a.call == nil && a.requests == 0 && a.tokens == 0 && a.cost == 0 {
 		return
 	}
 	s.mu.Lock()

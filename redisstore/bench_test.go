@@ -40,7 +40,7 @@ func BenchmarkTake(b *testing.B) {
 		t := keypool.Claim{Provider: "bench", KeyID: "k", Model: "m", Limits: lim, Tokens: 500, Now: time.Now()}
 		g, err := s.Take(context.Background(), t)
 		if err == nil && g.OK {
-			err = g.Reservation.Settle(context.Background(), 400)
+			err = g.Reservation.Settle(context.Background(), 400, 0)
 		}
 		if err != nil || !g.OK {
 			b.Errorf("Take = %+v, %v", g, err) // not Fatal: RunParallel's goroutines call it too

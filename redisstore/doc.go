@@ -78,7 +78,7 @@
 // A call that gets no answer from Redis (the network, a timeout, a server
 // loading, read-only or down) marks it down, and the store probes it with
 // a PING every second until it answers; WithStatusFunc is told of both
-// changes. Meanwhile, by default, Take, Bench, ResetLevel, Unbench and
+// changes. Meanwhile, by default, Take, Learn, Bench, Unbench and
 // State fail at once with an error that matches ErrUnavailable and reads
 // "redisstore: redis unavailable: …", so the pool fails each request with a
 // clear error. New also fails when Redis does not answer.
@@ -86,7 +86,7 @@
 // With WithLocalFallback(replicas), the store serves from windows in memory
 // instead, with every limit divided by replicas (rounded down, at least 1),
 // so that the replicas together stay within each limit; settles and
-// releases of local grants stay local. Benches, level resets and unbenches
+// releases of local grants stay local. Benches (levels too) and unbenches
 // made during the outage apply locally at once, and are written to Redis,
 // in order, when it answers again, so that the other replicas learn of
 // them; Redis keeps the later of two benches, so a bench written late never

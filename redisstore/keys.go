@@ -65,6 +65,9 @@ func (n keyNames) calendar(model string) string {
 
 // capMinute, capDay and capCalendar are the key's windows across its
 // models.
+// spend holds what the key (or account) spent in a calendar day and month.
+func (n keyNames) spend() string { return n.base + "s:" + n.key }
+
 func (n keyNames) capMinute() string   { return n.base + "cm:" + n.key }
 func (n keyNames) capDay() string      { return n.base + "cd:" + n.key }
 func (n keyNames) capCalendar() string { return n.base + "cc:" + n.key }

@@ -22,7 +22,7 @@ func TestScriptFlushed(t *testing.T) {
 	g, err := s.Take(t.Context(), first)
 	require.NoError(t, err)
 	require.True(t, g.OK)
-	require.NoError(t, g.Reservation.Settle(t.Context(), 10))
+	require.NoError(t, g.Reservation.Settle(t.Context(), 10, 0))
 	require.NoError(t, c.ScriptFlush(t.Context()).Err())
 	g, err = s.Take(t.Context(), take("k", "m", lim, 90, f.Now()))
 	require.NoError(t, err)

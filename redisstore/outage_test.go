@@ -110,7 +110,7 @@ func load(s keypool.Store, r server, model string) (stop func() (granted int64, 
 				g, err := s.Take(context.Background(), tk)
 				if err == nil && g.OK {
 					granted.Add(1)
-					err = g.Reservation.Settle(context.Background(), 60)
+					err = g.Reservation.Settle(context.Background(), 60, 0)
 				}
 				if err != nil && !errors.Is(err, redisstore.ErrUnavailable) && !r.spurious(err) {
 					mu.Lock()

@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -22,24 +24,24 @@ func TestSameAsMemoryStore(t *testing.T) {
 	require.NoError(t, err)
 	cases := []struct {
 		name  string
-		days  keypool.Calendar
-		gap   time.Duration // the longest step between operations
+		days  *time.Location // calendar days at midnight there; nil slides
+		gap   time.Duration  // the longest step between operations
 		steps int
 		lim   keypool.Limits
 		cap   keypool.Limits
 	}{
-		{"minute", keypool.Calendar{}, 1500 * time.Millisecond, 600, keypool.Limits{RPM: 7, TPM: 900}, keypool.Limits{}},
-		{"day", keypool.Calendar{}, 20 * time.Minute, 500, keypool.Limits{RPD: 30, TPD: 5000}, keypool.Limits{}},
-		{"calendar", keypool.Calendar{Hour: 0, Loc: la}, 20 * time.Minute, 500, keypool.Limits{RPD: 15}, keypool.Limits{TPD: 4000}},
-		{"cap", keypool.Calendar{}, time.Second, 600, keypool.Limits{RPM: 10}, keypool.Limits{RPM: 12, TPD: 3000}},
-		{"all", keypool.Calendar{}, 3 * time.Second, 600, keypool.Limits{RPM: 9, TPM: 1200, RPD: 200, TPD: 20_000}, keypool.Limits{RPM: 15}},
+		{"minute", nil, 1500 * time.Millisecond, 600, keypool.Limits{RPM: 7, TPM: 900}, keypool.Limits{}},
+		{"day", nil, 20 * time.Minute, 500, keypool.Limits{RPD: 30, TPD: 5000}, keypool.Limits{}},
+		{"calendar", la, 20 * time.Minute, 500, keypool.Limits{RPD: 15}, keypool.Limits{TPD: 4000}},
+		{"cap", nil, time.Second, 600, keypool.Limits{RPM: 10}, keypool.Limits{RPM: 12, TPD: 3000}},
+		{"all", nil, 3 * time.Second, 600, keypool.Limits{RPM: 9, TPM: 1200, RPD: 200, TPD: 20_000}, keypool.Limits{RPM: 15}},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			f := newFakeRedis(t)
 			rs := newStore(t, f.client(t))
 			ms := keypool.NewMemoryStore()
-			rng := rand.New(rand.NewPCG(uint64(i), 42))
+			rng := rand.New(rand.NewPCG(uint64(i)+seedOffset, 42))
 			type taken struct {
 				t      keypool.Claim
 				rg, mg keypool.Grant
@@ -58,7 +60,10 @@ func TestSameAsMemoryStore(t *testing.T) {
 				switch {
 				case op < 14:
 					tk := keypool.Claim{Provider: "p", KeyID: "k", Model: model, Limits: c.lim, Cap: c.cap,
-						Days: c.days, Tokens: rng.Int64N(250), Now: now}
+						DayZone: c.days, Tokens: rng.Int64N(250), Now: now, Cost: rng.Int64N(3000)}
+					if rng.IntN(2) == 0 {
+						tk.Budget = keypool.Budget{PerDay: 0.05, PerMonth: 0.4}
+					}
 					rg, err := rs.Take(t.Context(), tk)
 					require.NoError(t, err)
 					mg, _ := ms.Take(t.Context(), tk)
@@ -72,14 +77,14 @@ func TestSameAsMemoryStore(t *testing.T) {
 						require.NoError(t, g.rg.Reservation.Release(t.Context()))
 						require.NoError(t, g.mg.Reservation.Release(t.Context()))
 					} else {
-						tokens := rng.Int64N(400)
-						require.NoError(t, g.rg.Reservation.Settle(t.Context(), tokens))
-						require.NoError(t, g.mg.Reservation.Settle(t.Context(), tokens))
+						tokens, cost := rng.Int64N(400), rng.Int64N(4000)
+						require.NoError(t, g.rg.Reservation.Settle(t.Context(), tokens, cost))
+						require.NoError(t, g.mg.Reservation.Settle(t.Context(), tokens, cost))
 					}
 				case op >= 20:
 					// What a vendor states: some limits, some counts, a reset
 					// within the window or none.
-					st := keypool.Stated{Provider: "p", KeyID: "k", Model: model, Days: c.days, Now: now,
+					st := keypool.Stated{Provider: "p", KeyID: "k", Model: model, DayZone: c.days, Now: now,
 						Used: keypool.Limits{RPM: -1, RPD: -1, TPM: -1, TPD: -1}}
 					pick := func(limit int64) (int64, int64) {
 						if rng.IntN(2) == 0 {
@@ -146,3 +151,7 @@ func TestManyModelsShareOneEntry(t *testing.T) {
 	require.Equal(t, len(mst.Models), len(rst.Models), "models")
 	require.Equal(t, 1025, len(rst.Models), "models")
 }
+
+// seedOffset moves the parity test's seeds, to walk other random paths:
+// PARITY_SEED=100 go test -run TestSameAsMemoryStore ./redisstore.
+var seedOffset = func() uint64 { v, _ := strconv.ParseUint(os.Getenv("PARITY_SEED"), 10, 64); return v }()

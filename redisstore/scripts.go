@@ -98,9 +98,10 @@ end
 -- takenAt returns when to count a take so that it leaves a sliding window
 -- of n buckets no sooner than leaves (0: a whole span from now), within the
 -- window and no later than now: keypool's takenAt, in milliseconds.
-local function takenAt(now, leaves, span, width, n)
+local function takenAt(now, leaves, span, width, n, exact)
   if leaves == 0 then return now end
   local earliest = (math.floor(now / width) - n + 2) * width
+  if exact then earliest = now - span + 1 end
   return math.min(math.max(leaves - span, earliest), now)
 end
 -- bench reads a bench, "kind:end"; no bench is 0, 0.
@@ -158,7 +159,40 @@ local function sliding(key, width, n, now)
   local head = math.floor(now / width)
   local w = {key = key, width = width, n = n, now = now, head = head, base = head - n, r = {}, t = {}, sr = 0, st = 0, x = 0}
   local kv = redis.call('HGETALL', key)
+  for j = 1, #kv, 2 do
+    if kv[j] == 'e' then w.exact = true end
+  end
   local stale = {}
+  if w.exact then
+    -- Exact mode (keypool's window_exact.go): slot s holds a request's
+    -- time in r<s> (Unix milliseconds) and its tokens in t<s>.
+    local span = (n - 1) * width
+    w.es = {}
+    local toks = {}
+    for j = 1, #kv, 2 do
+      local f, v = kv[j], tonumber(kv[j + 1]) or 0
+      local slot = tonumber(string.sub(f, 2))
+      if f == 'x' then
+        w.x = v
+      elseif slot and string.sub(f, 1, 1) == 'r' then
+        w.es[slot] = {ms = v, tok = 0}
+      elseif slot and string.sub(f, 1, 1) == 't' then
+        toks[slot] = v
+      end
+    end
+    for slot, e in pairs(w.es) do
+      e.tok = toks[slot] or 0
+      if e.ms + span <= now then
+        w.es[slot] = nil
+        stale[#stale + 1] = 'r' .. slot
+        stale[#stale + 1] = 't' .. slot
+      else
+        w.sr, w.st = w.sr + 1, w.st + e.tok
+      end
+    end
+    if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
+    return w
+  end
   for j = 1, #kv, 2 do
     local f = kv[j]
     local i = tonumber(string.sub(f, 2))
@@ -178,6 +212,149 @@ local function sliding(key, width, n, now)
   if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
   return w
 end
+-- exactSet writes slot s of an exact window: entry e, or none.
+local function exactSet(w, s, e)
+  w.es[s] = e
+  if e then
+    redis.call('HSET', w.key, 'r' .. s, int(e.ms), 't' .. s, int(e.tok))
+  else
+    redis.call('HDEL', w.key, 'r' .. s, 't' .. s)
+  end
+end
+-- exactTouch keeps an exact window's mark and sets its expiry again once
+-- REFRESH old.
+local function exactTouch(w)
+  if w.now - w.x >= REFRESH then
+    redis.call('HSET', w.key, 'e', '1', 'x', int(w.now))
+    redis.call('PEXPIRE', w.key, int(w.n * w.width + MARGIN))
+    w.x = w.now
+  end
+end
+-- exactLatest returns the slot of the latest entry (the first of equals).
+local function exactLatest(w)
+  local j
+  for s = 1, w.n do
+    local e = w.es[s]
+    if e and (not j or e.ms > w.es[j].ms) then j = s end
+  end
+  return j
+end
+-- exactInsert adds an entry at ms with tok tokens in the first free slot;
+-- with none free, the oldest gives way, its tokens to the latest entry when
+-- it still counted (keypool's insert).
+local function exactInsert(w, ms, tok)
+  local span = (w.n - 1) * w.width
+  local free, oldest
+  for s = 1, w.n do
+    local e = w.es[s]
+    if not e then
+      free = s
+      break
+    end
+    if not oldest or e.ms < w.es[oldest].ms then oldest = s end
+  end
+  if not free then
+    local carried = w.es[oldest].tok
+    if w.es[oldest].ms + span <= ms then carried = 0 end
+    w.es[oldest] = nil
+    free = oldest
+    local j = exactLatest(w)
+    if j and w.es[j].ms >= ms then
+      exactSet(w, j, {ms = w.es[j].ms, tok = math.min(w.es[j].tok + carried, MAXB)})
+    else
+      tok = tok + carried
+    end
+  end
+  exactSet(w, free, {ms = ms, tok = math.min(math.max(tok, 0), MAXB)})
+end
+-- exactFind returns the first slot of an entry at ms, or nil.
+local function exactFind(w, ms)
+  for s = 1, w.n do
+    local e = w.es[s]
+    if e and e.ms == ms then return s end
+  end
+end
+-- exactAdd is keypool's addExact: a take (req > 0) adds entries at at, a
+-- settle (req 0) changes the tokens of the entry at at, a release (req < 0)
+-- frees it.
+local function exactAdd(w, at, req, tok)
+  if req > 0 then
+    for _ = 1, req do exactInsert(w, at, 0) end
+  end
+  local s = exactFind(w, at)
+  if s and req < 0 then
+    exactSet(w, s, nil)
+  elseif s then
+    exactSet(w, s, {ms = at, tok = math.min(math.max(w.es[s].tok + tok, 0), MAXB)})
+  end
+  exactTouch(w)
+end
+-- exactOrder returns the slots of the window's entries, oldest first.
+local function exactOrder(w)
+  local list = {}
+  for s = 1, w.n do
+    if w.es[s] then list[#list + 1] = s end
+  end
+  table.sort(list, function(a, b)
+    if w.es[a].ms ~= w.es[b].ms then return w.es[a].ms < w.es[b].ms end
+    return a < b
+  end)
+  return list
+end
+-- windowUse puts a loaded window in exact mode or bucket mode, converting
+-- what it holds as keypool's use does.
+local function windowUse(w, exact)
+  if (w.exact or false) == exact then return end
+  redis.call('DEL', w.key)
+  if exact then
+    local r, t = w.r, w.t
+    w.exact, w.es, w.x = true, {}, 0
+    for j = 1, w.n do
+      local last = math.min((w.base + j + 1) * w.width, w.now)
+      local req, tk = r[j] or 0, t[j] or 0
+      local reqs = math.min(req, w.n)
+      for k = 1, reqs do
+        local tt = 0
+        if k == reqs then tt = tk end
+        exactInsert(w, last, tt)
+      end
+      if req == 0 and tk ~= 0 then exactInsert(w, last, tk) end
+    end
+    exactTouch(w)
+    local span = (w.n - 1) * w.width
+    w.sr, w.st = 0, 0
+    for _, e in pairs(w.es) do
+      if e.ms + span > w.now then w.sr, w.st = w.sr + 1, w.st + e.tok end
+    end
+    return
+  end
+  local order = exactOrder(w)
+  local es = w.es
+  w.exact, w.es, w.r, w.t, w.sr, w.st, w.x = false, nil, {}, {}, 0, 0, w.now
+  local fields = {}
+  for _, s in ipairs(order) do
+    local i = math.floor(es[s].ms / w.width)
+    if i > w.base and i <= w.head then
+      local j = i - w.base
+      w.r[j] = math.min((w.r[j] or 0) + 1, MAXB)
+      w.t[j] = math.min((w.t[j] or 0) + es[s].tok, MAXB)
+    end
+  end
+  for j = 1, w.n do
+    if w.r[j] or w.t[j] then
+      w.sr, w.st = w.sr + (w.r[j] or 0), w.st + (w.t[j] or 0)
+      local i = int(w.base + j)
+      fields[#fields + 1] = 'r' .. i
+      fields[#fields + 1] = int(w.r[j] or 0)
+      fields[#fields + 1] = 't' .. i
+      fields[#fields + 1] = int(w.t[j] or 0)
+    end
+  end
+  fields[#fields + 1] = 'x'
+  fields[#fields + 1] = int(w.now)
+  redis.call('HSET', w.key, unpack(fields))
+  redis.call('PEXPIRE', w.key, int(w.n * w.width + MARGIN))
+end
 local function fits(w, lr, lt, tok, fr, ft)
   return (lr == 0 or w.sr - fr + 1 <= lr) and (lt == 0 or w.st - ft + tok <= lt)
 end
@@ -185,6 +362,16 @@ end
 -- not when it will: when the oldest buckets that make room leave.
 local function slidingRoom(w, lr, lt, tok)
   if fits(w, lr, lt, tok, 0, 0) then return true, 0 end
+  if w.exact then
+    local span = (w.n - 1) * w.width
+    local fr, ft, last = 0, 0, w.now
+    for _, s in ipairs(exactOrder(w)) do
+      local e = w.es[s]
+      fr, ft, last = fr + 1, ft + e.tok, e.ms
+      if fits(w, lr, lt, tok, fr, ft) then return false, e.ms + span end
+    end
+    return false, last + span
+  end
   local fr, ft = 0, 0
   for j = 1, w.n do
     fr = fr + (w.r[j] or 0)
@@ -197,6 +384,10 @@ end
 -- time the window was loaded at. The window's expiry, a bucket's life and a
 -- margin, is set again once it is REFRESH old, which the margin covers.
 local function slidingAdd(w, req, tok)
+  if w.exact then
+    exactAdd(w, w.now, req, tok)
+    return
+  end
   local j = w.n
   local r, t = math.min((w.r[j] or 0) + req, MAXB), math.min((w.t[j] or 0) + tok, MAXB)
   w.r[j], w.t[j] = r, t
@@ -212,6 +403,10 @@ end
 -- if it is still in the window, never below zero: it reads and writes that
 -- one bucket.
 local function bucketAdd(key, width, n, now, at, req, tok)
+  if redis.call('HEXISTS', key, 'e') == 1 then
+    exactAdd(sliding(key, width, n, now), at, req, tok)
+    return
+  end
   local head, i = math.floor(now / width), math.floor(at / width)
   if i > head or i <= head - n then return end
   local fr, ft = 'r' .. int(i), 't' .. int(i)
@@ -222,6 +417,65 @@ local function bucketAdd(key, width, n, now, at, req, tok)
   if redis.call('HSET', key, fr, int(r), ft, int(t)) > 0 then
     redis.call('PEXPIRE', key, int(n * width + MARGIN))
   end
+end
+-- raiseAt counts req requests and tok tokens a vendor counted beyond a
+-- loaded window as taken at at (keypool's raiseAt).
+local function raiseAt(w, at, req, tok)
+  if w.exact and w.sr == 0 and (req > 0 or tok > 0) then
+    windowUse(w, false) -- an exact window that holds nothing is an empty one of buckets
+  end
+  if not w.exact then
+    if req > 0 or tok > 0 then bucketAdd(w.key, w.width, w.n, w.now, at, req, tok) end
+    return
+  end
+  if req > 0 then
+    exactAdd(w, at, req, tok)
+    return
+  end
+  if tok <= 0 then return end
+  local j = exactLatest(w)
+  if j and w.es[j].ms >= at then
+    exactSet(w, j, {ms = w.es[j].ms, tok = math.min(w.es[j].tok + tok, MAXB)})
+    exactTouch(w)
+    return
+  end
+  exactAdd(w, at, 1, tok)
+end
+-- spendLoad loads a spend hash — what a key or an account spent, in
+-- millionths of a dollar, in a calendar day (ds, de, d) and month (ms, me,
+-- m) — given the client's day and month that hold now and the ends of the
+-- next ones; a period that has ended gives way to the one that holds now.
+local function spendLoad(key, now, ds, de, de2, ms, me, me2)
+  local v = redis.call('HMGET', key, 'ds', 'de', 'd', 'ms', 'me', 'm')
+  local s = {key = key, ds = tonumber(v[1]), de = tonumber(v[2]), d = tonumber(v[3]) or 0,
+    ms = tonumber(v[4]), me = tonumber(v[5]), m = tonumber(v[6]) or 0}
+  if not s.de or now >= s.de then
+    if now >= de then ds, de = de, de2 end
+    s.ds, s.de, s.d = ds, de, 0
+  end
+  if not s.me or now >= s.me then
+    if now >= me then ms, me = me, me2 end
+    s.ms, s.me, s.m = ms, me, 0
+  end
+  return s
+end
+-- spendRoom reports whether cost fits what is left of the day's and the
+-- month's caps (0: none), and if not when it could: the end of the later
+-- period that is spent.
+local function spendRoom(s, cost, dcap, mcap)
+  local ok, at = true, 0
+  if dcap > 0 and s.d + cost > dcap then ok, at = false, s.de end
+  if mcap > 0 and s.m + cost > mcap then ok, at = false, math.max(at, s.me) end
+  return ok, at
+end
+-- spendAdd counts cost as spent at time at, in the periods that hold at,
+-- never below zero; the hash lives until its month ends, and a margin.
+local function spendAdd(s, at, cost, now)
+  if not s.de then return end
+  if at >= s.ds and at < s.de then s.d = math.max(s.d + cost, 0) end
+  if at >= s.ms and at < s.me then s.m = math.max(s.m + cost, 0) end
+  redis.call('HSET', s.key, 'ds', int(s.ds), 'de', int(s.de), 'd', int(s.d), 'ms', int(s.ms), 'me', int(s.me), 'm', int(s.m))
+  redis.call('PEXPIRE', s.key, int(math.max(s.me - now, 0) + MARGIN))
 end
 -- calendar loads a calendar day: fields s and e bound it, r and t count it.
 -- Given the client's day [s, e) and the next one's end e2, a day that has
@@ -253,21 +507,25 @@ end
 //
 // KEYS: the index of the key (or of its account), its benches, the model's
 // minute and day windows, the overflow model's minute and day windows, the
-// cap's minute and day windows, and the key's own benches (the same as the
-// second without an account). The day keys name calendar or sliding
-// windows as ARGV says.
+// cap's minute and day windows, the key's own benches (the same as the
+// second without an account), the key's spend and its account's spend. The
+// day keys name calendar or sliding windows as ARGV says.
 //
 // ARGV, after the op: model, overflow model, max models, tokens, RPM, TPM, RPD, TPD, cap
 // RPM, cap TPM, cap RPD, cap TPD, for calendar days the day's start and end
-// and the next day's end (0 0 0 for sliding days), and 1 for a named model
-// (0 otherwise). The limits enforced are, axis by axis, the tighter of these
-// and those the model's entry learned.
+// and the next day's end (0 0 0 for sliding days), 1 for a named model (0
+// otherwise), the cost, the key's and the account's day and month budgets
+// (0: none; millionths of a dollar), the budgets' day's start, end and next
+// end, and month's start, end and next end, and the client's time (Unix
+// milliseconds), by which spend counts. The limits enforced are,
+// axis by axis, the tighter of these and those the model's entry learned.
 //
-// It returns {1, at, 0, level, counted} for a take it recorded at server
-// time at — counted says which windows count it: 1 the model's minute, 2
-// its day, 4 the cap's minute, 8 the cap's day — and {0, retryAt, reason,
-// level, 0} for one it refused: reason is the kind of the bench that holds
-// the key, or reasonMinute or reasonDay.
+// It returns {1, at, 0, level, counted, tokens} for a take it recorded at
+// server time at — counted says what counts it: 1 the model's minute, 2 its
+// day, 4 the cap's minute, 8 the cap's day, 16 the key's spend, 32 the
+// account's — and {0, retryAt, reason, level, 0} for one it refused: reason
+// is the kind of the bench that holds the key, or reasonMinute or reasonDay
+// (a day window or a budget).
 const takeSource = `
 ops.take = function()
 local idx = KEYS[1]
@@ -308,9 +566,17 @@ local cap = tight(tight(lt, dt), tight(clt, cdt))
 if cap > 0 then tok = math.min(tok, cap) end
 local function load(minute, day, r1, t1, r2, t2)
   local s = {lr = r1, lt = t1, dr = r2, dt = t2}
-  if s.lr ~= 0 or s.lt ~= 0 then s.minute = sliding(minute, MW, MN, now) end
+  if s.lr ~= 0 or s.lt ~= 0 then
+    s.minute = sliding(minute, MW, MN, now)
+    windowUse(s.minute, s.lr > 0 and s.lr <= MN)
+  end
   if s.dr ~= 0 or s.dt ~= 0 then
-    if mode == 'c' then s.cal = calendar(day, now, cs, ce, ce2) else s.day = sliding(day, DW, DN, now) end
+    if mode == 'c' then
+      s.cal = calendar(day, now, cs, ce, ce2)
+    else
+      s.day = sliding(day, DW, DN, now)
+      windowUse(s.day, s.dr > 0 and s.dr <= DN)
+    end
   end
   return s
 end
@@ -326,6 +592,19 @@ for _, s in ipairs(sets) do
   if s.cal then fit, at = calendarRoom(s.cal, s.dr, s.dt, tok) end
   if not fit then ok, retry, reason = false, math.max(retry, at), reasonDay end
 end
+-- Spend counts by the client's clock (ARGV[28]), as its calendar days do:
+-- replicas' clocks agree within seconds, and a day is long.
+local cost, snow = tonumber(ARGV[17]), tonumber(ARGV[28])
+local budgets = {{key = KEYS[10], d = tonumber(ARGV[18]), m = tonumber(ARGV[19]), bit = 16},
+  {key = KEYS[11], d = tonumber(ARGV[20]), m = tonumber(ARGV[21]), bit = 32}}
+for _, b in ipairs(budgets) do
+  if b.d > 0 or b.m > 0 then
+    b.s = spendLoad(b.key, snow, tonumber(ARGV[22]), tonumber(ARGV[23]), tonumber(ARGV[24]),
+      tonumber(ARGV[25]), tonumber(ARGV[26]), tonumber(ARGV[27]))
+    local fit, at = spendRoom(b.s, cost, b.d, b.m)
+    if not fit then ok, retry, reason = false, math.max(retry, at), reasonDay end
+  end
+end
 if not ok then return {0, retry, reason, level, 0} end
 local counted, bit = 0, 1
 for _, s in ipairs(sets) do
@@ -334,6 +613,12 @@ for _, s in ipairs(sets) do
   if s.cal then calendarAdd(s.cal, now, 1, tok) end
   if s.day or s.cal then counted = counted + 2 * bit end
   bit = 4
+end
+for _, b in ipairs(budgets) do
+  if b.s then
+    spendAdd(b.s, snow, cost, snow)
+    counted = counted + b.bit
+  end
 end
 -- The entry holds the take for as long as its windows count it; a take
 -- needs the field written again only once that moment has moved on by
@@ -376,7 +661,7 @@ local function above(vendor, window) return math.max(vendor - window, 0) end
 if ur >= 0 or ut >= 0 then
   local w = sliding(mk, MW, MN, now)
   local r, t = above(ur, w.sr), above(ut, w.st)
-  if r > 0 or t > 0 then bucketAdd(mk, MW, MN, now, takenAt(now, tonumber(ARGV[12]), MW * (MN - 1), MW, MN), r, t) end
+  raiseAt(w, takenAt(now, tonumber(ARGV[12]), MW * (MN - 1), MW, MN, w.exact), r, t)
   busy = math.max(busy, now + MW * MN)
 end
 if ud >= 0 or utd >= 0 then
@@ -388,7 +673,7 @@ if ud >= 0 or utd >= 0 then
   else
     local w = sliding(dk, DW, DN, now)
     local r, t = above(ud, w.sr), above(utd, w.st)
-    if r > 0 or t > 0 then bucketAdd(dk, DW, DN, now, takenAt(now, tonumber(ARGV[13]), DW * (DN - 1), DW, DN), r, t) end
+    raiseAt(w, takenAt(now, tonumber(ARGV[13]), DW * (DN - 1), DW, DN, w.exact), r, t)
   end
   busy = math.max(busy, now + DW * DN)
 end
@@ -401,11 +686,14 @@ end
 // release's request and tokens, in the windows the take counted in, if the
 // bucket (or the calendar day) of the take is still in them.
 //
-// KEYS: as the take script's, without the benches.
+// KEYS: as the take script's, without the benches; then the key's spend and
+// its account's.
 //
 // ARGV, after the op: model, at (the take's server time), requests, tokens, and 1 or 0 for
 // each of: the model's minute window, its day window, the cap's minute
-// window, the cap's day window, calendar days.
+// window, the cap's day window, calendar days; then the cost, 1 or 0 for
+// each of the key's and the account's spend, and the client's time of the
+// take (Unix milliseconds), by which spend counts.
 const adjustSource = `
 ops.adjust = function()
 local idx = KEYS[1]
@@ -426,6 +714,15 @@ local function apply(minute, day, fm, fd)
 end
 apply(mk, dk, ARGV[5], ARGV[6])
 apply(KEYS[6], KEYS[7], ARGV[7], ARGV[8])
+local cost, sat = tonumber(ARGV[10]) or 0, tonumber(ARGV[13]) or 0
+for i, f in ipairs({ARGV[11], ARGV[12]}) do
+  if f == '1' and cost ~= 0 then
+    local v = redis.call('HMGET', KEYS[7 + i], 'ds', 'de', 'd', 'ms', 'me', 'm')
+    local s = {key = KEYS[7 + i], ds = tonumber(v[1]), de = tonumber(v[2]), d = tonumber(v[3]) or 0,
+      ms = tonumber(v[4]), me = tonumber(v[5]), m = tonumber(v[6]) or 0}
+    spendAdd(s, sat, cost, sat)
+  end
+end
 return 1
 end
 `

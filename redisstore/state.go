@@ -15,11 +15,12 @@ import (
 // state reads a key's state in two round trips: the server's time, the
 // key's index, benches and cap windows (after the adjustments waiting),
 // then the windows of each of its models.
-func (s *Store) state(ctx context.Context, provider, keyID string) (keypool.KeyStats, error) {
+func (s *Store) state(ctx context.Context, provider, keyID string, clientNow time.Time) (keypool.KeyStats, error) {
 	n := names(s.cfg.prefix, provider, keyID)
 	var (
 		clock                      *redis.TimeCmd
 		index, benches, cm, cd, cc *redis.MapStringStringCmd
+		spent                      *redis.SliceCmd
 	)
 	carried := s.carry(maxPending)
 	s.exec(ctx, carried, func(p redis.Pipeliner) {
@@ -29,9 +30,10 @@ func (s *Store) state(ctx context.Context, provider, keyID string) (keypool.KeyS
 		cm = p.HGetAll(ctx, n.capMinute())
 		cd = p.HGetAll(ctx, n.capDay())
 		cc = p.HGetAll(ctx, n.capCalendar())
+		spent = p.HMGet(ctx, n.spend(), "ds", "de", "d", "ms", "me", "m")
 	})
 	_ = s.checkCarried(ctx, carried) // reported there
-	for _, c := range []redis.Cmder{clock, index, benches, cm, cd, cc} {
+	for _, c := range []redis.Cmder{clock, index, benches, cm, cd, cc, spent} {
 		if err := c.Err(); err != nil {
 			return keypool.KeyStats{}, err
 		}
@@ -46,7 +48,8 @@ func (s *Store) state(ctx context.Context, provider, keyID string) (keypool.KeyS
 	if cal {
 		capDay = cc
 	}
-	st := keypool.KeyStats{Bench: benchState(b["*"], now), Cap: usage(cm.Val(), capDay.Val(), cal, now)}
+	st := keypool.KeyStats{Bench: benchState(b["*"], now), Cap: usage(cm.Val(), capDay.Val(), cal, now),
+		Spent: spentOf(spent.Val(), clientNow.UnixMilli())}
 
 	var models []string
 	for f := range idx {
@@ -83,6 +86,25 @@ func (s *Store) state(ctx context.Context, provider, keyID string) (keypool.KeyS
 			Usage: usage(minutes[i].Val(), days[i].Val(), cal, now), Learned: learned(idx["m"+m])}
 	}
 	return st, nil
+}
+
+// spentOf reads a spend hash's fields ds, de, d, ms, me, m as they stand at
+// now (Unix milliseconds): what was spent in the day and the month that
+// hold now, in dollars.
+func spentOf(v []any, now int64) keypool.Budget {
+	n := func(i int) int64 {
+		s, _ := v[i].(string)
+		x, _ := strconv.ParseInt(s, 10, 64)
+		return x
+	}
+	var b keypool.Budget
+	if len(v) == 6 && now >= n(0) && now < n(1) {
+		b.PerDay = float64(n(2)) / 1e6
+	}
+	if len(v) == 6 && now >= n(3) && now < n(4) {
+		b.PerMonth = float64(n(5)) / 1e6
+	}
+	return b
 }
 
 // learned reads the limits a model's entry in the index learned, as the
@@ -132,8 +154,12 @@ func usage(minute, day map[string]string, cal bool, now int64) keypool.Usage {
 }
 
 // slidingUsed returns what a sliding window's buckets, as the take script
-// writes them, count at now: the last n buckets up to now's.
+// writes them, count at now: the last n buckets up to now's — or, for a
+// window in exact mode, its entries still in the span.
 func slidingUsed(fields map[string]string, width, n, now int64) (requests, tokens int64) {
+	if fields["e"] != "" {
+		return exactUsed(fields, (n-1)*width, now)
+	}
 	head := now / width
 	oldest := head - n + 1
 	for f, v := range fields {
@@ -151,6 +177,25 @@ func slidingUsed(fields map[string]string, width, n, now int64) (requests, token
 		case 't':
 			tokens += n
 		}
+	}
+	return requests, tokens
+}
+
+// exactUsed returns what an exact window's entries — r<slot> a request's
+// time, t<slot> its tokens — count at now, over span.
+func exactUsed(fields map[string]string, span, now int64) (requests, tokens int64) {
+	for f, v := range fields {
+		slot, ok := strings.CutPrefix(f, "r")
+		if !ok {
+			continue
+		}
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms+span <= now {
+			continue
+		}
+		requests++
+		t, _ := strconv.ParseInt(fields["t"+slot], 10, 64)
+		tokens += t
 	}
 	return requests, tokens
 }

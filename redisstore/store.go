@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"sync"
 	"time"
@@ -171,7 +172,7 @@ func (s *Store) Take(ctx context.Context, t keypool.Claim) (keypool.Grant, error
 		return s.takeLocal(ctx, t, s.fail(ctx, err))
 	}
 	if v[0] == 1 && len(v) == 6 {
-		r := &reservation{store: s, claim: t, at: v[1], counted: v[4], tokens: v[5]}
+		r := &reservation{store: s, claim: t, at: v[1], counted: v[4], tokens: v[5], cost: exact(t.Cost)}
 		return keypool.Grant{OK: true, Level: int(v[3]), Reservation: r}, nil
 	}
 	reason := keypool.Kind(v[2])
@@ -188,7 +189,7 @@ func (s *Store) Take(ctx context.Context, t keypool.Claim) (keypool.Grant, error
 // its account when it names one.
 func (s *Store) scope(provider, keyID, account string) keyNames {
 	if account != "" {
-		keyID = keypool.AccountID(account)
+		keyID = windowspec.AccountID(account)
 	}
 	return names(s.cfg.prefix, provider, keyID)
 }
@@ -196,28 +197,53 @@ func (s *Store) scope(provider, keyID, account string) keyNames {
 // calendarDays returns, for calendar days, the start and end of the day
 // that holds now and the end of the next (Unix milliseconds); 0 0 0 for
 // sliding days.
-func calendarDays(days keypool.Calendar, now time.Time) (start, end, next int64) {
-	if days.Loc == nil {
+func calendarDays(zone *time.Location, hour int, now time.Time) (start, end, next int64) {
+	if zone == nil {
 		return 0, 0, 0
 	}
-	day, dayEnd := windowspec.CalendarDay(now, days.Hour, days.Loc)
-	_, nextEnd := windowspec.CalendarDay(dayEnd, days.Hour, days.Loc)
+	day, dayEnd := windowspec.CalendarDay(now, hour, zone)
+	_, nextEnd := windowspec.CalendarDay(dayEnd, hour, zone)
 	return day.UnixMilli(), dayEnd.UnixMilli(), nextEnd.UnixMilli()
+}
+
+// calendarMonths returns the start and end of the calendar month that holds
+// now and the end of the next (Unix milliseconds), by days' zone and hour.
+func calendarMonths(zone *time.Location, hour int, now time.Time) (start, end, next int64) {
+	month, monthEnd := windowspec.CalendarMonth(now, hour, zone)
+	_, nextEnd := windowspec.CalendarMonth(monthEnd, hour, zone)
+	return month.UnixMilli(), monthEnd.UnixMilli(), nextEnd.UnixMilli()
+}
+
+// budgetMicros returns a budget's caps in millionths of a dollar, as the
+// memory store counts them.
+func budgetMicros(b keypool.Budget) (day, month int64) {
+	micros := func(usd float64) int64 { return exact(int64(min(math.Floor(usd*1e6), 1<<53))) }
+	return micros(b.PerDay), micros(b.PerMonth)
 }
 
 // takeCall returns the take script's call for t.
 func (s *Store) takeCall(t keypool.Claim) *evalCall {
 	n := s.scope(t.Provider, t.KeyID, t.Account)
 	own := names(s.cfg.prefix, t.Provider, t.KeyID)
-	cal := t.Days.Loc != nil
-	start, end, next := calendarDays(t.Days, t.Now)
+	cal := t.DayZone != nil
+	start, end, next := calendarDays(t.DayZone, t.DayHour, t.Now)
+	bd, bm := budgetMicros(t.Budget)
+	ad, am := budgetMicros(t.AccountBudget)
+	zone, hour := t.DayZone, t.DayHour
+	if zone == nil {
+		zone, hour = time.UTC, 0 // budgets count calendar days: midnight UTC when windows slide
+	}
+	dayStart, dayEnd, nextDay := calendarDays(zone, hour, t.Now)
+	monthStart, monthEnd, nextMonth := calendarMonths(zone, hour, t.Now)
 	return call("take",
 		[]string{n.index(), n.benches(), n.minute(t.Model), n.dayOf(t.Model, cal),
-			n.minute(overflowModel), n.dayOf(overflowModel, cal), n.capMinute(), n.capDayOf(cal), own.benches()},
+			n.minute(overflowModel), n.dayOf(overflowModel, cal), n.capMinute(), n.capDayOf(cal), own.benches(),
+			own.spend(), n.spend()},
 		t.Model, overflowModel, maxModels, exact(t.Tokens),
 		exact(t.Limits.RPM), exact(t.Limits.TPM), exact(t.Limits.RPD), exact(t.Limits.TPD),
 		exact(t.Cap.RPM), exact(t.Cap.TPM), exact(t.Cap.RPD), exact(t.Cap.TPD),
-		start, end, next, flag(t.Named))
+		start, end, next, flag(t.Named), exact(t.Cost), bd, bm, ad, am,
+		dayStart, dayEnd, nextDay, monthStart, monthEnd, nextMonth, t.Now.UnixMilli())
 }
 
 // exact returns n within what a Lua number holds exactly, and never below
@@ -233,20 +259,21 @@ type reservation struct {
 	at       int64 // when Redis recorded the take, Unix milliseconds
 	counted  int64 // the windows that count it, as the take script says
 	tokens   int64 // the tokens it counts now
+	cost     int64 // the cost it counts now, in millionths of a dollar
 	mu       sync.Mutex
 	released bool
 }
 
 // Settle implements keypool.Reservation.
-func (r *reservation) Settle(_ context.Context, tokens int64) error {
+func (r *reservation) Settle(_ context.Context, tokens, cost int64) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.released {
 		return nil
 	}
-	tokens = exact(tokens)
-	r.store.queue(adjustment{claim: r.claim, at: r.at, counted: r.counted, tokens: tokens - r.tokens})
-	r.tokens = tokens
+	tokens, cost = exact(tokens), exact(cost)
+	r.store.queue(adjustment{claim: r.claim, at: r.at, counted: r.counted, tokens: tokens - r.tokens, cost: cost - r.cost})
+	r.tokens, r.cost = tokens, cost
 	return nil
 }
 
@@ -258,7 +285,7 @@ func (r *reservation) Release(context.Context) error {
 		return nil
 	}
 	r.released = true
-	r.store.queue(adjustment{claim: r.claim, at: r.at, counted: r.counted, requests: -1, tokens: -r.tokens})
+	r.store.queue(adjustment{claim: r.claim, at: r.at, counted: r.counted, requests: -1, tokens: -r.tokens, cost: -r.cost})
 	return nil
 }
 
@@ -306,13 +333,13 @@ func (s *Store) Learn(ctx context.Context, st keypool.Stated) error {
 // learnCall returns the learn script's call for st.
 func (s *Store) learnCall(st keypool.Stated) *evalCall {
 	n := s.scope(st.Provider, st.KeyID, st.Account)
-	cal := st.Days.Loc != nil
-	start, end, next := calendarDays(st.Days, st.Now)
-	leaves := func(t time.Time) int64 {
+	cal := st.DayZone != nil
+	start, end, next := calendarDays(st.DayZone, st.DayHour, st.Now)
+	leaves := func(t time.Time) int64 { // rounded up: a count leaves no sooner than stated
 		if t.IsZero() {
 			return 0
 		}
-		return t.UnixMilli()
+		return (t.UnixNano() + int64(time.Millisecond) - 1) / int64(time.Millisecond)
 	}
 	l, u := st.Limits, st.Used
 	return call("learn", []string{n.index(), n.benches(), n.minute(st.Model), n.dayOf(st.Model, cal),
@@ -338,7 +365,8 @@ func (s *Store) Unbench(ctx context.Context, provider, keyID string) error {
 	return s.change(ctx, remote, func() error { return s.local.Unbench(ctx, provider, keyID) })
 }
 
-// State implements keypool.Store, on the server's clock: now is ignored. It
+// State implements keypool.Store, on the server's clock; now places only
+// calendar days of spend, which count by the client's clock. It
 // sends the adjustments not yet sent first.
 func (s *Store) State(ctx context.Context, provider, keyID string, now time.Time) (keypool.KeyStats, error) {
 	if err := s.unavailable(); err != nil {
@@ -347,7 +375,7 @@ func (s *Store) State(ctx context.Context, provider, keyID string, now time.Time
 		}
 		return s.local.State(ctx, provider, keyID, now)
 	}
-	st, err := s.state(ctx, provider, keyID)
+	st, err := s.state(ctx, provider, keyID, now)
 	if err != nil {
 		if err = s.fail(ctx, err); !s.fallback(err) {
 			return keypool.KeyStats{}, err

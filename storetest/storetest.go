@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keypool-go/keypool"
+	"github.com/keypool-go/keypool/internal/windowspec"
 )
 
 // Harness is what the suite needs of a store.
@@ -66,6 +67,10 @@ func Run(t *testing.T, h Harness) {
 		{"StatedUseWithoutAResetHoldsAWholeWindow", statedUseWithoutReset, true},
 		{"AccountsShareWindowsAndBenches", accountsShareWindowsAndBenches, false},
 		{"RestartKeepsLearnedLimits", restartKeepsLearned, false},
+		{"BudgetsHoldSpend", budgetsHoldSpend, false},
+		{"AccountBudgetsAreShared", accountBudgetsAreShared, false},
+		{"BudgetsReturnWithTheNextDay", budgetsReturnWithTheNextDay, true},
+		{"RestartKeepsSpend", restartKeepsSpend, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -159,11 +164,11 @@ func settleAndRelease(t *testing.T, h Harness) {
 	g1 := mustTake(t, s, first)
 	require.True(t, g1.OK)
 	require.False(t, mustTake(t, s, take(h, "k", "m", lim, 50)).OK, "60 + 50 > 100")
-	require.NoError(t, g1.Reservation.Settle(ctx, 10))
+	require.NoError(t, g1.Reservation.Settle(ctx, 10, 0))
 	assert.Equal(t, int64(10), usage(t, s, h, "k", "m").MinuteTokens)
-	require.NoError(t, g1.Reservation.Settle(ctx, 20))
+	require.NoError(t, g1.Reservation.Settle(ctx, 20, 0))
 	assert.Equal(t, int64(20), usage(t, s, h, "k", "m").MinuteTokens, "a second settle replaces the first")
-	require.NoError(t, g1.Reservation.Settle(ctx, 10))
+	require.NoError(t, g1.Reservation.Settle(ctx, 10, 0))
 	second := take(h, "k", "m", lim, 50)
 	g2 := mustTake(t, s, second)
 	require.True(t, g2.OK, "10 + 50 <= 100 after settling")
@@ -498,7 +503,7 @@ func accountsShareWindowsAndBenches(t *testing.T, h Harness) {
 	z := func(key string) keypool.Claim { c := of(key); c.Model = "z"; return c }
 	assert.True(t, mustTake(t, s, z("k2")).OK)
 	assert.False(t, mustTake(t, s, z("k2")).OK, "a limit learned from one key of the account")
-	st, err := s.State(ctx, "suite", keypool.AccountID("org"), h.Now())
+	st, err := s.State(ctx, "suite", windowspec.AccountID("org"), h.Now())
 	require.NoError(t, err)
 	found := false
 	for _, m := range st.Models {
@@ -519,8 +524,88 @@ func restartKeepsLearned(t *testing.T, h Harness) {
 	require.NoError(t, s.Learn(ctx, learn(h, "k", "org", "m", keypool.Limits{RPD: 70}, unknown, time.Time{})))
 	s = h.Reopen(t, s)
 	assert.Equal(t, keypool.Limits{RPM: 7, TPD: 9000}, learned(t, s, h, "k", "m"))
-	st, err := s.State(ctx, "suite", keypool.AccountID("org"), h.Now())
+	st, err := s.State(ctx, "suite", windowspec.AccountID("org"), h.Now())
 	require.NoError(t, err)
 	require.Len(t, st.Models, 1)
 	assert.Equal(t, keypool.Limits{RPD: 70}, st.Models[0].Learned)
+}
+
+// priced returns a take of key k costing cost millionths of a dollar,
+// against budget.
+func priced(h Harness, k string, cost int64, budget keypool.Budget) keypool.Claim {
+	c := take(h, k, "m", keypool.Limits{}, 0)
+	c.Cost, c.Budget = cost, budget
+	return c
+}
+
+func spent(t *testing.T, s keypool.Store, h Harness, id string) keypool.Budget {
+	t.Helper()
+	st, err := s.State(ctx, "suite", id, h.Now())
+	require.NoError(t, err)
+	return st.Spent
+}
+
+func budgetsHoldSpend(t *testing.T, h Harness) {
+	s := h.Open(t)
+	day := keypool.Budget{PerDay: 0.05} // 50,000 millionths of a dollar
+	g1 := mustTake(t, s, priced(h, "k", 20_000, day))
+	require.True(t, g1.OK)
+	g2 := mustTake(t, s, priced(h, "k", 20_000, day))
+	require.True(t, g2.OK)
+	g := mustTake(t, s, priced(h, "k", 20_000, day))
+	assert.False(t, g.OK, "60,000 is over a day's 50,000")
+	assert.Equal(t, keypool.KindQuota, g.Reason)
+	assert.True(t, g.RetryAt.After(h.Now()) && !g.RetryAt.After(h.Now().Add(24*time.Hour)), "back with the next day: %v", g.RetryAt)
+	assert.InDelta(t, 0.04, spent(t, s, h, "k").PerDay, 1e-9)
+	require.NoError(t, g1.Reservation.Settle(ctx, 100, 5_000))
+	assert.InDelta(t, 0.025, spent(t, s, h, "k").PerDay, 1e-9, "a settle replaces the estimate by what was spent")
+	assert.True(t, mustTake(t, s, priced(h, "k", 20_000, day)).OK, "25,000 + 20,000 fits")
+	require.NoError(t, g2.Reservation.Release(ctx))
+	assert.InDelta(t, 0.025, spent(t, s, h, "k").PerDay, 1e-9, "a release gives its cost back")
+	assert.InDelta(t, 0.025, spent(t, s, h, "k").PerMonth, 1e-9, "the month counts it too")
+	month := keypool.Budget{PerMonth: 0.03}
+	g = mustTake(t, s, priced(h, "k2", 40_000, month))
+	assert.False(t, g.OK, "over the month's budget")
+	assert.True(t, g.RetryAt.After(h.Now().Add(-time.Second)) && !g.RetryAt.After(h.Now().Add(32*24*time.Hour)), "back with the next month: %v", g.RetryAt)
+	assert.True(t, mustTake(t, s, priced(h, "k3", 1<<40, keypool.Budget{})).OK, "no budget: no cap")
+}
+
+func accountBudgetsAreShared(t *testing.T, h Harness) {
+	s := h.Open(t)
+	of := func(k string, cost int64) keypool.Claim {
+		c := take(h, k, "m", keypool.Limits{}, 0)
+		c.Account, c.Cost, c.AccountBudget = "org", cost, keypool.Budget{PerDay: 0.05}
+		return c
+	}
+	require.True(t, mustTake(t, s, of("k1", 30_000)).OK)
+	assert.False(t, mustTake(t, s, of("k2", 30_000)).OK, "the account's budget, whichever key spends it")
+	assert.True(t, mustTake(t, s, of("k2", 20_000)).OK)
+	assert.InDelta(t, 0.05, spent(t, s, h, windowspec.AccountID("org")).PerDay, 1e-9)
+	own := of("k3", 10_000)
+	own.Budget = keypool.Budget{PerDay: 1}
+	own.AccountBudget = keypool.Budget{PerDay: 1}
+	require.True(t, mustTake(t, s, own).OK)
+	assert.InDelta(t, 0.01, spent(t, s, h, "k3").PerDay, 1e-9, "a key's own budget counts its own spend")
+}
+
+func budgetsReturnWithTheNextDay(t *testing.T, h Harness) {
+	s := h.Open(t)
+	day := keypool.Budget{PerDay: 0.01}
+	require.True(t, mustTake(t, s, priced(h, "k", 10_000, day)).OK)
+	g := mustTake(t, s, priced(h, "k", 1, day))
+	require.False(t, g.OK)
+	h.Advance(t, g.RetryAt.Sub(h.Now()))
+	assert.True(t, mustTake(t, s, priced(h, "k", 10_000, day)).OK, "a take at RetryAt goes through: the next day")
+}
+
+func restartKeepsSpend(t *testing.T, h Harness) {
+	if h.Reopen == nil {
+		t.Skip("the store keeps nothing past its life")
+	}
+	s := h.Open(t)
+	day := keypool.Budget{PerDay: 0.05}
+	require.True(t, mustTake(t, s, priced(h, "k", 30_000, day)).OK)
+	s = h.Reopen(t, s)
+	assert.InDelta(t, 0.03, spent(t, s, h, "k").PerDay, 1e-9)
+	assert.False(t, mustTake(t, s, priced(h, "k", 30_000, day)).OK, "the spend before the restart counts")
 }

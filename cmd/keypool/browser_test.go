@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -115,6 +116,8 @@ func TestStatusPageInBrowser(t *testing.T) {
 		{Secret: "sk-browser-two", ID: "two", Limits: vendorsim.Limits{RPM: 30}},
 		{Secret: "sk-browser-gone", ID: "gone", Revoked: true},
 		{Secret: "sk-browser-paid", ID: "paid"},
+		{Secret: "sk-browser-acct-1", ID: "acct-1"},
+		{Secret: "sk-browser-acct-2", ID: "acct-2"},
 	}})
 	t.Cleanup(sim.Close)
 	base, _ := startProxy(t, fmt.Sprintf(`
@@ -126,14 +129,20 @@ upstreams:
     limits: {rpm: 8, rpd: 200}
     keys:
       - {id: one, secret: sk-browser-one}
-      - {id: two, secret: sk-browser-two}
+      - {id: two, secret: sk-browser-two, limits: {rpm: 40}}  # over the vendor's 30
       - {id: gone, secret: sk-browser-gone}
       - {id: paid, secret: sk-browser-paid, paid: true}
   - name: backup
     url: %s
     keys:
       - {id: spare, secret: sk-browser-one}
-`, proxyToken, t.TempDir(), sim.URL(), sim.URL()))
+  - name: shared
+    url: %s
+    account_limits: {org-a: {rpm: 5}}
+    keys:
+      - {id: acct-1, secret: sk-browser-acct-1, account: org-a}
+      - {id: acct-2, secret: sk-browser-acct-2, account: org-a}
+`, proxyToken, t.TempDir(), sim.URL(), sim.URL(), sim.URL()))
 	send := func(n int) {
 		for range n {
 			resp, err := chat(t, base, false)
@@ -172,13 +181,27 @@ upstreams:
 	assert.Regexp(t, `Vendor said (just now|\d+ s ago): \d+% of a window used \(gpt-4o-mini\); resets \d\d:\d\d`, one, "the vendor's last reading")
 	bars := read(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll('.key[data-key="one"] .bar .fill').length`))
 	assert.Equal(t, 2, bars, "a bar for the minute's and the day's requests")
-	assert.Equal(t, 2, read(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll('section.route').length`)), "every route")
+	assert.Equal(t, 3, read(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll('section.route').length`)), "every route")
+	// The limits: configured, learned from the vendor, enforced; a bar
+	// says when its limit is the vendor's.
+	assert.NotContains(t, one, "learned from the vendor", "one's configured 8 a minute is tighter than the vendor's 30")
+	assert.Regexp(t, `configured\s*8 req/min, 200 req/day\s*learned\s*30 req/min\s*enforced\s*8 req/min, 200 req/day`, one)
+	two := text(`.key[data-key="two"]`)
+	assert.Regexp(t, `requests this minute · learned from the vendor\s*\d+ / 30`, two)
+	assert.Regexp(t, `requests today\s*\d+ / 200`, two)
+	assert.Regexp(t, `configured\s*40 req/min, 200 req/day\s*learned\s*30 req/min\s*enforced\s*30 req/min, 200 req/day`, two)
+	// A key of an account says so.
+	for _, id := range []string{"acct-1", "acct-2"} {
+		assert.Contains(t, text(`.key[data-key="`+id+`"] .account`), "account org-a", id)
+	}
+	assert.Zero(t, read(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll('.key[data-key="one"] .account').length`)), "a key of no account")
 	events := text("#events")
 	assert.Contains(t, events, "gone benched (auth: revoked or not authorized)")
 	html := read(t, ctx, chromedp.OuterHTML(chromedp.CSS("html")))
 	assert.NotContains(t, html, "sk-browser", "no secret on the page")
 	assert.NotContains(t, html, proxyToken, "no token on the page")
 	assert.NotContains(t, html, "0001-01-01")
+	assert.False(t, read(t, ctx, chromedp.Evaluate[bool](`!document.getElementById("store-banner").hidden`)), "no banner while the store works")
 
 	shoot(t, ctx, dir, "status-1280x800.png")
 
@@ -225,4 +248,26 @@ upstreams:
 	resp.Body.Close()
 	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 	assert.False(t, strings.Contains(read(t, ctx, chromedp.Text(chromedp.CSS("body"))), "sk-browser"))
+}
+
+func TestStatusPageShowsAFailingStore(t *testing.T) {
+	ctx := browser(t)
+	dir := screenshotDir(t)
+	base, _, store, _ := failingStoreProxy(t, 20*time.Millisecond)
+	store.fail(errors.New("state directory /var/lib/keypool is not writable: read-only file system"))
+	inTab(t, ctx, "log in",
+		chromedp.Navigate(base+"/"),
+		chromedp.WaitVisible(chromedp.ID("login")),
+		chromedp.SendKeys(chromedp.ID("token"), proxyToken),
+		chromedp.Submit(chromedp.CSS("#login form")),
+		chromedp.WaitVisible(chromedp.ID("store-banner")),
+	)
+	banner := strings.ReplaceAll(read(t, ctx, chromedp.Text(chromedp.ID("store-banner"))), "\u00a0", " ")
+	assert.Regexp(t, `^The state store is failing( since \d\d:\d\d:\d\d)?: state directory /var/lib/keypool is not writable: read-only file system\. The proxy serves on`, banner)
+	assert.Equal(t, "alert", read(t, ctx, chromedp.Evaluate[string](`document.getElementById("store-banner").getAttribute("role")`)))
+	shoot(t, ctx, dir, "status-store-failing.png")
+
+	store.fail(nil)
+	inTab(t, ctx, "the banner goes when the store works again",
+		chromedp.WaitNotVisible(chromedp.ID("store-banner")))
 }

@@ -2,19 +2,17 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
-
-	"go.yaml.in/yaml/v3"
 
 	"github.com/keypool-go/keypool"
 )
@@ -28,12 +26,15 @@ type config struct {
 	ProxyTokens []secretRef `yaml:"proxy_tokens"`
 	// State is where the pools keep their state: a directory (Badger), or
 	// a redis:// URL that replicas of the proxy share; default
-	// ./keypool-state.
+	// keypool-state, in the directory serve runs in.
 	State string `yaml:"state"`
 	// Replicas, with a Redis state, is how many proxies share it: while
 	// Redis is down each serves from local windows at 1/Replicas of every
 	// limit. Zero refuses requests while Redis is down.
 	Replicas int `yaml:"replicas"`
+	// LogLevel is the least level serve logs: debug, info (the default:
+	// a line per request, bench and return), warn or error.
+	LogLevel string `yaml:"log_level"`
 	// Upstreams are the vendors, in fallback order.
 	Upstreams []upstream `yaml:"upstreams"`
 
@@ -68,10 +69,13 @@ type upstream struct {
 	Keys        []keyRef          `yaml:"keys"`
 	Limits      limits            `yaml:"limits"`
 	ModelLimits map[string]limits `yaml:"model_limits"`
-	KeyCap      limits            `yaml:"key_cap"`
-	CalendarDay *calendarDay      `yaml:"calendar_day"`
-	Models      map[string]string `yaml:"models"`
-	Wait        string            `yaml:"wait"`
+	// AccountLimits are the limits of each account the keys name: the
+	// keys of one account share its windows.
+	AccountLimits map[string]limits `yaml:"account_limits"`
+	KeyCap        limits            `yaml:"key_cap"`
+	CalendarDay   *calendarDay      `yaml:"calendar_day"`
+	Models        map[string]string `yaml:"models"`
+	Wait          string            `yaml:"wait"`
 	// IdleConns is how many idle connections to the upstream the proxy
 	// keeps for reuse: at least the requests it expects at once; default
 	// 256.
@@ -89,12 +93,13 @@ type upstream struct {
 // keyRef is one key entry: its secret inline, from an environment variable,
 // or from a file of one secret a line.
 type keyRef struct {
-	ID     string `yaml:"id"`
-	Secret string `yaml:"secret"`
-	Env    string `yaml:"env"`
-	File   string `yaml:"file"`
-	Paid   bool   `yaml:"paid"`
-	Limits limits `yaml:"limits"`
+	ID      string `yaml:"id"`
+	Secret  string `yaml:"secret"`
+	Env     string `yaml:"env"`
+	File    string `yaml:"file"`
+	Paid    bool   `yaml:"paid"`
+	Limits  limits `yaml:"limits"`
+	Account string `yaml:"account"`
 }
 
 // secretRef is a proxy token: a literal, or "env:NAME".
@@ -119,13 +124,15 @@ type calendarDay struct {
 // settings is a configuration checked and resolved: secrets read, styles
 // parsed, durations parsed.
 type settings struct {
-	listen    string
-	tokens    [][]byte
-	state     string
-	replicas  int
-	routes    []routeSettings
-	warnings  []string
-	inlineKey bool // some secret is written in the file itself
+	listen       string
+	tokens       [][]byte
+	state        string
+	stateDefault bool // state is not set: the default
+	replicas     int
+	logLevel     slog.Level
+	routes       []routeSettings
+	warnings     []string
+	inlineKey    bool // some secret is written in the file itself
 
 	maxBody         int64 // bytes of a request body
 	headerTimeout   time.Duration
@@ -138,7 +145,7 @@ type settings struct {
 type routeSettings struct {
 	name    string
 	url     *url.URL
-	keys    []keypool.Key
+	keys    []keypool.Key // each with its ID: where it came from, unless the file names it
 	options []keypool.Option
 	models  map[string]string
 
@@ -150,6 +157,11 @@ type routeSettings struct {
 
 // The defaults of the configuration's limits, in one place.
 const (
+	// defaultState is the state directory when state is not set, relative
+	// to the directory serve runs in.
+	defaultState  = "keypool-state"
+	defaultListen = "127.0.0.1:8787"
+
 	// defaultMaxBody is the largest request body Anthropic's Messages API
 	// takes (https://docs.anthropic.com/en/api/overview, "Request size
 	// limits"); base64 images make bodies of megabytes.
@@ -168,9 +180,13 @@ const (
 	// maxIdleConns bounds idle_conns: each idle connection holds a file
 	// descriptor and buffers.
 	maxIdleConns = 1 << 16
+	// maxKeysPerUpstream bounds the keys of one upstream, which a key
+	// file of any length could give.
+	maxKeysPerUpstream = 10000
 )
 
-// configError is one mistake in the configuration, naming its field.
+// configError is one mistake in the configuration, naming its field as the
+// file writes it: upstreams[1].keys[0].env.
 type configError struct {
 	field string
 	err   error
@@ -190,113 +206,191 @@ func fieldErr(field, format string, args ...any) error {
 	return &configError{field: field, err: fmt.Errorf(format, args...)}
 }
 
-// loadConfig reads and checks the configuration file at path.
-func loadConfig(path string) (*settings, error) {
+// mistakes are the mistakes found in a configuration, each a *configError,
+// in the order they were found. Its Error is a line for each, at most
+// maxMistakes of them.
+type mistakes []error
+
+// maxMistakes bounds the mistakes an error shows.
+const maxMistakes = 50
+
+func (m *mistakes) add(err error) { *m = append(*m, err) }
+
+func (m *mistakes) addf(field, format string, args ...any) { m.add(fieldErr(field, format, args...)) }
+
+func (m mistakes) Error() string {
+	lines := make([]string, 0, min(len(m), maxMistakes+1))
+	for i, err := range m {
+		if i == maxMistakes {
+			lines = append(lines, fmt.Sprintf("… and %d more mistakes", len(m)-i))
+			break
+		}
+		lines = append(lines, err.Error())
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (m mistakes) Unwrap() []error { return m }
+
+// err returns m, or nil when it holds no mistake.
+func (m mistakes) err() error {
+	if len(m) == 0 {
+		return nil
+	}
+	return m
+}
+
+// fieldOf returns the field a mistake names; "" when it names none.
+func fieldOf(err error) string {
+	var ce *configError
+	if errors.As(err, &ce) {
+		return ce.field
+	}
+	return ""
+}
+
+// merge adds to m the mistakes of more, except those of a field at or
+// under a field m already names: a value the file gives in the wrong shape
+// is not also reported missing.
+func (m *mistakes) merge(more error) {
+	var list mistakes
+	if !errors.As(more, &list) {
+		if more != nil {
+			m.add(more)
+		}
+		return
+	}
+	earlier := slices.Clip(*m)
+	for _, err := range list {
+		if !earlier.covers(fieldOf(err)) {
+			m.add(err)
+		}
+	}
+}
+
+func (m mistakes) covers(field string) bool {
+	for _, err := range m {
+		f := fieldOf(err)
+		if f != "" && (field == f || strings.HasPrefix(field, f+".") || strings.HasPrefix(field, f+"[")) {
+			return true
+		}
+	}
+	return false
+}
+
+// loadConfig reads and checks the configuration file at path, reading
+// secrets from env, and returns every mistake it finds as mistakes. The
+// settings it returns are complete only when there is none; with some they
+// still hold the state and the listen address, for the checks of those.
+func loadConfig(path string, env func(string) (string, bool)) (*settings, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fieldErr("config", "%v", err)
+		return nil, mistakes{fieldErr("config", "%v", err)}
 	}
-	c, err := parseConfig(data, path)
-	if err != nil {
-		return nil, err
+	c, err := parseConfig(data, filepath.Base(path))
+	var all mistakes
+	all.merge(err)
+	if c == nil {
+		return nil, all
 	}
-	s, err := c.resolve(os.LookupEnv)
-	if err != nil {
-		return nil, err
-	}
+	s, err := c.resolve(env)
+	all.merge(err)
 	if s.inlineKey {
 		if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 {
 			s.warnings = append(s.warnings, fmt.Sprintf("%s holds secrets and is readable by others (mode %04o); chmod 600 it", path, st.Mode().Perm()))
 		}
 	}
-	return s, nil
+	return s, all.err()
 }
 
 // parseConfig decodes the text of a configuration file; name names the file
-// in errors.
+// in errors. It returns every mistake of shape it finds — unknown fields,
+// values of the wrong type — with the configuration as far as it could be
+// read; a file that is not YAML gives no configuration.
 func parseConfig(data []byte, name string) (*config, error) {
 	var c config
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		// yaml lists its complaints a line each; the command says one line.
-		msg := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), ":\n", ":")), " ")
-		return nil, fieldErr("config", "%s: %s", name, msg)
+	m := decodeYAML(data, &c, name)
+	if len(m) == 1 && fieldOf(m[0]) == "config" && c.isZero() {
+		return nil, m
 	}
-	return &c, nil
+	return &c, m.err()
+}
+
+func (c *config) isZero() bool {
+	return c.Listen == "" && c.ProxyTokens == nil && c.State == "" && c.Upstreams == nil
 }
 
 // resolve checks c and reads its secrets, looking environment variables up
-// with env.
+// with env. It returns the settings, and every mistake as mistakes: the
+// settings are complete only when there is none.
 func (c *config) resolve(env func(string) (string, bool)) (*settings, error) {
-	s := &settings{listen: c.Listen, state: c.State}
+	var m mistakes
+	s := &settings{listen: c.Listen, state: c.State, replicas: c.Replicas}
 	if s.listen == "" {
-		s.listen = "127.0.0.1:8787"
+		s.listen = defaultListen
 	}
 	if _, _, err := net.SplitHostPort(s.listen); err != nil {
-		return nil, fieldErr("listen", "%q is not host:port", s.listen)
+		m.addf("listen", "%q is not host:port", s.listen)
 	}
 	if s.state == "" {
-		s.state = "keypool-state"
+		s.state, s.stateDefault = defaultState, true
 	}
-	s.replicas = c.Replicas
-	if c.Replicas < 0 {
-		return nil, fieldErr("replicas", "%d is negative", c.Replicas)
+	switch {
+	case c.Replicas < 0:
+		m.addf("replicas", "%d is negative", c.Replicas)
+	case c.Replicas > 0 && !isRedisURL(s.state):
+		m.addf("replicas", "needs a redis:// state to share")
 	}
-	if c.Replicas > 0 && !isRedisURL(s.state) {
-		return nil, fieldErr("replicas", "needs a redis:// state to share")
+	if err := s.logLevel.UnmarshalText([]byte(c.LogLevel)); err != nil || c.LogLevel == "" {
+		s.logLevel = slog.LevelInfo
+		if c.LogLevel != "" {
+			m.addf("log_level", "%q is not debug, info, warn or error", c.LogLevel)
+		}
 	}
-	if err := c.resolveLimits(s); err != nil {
-		return nil, err
-	}
+	c.resolveLimits(s, &m)
 	if len(c.ProxyTokens) == 0 {
-		return nil, fieldErr("proxy_tokens", "at least one token is required: clients present it instead of an upstream key")
+		m.addf("proxy_tokens", "at least one token is required: clients present it instead of an upstream key")
 	}
 	for i, t := range c.ProxyTokens {
 		v, inline, err := t.value(env)
 		if err != nil {
-			return nil, fieldErr(fmt.Sprintf("proxy_tokens[%d]", i), "%v", err)
+			m.add(&configError{fmt.Sprintf("proxy_tokens[%d]", i), err})
+			continue
 		}
 		s.inlineKey = s.inlineKey || inline
 		s.tokens = append(s.tokens, []byte(v))
 	}
 	if len(c.Upstreams) == 0 {
-		return nil, fieldErr("upstreams", "missing: name at least one upstream")
+		m.addf("upstreams", "missing: name at least one upstream")
 	}
-	names := map[string]bool{}
+	fields := make([]string, len(c.Upstreams))
 	for i, u := range c.Upstreams {
-		field := fmt.Sprintf("upstreams[%d]", i)
-		r, inline, err := u.resolve(field, env)
-		if err != nil {
-			return nil, err
-		}
-		if names[r.name] {
-			return nil, fieldErr(field+".name", "%q names two upstreams", r.name)
-		}
-		names[r.name] = true
+		fields[i] = fmt.Sprintf("upstreams[%d]", i)
+		r, inline := u.resolve(fields[i], env, &m)
 		s.inlineKey = s.inlineKey || inline
 		s.routes = append(s.routes, r)
 	}
-	return s, nil
+	judgeRoutes(s.routes, fields, &m)
+	return s, m.err()
 }
 
 // resolveLimits reads the server's size and time limits into s.
-func (c *config) resolveLimits(s *settings) error {
+func (c *config) resolveLimits(s *settings, m *mistakes) {
 	s.maxBody = defaultMaxBody
 	if c.MaxRequestBody != "" {
 		n, err := parseSize(c.MaxRequestBody)
 		if err != nil {
-			return &configError{field: "max_request_body", err: err}
+			m.add(&configError{field: "max_request_body", err: err})
 		}
 		s.maxBody = n
 	}
-	return readDurations("", []durationField{
+	readDurations("", []durationField{
 		{"header_timeout", c.HeaderTimeout, defaultHeaderTimeout, &s.headerTimeout},
 		{"body_timeout", c.BodyTimeout, defaultBodyTimeout, &s.bodyTimeout},
 		{"idle_timeout", c.IdleTimeout, defaultIdleTimeout, &s.idleTimeout},
 		{"write_timeout", c.WriteTimeout, defaultWriteTimeout, &s.writeTimeout},
 		{"shutdown_timeout", c.ShutdownTimeout, defaultShutdownTimeout, &s.shutdownTimeout},
-	})
+	}, m)
 }
 
 // durationField is a duration of the configuration: its field, its text,
@@ -308,8 +402,8 @@ type durationField struct {
 }
 
 // readDurations reads each field, which must hold a positive duration;
-// prefix goes before the field's name in errors.
-func readDurations(prefix string, fields []durationField) error {
+// prefix goes before the field's name in mistakes.
+func readDurations(prefix string, fields []durationField, m *mistakes) {
 	for _, f := range fields {
 		*f.to = f.def
 		if f.value == "" {
@@ -317,11 +411,11 @@ func readDurations(prefix string, fields []durationField) error {
 		}
 		d, err := time.ParseDuration(f.value)
 		if err != nil || d <= 0 {
-			return fieldErr(prefix+f.field, "%q is not a positive duration such as 10s", f.value)
+			m.addf(prefix+f.field, "%q is not a positive duration such as 10s", f.value)
+			continue
 		}
 		*f.to = d
 	}
-	return nil
 }
 
 // parseSize reads a size: a number of bytes, or a number with a unit — B,
@@ -342,12 +436,15 @@ func parseSize(v string) (int64, error) {
 func (t secretRef) value(env func(string) (string, bool)) (v string, inline bool, err error) {
 	if name, ok := strings.CutPrefix(string(t), "env:"); ok {
 		v, err := fromEnv(env, name)
+		if err == nil {
+			err = checkToken(v)
+		}
 		return v, false, err
 	}
 	if t == "" {
 		return "", false, errors.New("empty token")
 	}
-	return string(t), true, checkSecret(string(t))
+	return string(t), true, checkToken(string(t))
 }
 
 // fromEnv returns the secret in the environment variable name, without
@@ -356,95 +453,140 @@ func (t secretRef) value(env func(string) (string, bool)) (v string, inline bool
 func fromEnv(env func(string) (string, bool), name string) (string, error) {
 	v, ok := env(name)
 	if !ok || v == "" {
-		return "", fmt.Errorf("environment variable %s is not set", name)
+		return "", fmt.Errorf("%s is not set", name)
 	}
 	v = strings.TrimSpace(v)
 	if v == "" {
-		return "", fmt.Errorf("environment variable %s holds only whitespace", name)
+		return "", fmt.Errorf("%s holds only whitespace", name)
 	}
-	return v, checkSecret(v)
+	return v, nil
 }
 
-// checkSecret returns an error, which never quotes the secret, if it holds
-// a control character: no vendor issues such a key, and one in a header
-// would end it.
-func checkSecret(secret string) error {
-	if strings.ContainsFunc(secret, unicode.IsControl) {
-		return errors.New("the secret holds a control character")
+// checkToken returns an error, which never quotes the token, if a proxy
+// token holds a control character: a client could not send it in a header.
+// (keypool.New judges the upstream keys.)
+func checkToken(token string) error {
+	for i, r := range token {
+		if r < ' ' || r == 0x7f {
+			return fmt.Errorf("the token has a control character at byte %d", i)
+		}
 	}
 	return nil
 }
 
-func (u upstream) resolve(field string, env func(string) (string, bool)) (routeSettings, bool, error) {
-	r := routeSettings{name: u.Name, models: u.Models}
-	if u.URL == "" {
-		return r, false, fieldErr(field+".url", "missing")
-	}
-	target, err := url.Parse(u.URL)
-	if err != nil || (target.Scheme != "http" && target.Scheme != "https") || target.Host == "" {
-		return r, false, fieldErr(field+".url", "%q is not an http or https URL", u.URL)
-	}
-	r.url = target
-	if r.name == "" {
-		r.name = target.Hostname()
-	}
-	auth, err := authOption(u.Auth)
-	if err != nil {
-		return r, false, &configError{field + ".auth", err}
-	}
-	r.options = append(r.options, auth,
-		keypool.WithLimits(u.Limits.pool()), keypool.WithKeyCap(u.KeyCap.pool()))
-	if len(u.ModelLimits) > 0 {
-		m := map[string]keypool.Limits{}
-		for model, l := range u.ModelLimits {
-			m[model] = l.pool()
+// resolve reads an upstream, whose path in the file is field, into a
+// route, noting its mistakes in m; the route is complete only when there
+// is none.
+func (u upstream) resolve(field string, env func(string) (string, bool), m *mistakes) (r routeSettings, inline bool) {
+	r = routeSettings{name: u.Name, models: u.Models}
+	switch target, err := url.Parse(u.URL); {
+	case u.URL == "":
+		m.addf(field+".url", "missing")
+	case err != nil:
+		m.addf(field+".url", "%q is not a URL", u.URL)
+	default:
+		r.url = target
+		if r.name == "" {
+			r.name = target.Hostname()
 		}
-		r.options = append(r.options, keypool.WithModelLimits(m))
+	}
+	r.options = u.options(field, m)
+	r.idleConns = defaultIdleConns
+	if u.IdleConns != nil {
+		if *u.IdleConns < 1 || *u.IdleConns > maxIdleConns {
+			m.addf(field+".idle_conns", "%d is not in 1..%d", *u.IdleConns, maxIdleConns)
+		}
+		r.idleConns = *u.IdleConns
+	}
+	readDurations(field+".", []durationField{
+		{"dial_timeout", u.DialTimeout, defaultDialTimeout, &r.dialTimeout},
+		{"tls_timeout", u.TLSTimeout, defaultTLSTimeout, &r.tlsTimeout},
+		{"answer_timeout", u.AnswerTimeout, defaultAnswerTimeout, &r.answerTimeout},
+	}, m)
+	var keys []sourcedKey
+	accounts := map[string]bool{}
+	for j, k := range u.Keys {
+		accounts[k.Account] = true
+		entry := fmt.Sprintf("%s.keys[%d]", field, j)
+		got, in, err := k.resolve(entry, env, maxKeysPerUpstream-len(keys))
+		if err != nil {
+			m.add(err)
+			continue
+		}
+		inline = inline || in
+		if judgeEntry(k, entry, m) {
+			keys = append(keys, got...)
+		}
+	}
+	if len(u.Keys) == 0 {
+		m.addf(field+".keys", "no keys")
+	}
+	for account := range u.AccountLimits {
+		if !accounts[account] {
+			m.addf(mapPath(field+".account_limits", account), "no key of this upstream names the account %q", account)
+		}
+	}
+	for _, k := range judgeKeys(keys, r.options, m) {
+		r.keys = append(r.keys, k.Key)
+	}
+	return r, inline
+}
+
+// options returns the pool options an upstream sets, noting in m each
+// mistake keypool.New finds in them.
+func (u upstream) options(field string, m *mistakes) []keypool.Option {
+	var opts []keypool.Option
+	if auth, err := authOption(u.Auth); err != nil {
+		m.add(&configError{field + ".auth", err})
+	} else if judgeOption(field+".auth", auth, m) {
+		opts = append(opts, auth)
+	}
+	for _, l := range []struct {
+		field  string
+		limits limits
+		opt    func(keypool.Limits) keypool.Option
+	}{
+		{".limits", u.Limits, keypool.WithLimits},
+		{".key_cap", u.KeyCap, keypool.WithKeyCap},
+	} {
+		if judgeLimits(field+l.field, l.limits, l.opt, m) {
+			opts = append(opts, l.opt(l.limits.pool()))
+		}
+	}
+	if len(u.ModelLimits) > 0 {
+		all := map[string]keypool.Limits{}
+		for model, l := range u.ModelLimits {
+			if judgeLimits(mapPath(field+".model_limits", model), l, func(l keypool.Limits) keypool.Option {
+				return keypool.WithModelLimits(map[string]keypool.Limits{model: l})
+			}, m) {
+				all[model] = l.pool()
+			}
+		}
+		opts = append(opts, keypool.WithModelLimits(all))
+	}
+	for account, l := range u.AccountLimits {
+		at := mapPath(field+".account_limits", account)
+		if judgeOption(at, keypool.WithAccountLimits(account, keypool.Limits{}), m) &&
+			judgeLimits(at, l, func(l keypool.Limits) keypool.Option { return keypool.WithAccountLimits(account, l) }, m) {
+			opts = append(opts, keypool.WithAccountLimits(account, l.pool()))
+		}
 	}
 	if c := u.CalendarDay; c != nil {
 		loc, err := time.LoadLocation(c.Zone)
 		if err != nil {
-			return r, false, fieldErr(field+".calendar_day.zone", "%v", err)
+			m.addf(field+".calendar_day.zone", "%v", err)
+		} else if o := keypool.WithCalendarDay(c.Hour, loc); judgeOption(field+".calendar_day.hour", o, m) {
+			opts = append(opts, o)
 		}
-		if c.Hour < 0 || c.Hour > 23 {
-			return r, false, fieldErr(field+".calendar_day.hour", "%d is not in 0..23", c.Hour)
-		}
-		r.options = append(r.options, keypool.WithCalendarDay(c.Hour, loc))
 	}
 	if u.Wait != "" {
-		d, err := time.ParseDuration(u.Wait)
-		if err != nil || d < 0 {
-			return r, false, fieldErr(field+".wait", "%q is not a duration such as 30s", u.Wait)
+		if d, err := time.ParseDuration(u.Wait); err != nil {
+			m.addf(field+".wait", "%q is not a duration such as 30s", u.Wait)
+		} else if o := keypool.WaitForKey(d); judgeOption(field+".wait", o, m) {
+			opts = append(opts, o)
 		}
-		r.options = append(r.options, keypool.WaitForKey(d))
 	}
-	r.idleConns = defaultIdleConns
-	if u.IdleConns != nil {
-		if *u.IdleConns < 1 || *u.IdleConns > maxIdleConns {
-			return r, false, fieldErr(field+".idle_conns", "%d is not in 1..%d", *u.IdleConns, maxIdleConns)
-		}
-		r.idleConns = *u.IdleConns
-	}
-	if err := readDurations(field+".", []durationField{
-		{"dial_timeout", u.DialTimeout, defaultDialTimeout, &r.dialTimeout},
-		{"tls_timeout", u.TLSTimeout, defaultTLSTimeout, &r.tlsTimeout},
-		{"answer_timeout", u.AnswerTimeout, defaultAnswerTimeout, &r.answerTimeout},
-	}); err != nil {
-		return r, false, err
-	}
-	inline := false
-	for j, k := range u.Keys {
-		keys, in, err := k.resolve(env)
-		if err != nil {
-			return r, false, &configError{fmt.Sprintf("%s.keys[%d]%s", field, j, k.source()), err}
-		}
-		inline = inline || in
-		r.keys = append(r.keys, keys...)
-	}
-	if len(r.keys) == 0 {
-		return r, false, fieldErr(field+".keys", "no keys")
-	}
-	return r, inline, nil
+	return opts
 }
 
 // authOption reads an auth style: bearer, header:NAME or query:PARAM.
@@ -453,27 +595,37 @@ func authOption(style string) (keypool.Option, error) {
 	switch {
 	case style == "" || style == "bearer":
 		return keypool.BearerAuth(), nil
-	case kind == "header" && name != "":
+	case kind == "header":
 		return keypool.HeaderAuth(name), nil
-	case kind == "query" && name != "":
+	case kind == "query":
 		return keypool.QueryAuth(name), nil
 	}
 	return nil, fmt.Errorf("unknown style %q: want bearer, header:NAME or query:PARAM", style)
 }
 
-// source names the field a key entry takes its secret from, for errors.
-func (k keyRef) source() string {
-	switch {
-	case k.Env != "":
-		return ".env"
-	case k.File != "":
-		return ".file"
-	}
-	return ".secret"
+// sourcedKey is a key of a route, with where the file gives it.
+type sourcedKey struct {
+	keypool.Key
+	entry  string // the key entry's path: upstreams[0].keys[1]
+	source string // the field its secret comes from: upstreams[0].keys[1].file
+	where  string // where in that source: "openrouter-keys line 2", "GROQ_KEY_1"; "" inline
+	idSet  bool   // the entry names its ID
 }
 
-// resolve reads the secrets of a key entry: one, or one a line of a file.
-func (k keyRef) resolve(env func(string) (string, bool)) (keys []keypool.Key, inline bool, err error) {
+// name names where the key comes from, for a mistake.
+func (k sourcedKey) name() string {
+	if k.where != "" {
+		return k.source + " (" + k.where + ")"
+	}
+	return k.source
+}
+
+// resolve reads the secrets of a key entry, whose path is entry: one, or
+// one a line of a file, at most most of them. Each key's ID is the one the
+// entry names, else where it came from: the variable's name, the file's
+// name and line (openrouter-keys:2), the entry's path. The error names its
+// field.
+func (k keyRef) resolve(entry string, env func(string) (string, bool), most int) (keys []sourcedKey, inline bool, err error) {
 	set := 0
 	for _, v := range []string{k.Secret, k.Env, k.File} {
 		if v != "" {
@@ -481,49 +633,73 @@ func (k keyRef) resolve(env func(string) (string, bool)) (keys []keypool.Key, in
 		}
 	}
 	if set != 1 {
-		return nil, false, errors.New("give exactly one of secret, env and file")
+		return nil, false, fieldErr(entry, "give exactly one of secret, env and file")
 	}
-	key := keypool.Key{ID: k.ID, Paid: k.Paid, Limits: k.Limits.pool()}
+	key := sourcedKey{Key: keypool.Key{ID: k.ID, Paid: k.Paid, Limits: k.Limits.pool(), Account: k.Account}, entry: entry, idSet: k.ID != ""}
 	switch {
 	case k.Secret != "":
-		key.Secret = k.Secret
-		return []keypool.Key{key}, true, checkSecret(k.Secret)
+		key.Secret, key.source = k.Secret, entry+".secret"
+		if key.ID == "" {
+			key.ID = entry
+		}
+		return []sourcedKey{key}, true, nil
 	case k.Env != "":
+		key.source = entry + ".env"
 		v, err := fromEnv(env, k.Env)
 		if err != nil {
-			return nil, false, err
+			return nil, false, &configError{key.source, err}
 		}
-		key.Secret = v
-		return []keypool.Key{key}, false, nil
+		key.Secret, key.where = v, k.Env
+		if key.ID == "" {
+			key.ID = k.Env
+		}
+		return []sourcedKey{key}, false, nil
 	}
+	key.source = entry + ".file"
+	keys, err = k.readFile(key, most)
+	if err != nil {
+		return nil, false, &configError{key.source, err}
+	}
+	return keys, false, nil
+}
+
+// readFile reads a file of one secret a line, blank lines and lines that
+// start with # aside, each line's secret without the whitespace around it,
+// at most most of them; each key is like key.
+func (k keyRef) readFile(key sourcedKey, most int) ([]sourcedKey, error) {
 	f, err := os.Open(k.File)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	defer f.Close()
+	base := filepath.Base(k.File)
+	var keys []sourcedKey
 	sc := bufio.NewScanner(f)
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		if checkSecret(line) != nil {
-			return nil, false, fmt.Errorf("line %d of %s holds a control character", n, k.File)
+		if len(keys) == most {
+			return nil, fmt.Errorf("more than %d keys in one upstream", maxKeysPerUpstream)
 		}
 		fk := key
-		fk.Secret = line
-		if k.ID != "" {
+		fk.Secret, fk.where = line, fmt.Sprintf("%s line %d", base, n)
+		switch {
+		case k.ID != "":
 			fk.ID = fmt.Sprintf("%s-%d", k.ID, len(keys)+1)
+		default:
+			fk.ID = fmt.Sprintf("%s:%d", base, n)
 		}
 		keys = append(keys, fk)
 	}
 	if err := sc.Err(); err != nil {
-		return nil, false, fmt.Errorf("reading %s: %v", k.File, err)
+		return nil, fmt.Errorf("reading %s: %v", k.File, err)
 	}
 	if len(keys) == 0 {
-		return nil, false, fmt.Errorf("%s holds no keys", k.File)
+		return nil, fmt.Errorf("%s holds no keys", k.File)
 	}
-	return keys, false, nil
+	return keys, nil
 }
 
 // isRedisURL reports whether a state names a Redis server rather than a

@@ -14,9 +14,10 @@ import (
 	"github.com/keypool-go/keypool"
 )
 
-// configField matches the fields configuration errors name.
-var configField = regexp.MustCompile(`^(config|listen|state|replicas|max_request_body|(header|body|idle|write|shutdown)_timeout|proxy_tokens(\[\d+\])?|` +
-	`upstreams(\[\d+\](\.(name|url|auth|keys|wait|idle_conns|(dial|tls|answer)_timeout|calendar_day\.(zone|hour))|\.keys\[\d+\]\.(secret|env|file))?)?)$`)
+// configField matches the fields configuration errors name: "config", or a
+// path as the file writes it — names, list indices, and map keys that are
+// names or quoted — such as upstreams[1].model_limits["a/b"].rpm.
+var configField = regexp.MustCompile(`^(config|([A-Za-z0-9_-]+|\["(\\.|[^"\\])*…?"\])(\[\d+\]|\["(\\.|[^"\\])*…?"\]|\.[A-Za-z0-9_-]+)*)$`)
 
 // The secrets a fuzzed configuration gets from its environment and its key
 // file; the marks stand for the secrets it writes inline.
@@ -121,19 +122,25 @@ func FuzzConfig(f *testing.F) {
 	})
 }
 
-// checkConfigError fails t unless err is one line that names a field of the
-// configuration data and shows no secret.
+// checkConfigError fails t unless err is mistakes, each one line that
+// names a field of the configuration data and shows no secret.
 func checkConfigError(t *testing.T, data []byte, err error) {
 	t.Helper()
-	msg := err.Error()
-	if strings.ContainsAny(msg, "\r\n") {
-		t.Fatalf("configuration %q: error %q is more than one line", data, msg)
+	var list mistakes
+	if !errors.As(err, &list) || len(list) == 0 {
+		t.Fatalf("configuration %q: error %q is not a list of mistakes", data, err)
 	}
-	var ce *configError
-	if !errors.As(err, &ce) || !configField.MatchString(ce.field) || !strings.HasPrefix(msg, ce.field+": ") {
-		t.Fatalf("configuration %q: error %q names no field", data, msg)
+	for _, e := range list {
+		msg := e.Error()
+		if strings.ContainsAny(msg, "\r\n") {
+			t.Fatalf("configuration %q: mistake %q is more than one line", data, msg)
+		}
+		var ce *configError
+		if !errors.As(e, &ce) || !configField.MatchString(ce.field) || !strings.HasPrefix(msg, ce.field+": ") {
+			t.Fatalf("configuration %q: mistake %q names no field", data, msg)
+		}
+		checkSecretFree(t, data, "error", msg)
 	}
-	checkSecretFree(t, data, "error", msg)
 }
 
 // checkSecretFree fails t if text shows a secret of the fuzzed

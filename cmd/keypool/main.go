@@ -1,6 +1,7 @@
 // Command keypool runs keypool without writing Go.
 //
 //	keypool demo     a live, offline demo against a fake vendor (-proxy: the proxy in front of it)
+//	keypool check    every mistake of a proxy's configuration, one a line, without serving
 //	keypool serve    a local proxy that pools upstream keys behind one base URL, with a status page
 //	keypool status   each key's benches and window use
 //	keypool unbench  lift a key's benches on a running proxy
@@ -18,6 +19,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -54,6 +56,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"demo", "run a live, offline demo: a pool of keys against a fake vendor", runDemo},
+		{"check", "check a proxy configuration: every mistake, one a line", runCheck},
 		{"serve", "serve a local proxy that pools upstream keys behind one base URL", runServe},
 		{"status", "show each key's benches and window use, from a proxy or a state directory", runStatus},
 		{"unbench", "lift a key's benches on a running proxy", runUnbench},
@@ -80,16 +83,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		case err == nil, errors.Is(err, flag.ErrHelp):
 			return 0
 		case errors.As(err, &ue):
-			fmt.Fprintf(stderr, "keypool %s: %v\n", c.name, err)
+			printError(stderr, c.name, err)
 			return exitUsage
 		default:
-			fmt.Fprintf(stderr, "keypool %s: %v\n", c.name, err)
+			printError(stderr, c.name, err)
 			return 1
 		}
 	}
 	fmt.Fprintf(stderr, "keypool: unknown command %q\n", args[0])
 	usage(stderr)
 	return exitUsage
+}
+
+// printError writes err, a line at a time, each line after the command's
+// name: a configuration's mistakes are a line each.
+func printError(w io.Writer, name string, err error) {
+	for line := range strings.Lines(err.Error()) {
+		fmt.Fprintf(w, "keypool %s: %s\n", name, strings.TrimSuffix(line, "\n"))
+	}
 }
 
 func usage(w io.Writer) {

@@ -221,3 +221,36 @@ func numbered(src string) string {
 	}
 	return b.String()
 }
+
+// restWords are the words STYLE.md rule 13 keeps out: a key or a route out
+// of rotation is benched.
+var restWords = regexp.MustCompile(`(?i)\b(rests|resting|rested|a rest)\b`)
+
+// TestOneWordForBenched holds the command's code, its page and the
+// README's proxy sections to one word for a key or route out of rotation.
+func TestOneWordForBenched(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	require.NoError(t, err)
+	web, err := filepath.Glob("web/*")
+	require.NoError(t, err)
+	texts := map[string]string{}
+	for _, f := range append(files, web...) {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		texts[f] = string(b)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	_, proxy, ok := strings.Cut(string(readme), "## A key-pooling proxy")
+	require.True(t, ok)
+	proxy, _, _ = strings.Cut(proxy, "## State that survives restarts")
+	texts["README.md (the proxy)"] = proxy
+	for name, text := range texts {
+		for i, line := range strings.Split(text, "\n") {
+			if name != "readme_test.go" && restWords.MatchString(line) {
+				t.Errorf("%s:%d says %q: a key or route out of rotation is benched", name, i+1, restWords.FindString(line))
+			}
+		}
+	}
+	assert.True(t, restWords.MatchString("the upstream rests until"), "the check can fail")
+}

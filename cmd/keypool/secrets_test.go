@@ -239,7 +239,7 @@ func echoingVendor(t *testing.T, out outputs, log *slog.Logger) {
 			{http.MethodGet, "/v1/models?limit=5&KEY=" + secretProxy},
 			{http.MethodPost, "/v1/x/headers?Key=" + secretProxy},
 			{http.MethodPost, "/v1/nowhere"},
-			{http.MethodPost, "/v1/x/masked"}, // a 401: the route rests after it
+			{http.MethodPost, "/v1/x/masked"}, // a 401: the route is benched after it
 		} {
 			view, _ := clientView(t, r.method, hs.URL+r.path, http.Header{"Authorization": {"Bearer " + secretProxy}})
 			path, _, _ := strings.Cut(r.path, "?")

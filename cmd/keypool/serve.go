@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,36 +27,74 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/keypool-go/keypool"
+	"github.com/keypool-go/keypool/internal/windowspec"
 	"github.com/keypool-go/keypool/redisstore"
+	"github.com/redis/go-redis/v9"
 )
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("serve", "keypool serve -config FILE", "Serves a local proxy that pools the configured upstream keys; point a client's base URL at it.")
-	path := fs.String("config", "", "the YAML configuration file (required)")
-	if err := parseFlags(fs, args, stderr); err != nil {
+	path, err := configFlag(newFlagSet("serve", "keypool serve -config FILE",
+		"Serves a local proxy that pools the configured upstream keys; point a client's base URL at it.\n"+
+			"It first checks the configuration as keypool check does, and starts only when it has no mistake."), args, stderr)
+	if err != nil {
 		return err
 	}
-	if *path == "" {
-		return usageError{errors.New("-config FILE is required")}
+	s, all := checkConfig(path, true)
+	var ln net.Listener
+	if s != nil {
+		if !all.covers("listen") {
+			if ln, err = net.Listen("tcp", s.listen); err != nil {
+				all.addf("listen", "%v", err)
+			}
+		}
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil))
-	s, err := loadConfig(*path)
-	if err != nil {
-		return usageError{err}
+	if len(all) > 0 {
+		if ln != nil {
+			ln.Close()
+		}
+		return usageError{all}
 	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: s.logLevel}))
+	// The lines that say where the proxy is — starting, serving, stopped —
+	// are logged whatever the level.
+	milestones := slog.New(slog.NewTextHandler(stderr, nil))
+	milestones.Info("starting", stateAttrs(path, s)...)
+	redis.SetLogger(redisLog{log})
 	for _, w := range s.warnings {
 		log.Warn(w)
 	}
 	srv, err := newServer(s, log)
 	if err != nil {
+		ln.Close()
 		return err
 	}
-	ln, err := net.Listen("tcp", s.listen)
-	if err != nil {
-		srv.close()
-		return usageError{fieldErr("listen", "%v", err)}
-	}
+	srv.milestones = milestones
 	return srv.serve(ctx, ln)
+}
+
+// stateAttrs are the attributes of serve's first log line: the
+// configuration, and where the state is — the directory in full, saying
+// when it is the default.
+func stateAttrs(path string, s *settings) []any {
+	attrs := []any{"config", path}
+	switch {
+	case isRedisURL(s.state):
+		return append(attrs, "state", displayState(s.state), "store", "redis")
+	case s.stateDefault:
+		attrs = append(attrs, "state", displayState(s.state), "store", "badger",
+			"note", "state is not set: the default is "+defaultState+" in the directory serve runs in")
+	default:
+		attrs = append(attrs, "state", displayState(s.state), "store", "badger")
+	}
+	return attrs
+}
+
+// absolute returns dir as an absolute path, or as it is when it has none.
+func absolute(dir string) string {
+	if abs, err := filepath.Abs(dir); err == nil {
+		return abs
+	}
+	return dir
 }
 
 // server is the running proxy.
@@ -70,9 +109,14 @@ type server struct {
 	metrics  http.Handler
 	meters   *sdkmetric.MeterProvider
 	events   eventRing // for the status page
+	returns  returns   // benches whose end is logged
 	redact   *redactor
 	tokens   []string // the proxy tokens, to find in what goes upstream
 	inFlight inFlight
+	watch    *watcher // polls the store's health and logs returns
+	// milestones logs where the proxy is — serving, stopped — whatever
+	// the level of log; nil: log.
+	milestones *slog.Logger
 
 	saveOnce sync.Once
 	saveErr  error
@@ -89,8 +133,14 @@ func newServer(s *settings, log *slog.Logger) (*server, error) {
 }
 
 // newServerWith builds the server over a state store already open, which
-// closer closes.
+// closer closes, and starts its watcher, which polls the store's health
+// every healthPoll; close or a shutdown stops it.
 func newServerWith(s *settings, log *slog.Logger, store keypool.Store, closer io.Closer) (*server, error) {
+	return newServerPolling(s, log, store, closer, healthPoll)
+}
+
+// newServerPolling is newServerWith with the watcher's tick.
+func newServerPolling(s *settings, log *slog.Logger, store keypool.Store, closer io.Closer, poll time.Duration) (*server, error) {
 	srv := &server{settings: s, log: log, store: store, state: closer}
 	for _, t := range s.tokens {
 		srv.tokens = append(srv.tokens, string(t))
@@ -103,21 +153,23 @@ func newServerWith(s *settings, log *slog.Logger, store keypool.Store, closer io
 	}
 	srv.meters = sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
 	srv.metrics = promhttp.HandlerFor(registry, promhttp.HandlerOpts{})
+	if err := srv.registerStoreGauge(srv.meters.Meter("github.com/keypool-go/keypool/cmd/keypool")); err != nil {
+		srv.close()
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
 	var routes []keypool.Route
 	var secrets []secretKey
-	for _, r := range s.routes {
+	for i, r := range s.routes {
 		opts := append([]keypool.Option{
 			keypool.WithStore(store),
 			keypool.WithMeterProvider(srv.meters),
-			keypool.OnEvict(func(e keypool.Eviction) {
-				log.Info("benched", "route", r.name, "key", e.KeyID, "model", e.Model, "kind", e.Kind.String(), "for", e.For.Round(time.Second).String())
-				srv.events.benched(r.name, e)
-			}),
+			keypool.WithTracerProvider(attemptTracing{}),
+			keypool.OnEvict(func(e keypool.Eviction) { srv.benched(r.name, e) }),
 		}, r.options...)
 		pool, err := keypool.New(r.name, r.keys, opts...)
 		if err != nil {
 			srv.close()
-			return nil, &configError{field: "upstreams." + r.name, err: err}
+			return nil, &configError{field: fmt.Sprintf("upstreams[%d]", i), err: err}
 		}
 		srv.pools = append(srv.pools, pool)
 		routes = append(routes, keypool.Route{Name: r.name, Pool: pool, URL: r.url, Models: r.models, Base: upstreamTransport(r)})
@@ -126,14 +178,7 @@ func newServerWith(s *settings, log *slog.Logger, store keypool.Store, closer io
 		}
 	}
 	srv.redact = newRedactor(secrets)
-	srv.fallback, err = keypool.NewFallback(routes, keypool.OnRoute(func(e keypool.RouteEvent) {
-		srv.routed(e)
-		for _, sk := range e.Skipped {
-			if !sk.Earlier {
-				log.Info("route benched", "route", sk.Route, "kind", sk.Kind.String(), "until", sk.Until.Format(time.RFC3339))
-			}
-		}
-	}))
+	srv.fallback, err = keypool.NewFallback(routes, keypool.OnRoute(srv.routed))
 	if err != nil {
 		srv.close()
 		return nil, err
@@ -146,7 +191,17 @@ func newServerWith(s *settings, log *slog.Logger, store keypool.Store, closer io
 		ModifyResponse: srv.modifyResponse,
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	srv.startWatch(poll)
 	return srv, nil
+}
+
+// benched logs a bench of a key of route, and keeps it for the status page
+// and to log the key's return.
+func (s *server) benched(route string, e keypool.Eviction) {
+	s.log.Info("benched", "route", route, "key", e.KeyID, "model", e.Model, "kind", e.Kind.String(),
+		"for", e.For.Round(time.Second).String(), "until", e.Until.Format(time.RFC3339))
+	s.events.benched(route, e)
+	s.returns.bench(benchScope{route: route, key: e.KeyID, model: e.Model}, e.Until, e.Kind)
 }
 
 // upstreamTransport returns the transport of a route: one of its own, kept
@@ -181,7 +236,7 @@ func openState(s *settings, log *slog.Logger) (keypool.Store, io.Closer, error) 
 		}
 		store, err := redisstore.Open(s.state, opts...)
 		if err != nil {
-			return nil, nil, &configError{field: "state", err: err}
+			return nil, nil, &configError{field: "state", err: errors.New(withoutPassword(s.state, err.Error()))}
 		}
 		return store, store, nil
 	}
@@ -211,9 +266,9 @@ func (s *server) serve(ctx context.Context, ln net.Listener) error {
 	}
 	names := make([]string, 0, len(s.settings.routes))
 	for _, r := range s.settings.routes {
-		names = append(names, fmt.Sprintf("%s (%d keys)", r.name, len(r.keys)))
+		names = append(names, fmt.Sprintf("%s (%s)", r.name, count(len(r.keys), "key")))
 	}
-	s.log.Info("serving", "addr", ln.Addr().String(), "upstreams", strings.Join(names, ", "), "state", s.settings.state)
+	s.milestoneLog().Info("serving", "addr", ln.Addr().String(), "upstreams", strings.Join(names, ", "), "state", displayState(s.settings.state))
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
@@ -226,6 +281,15 @@ func (s *server) serve(ctx context.Context, ln net.Listener) error {
 	return s.shutdown(hs, errc)
 }
 
+// milestoneLog returns the logger of the lines that say where the proxy
+// is.
+func (s *server) milestoneLog() *slog.Logger {
+	if s.milestones != nil {
+		return s.milestones
+	}
+	return s.log
+}
+
 // close saves the state within the shutdown timeout, and logs what it
 // could not save.
 func (s *server) close() {
@@ -234,13 +298,14 @@ func (s *server) close() {
 	}
 }
 
-// handler routes the proxy's own endpoints and forwards the rest.
+// handler routes the proxy's own endpoints and forwards the rest, logging
+// a line for each request.
 func (s *server) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", s.healthz)
 	s.handleOwn(mux) // the status page, /status, /metrics, unbench
 	mux.Handle("/", forwardable(s.guard(http.HandlerFunc(s.forward))))
-	return s.inFlight.track(mux)
+	return s.inFlight.track(s.logRequests(mux))
 }
 
 // writeWithin gives next's whole answer write_timeout to be written.
@@ -257,42 +322,24 @@ func (s *server) writeWithin(next http.Handler) http.Handler {
 func (s *server) healthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	if h, ok := s.store.(interface{ Health() error }); ok {
-		if err := h.Health(); err != nil {
-			_, _ = fmt.Fprintf(w, "degraded: state store: %s\n", s.reason(err))
-			return
-		}
+	if err := s.storeHealth(); err != nil {
+		_, _ = fmt.Fprintf(w, "degraded: state store: %s\n", s.reason(err))
+		return
 	}
 	_, _ = io.WriteString(w, "ok\n")
-}
-
-// maxReason bounds the text of a reason /healthz shows.
-const maxReason = 300
-
-// reason returns the text of err for an open endpoint: one line, bounded,
-// without the password of a redis:// state URL or any secret.
-func (s *server) reason(err error) string {
-	msg := s.redact.String(oneLine.Replace(err.Error()))
-	if u, perr := url.Parse(s.settings.state); perr == nil && u.User != nil {
-		if pw, ok := u.User.Password(); ok && pw != "" {
-			msg = strings.ReplaceAll(msg, pw, "xxxxx")
-		}
-	}
-	if len(msg) > maxReason {
-		msg = strings.ToValidUTF8(msg[:maxReason], "") + "…"
-	}
-	return msg
 }
 
 // forward sends a request upstream through the fallback, within the limits
 // of limits.go.
 func (s *server) forward(w http.ResponseWriter, r *http.Request) {
 	if escapesRoute(r.URL.Path) {
+		refused(r, "refused")
 		w.Header().Set("Connection", "close")
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "keypool: the path holds a dot segment or is not in its clean form", nil)
 		return
 	}
 	if r.ContentLength > s.settings.maxBody {
+		refused(r, "refused")
 		s.tooLarge(w)
 		return
 	}
@@ -312,6 +359,13 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request) {
 		r.Body = aw.body
 	}
 	s.proxy.ServeHTTP(aw, r)
+	if aw.body != nil {
+		// Closed here, not after the handler returns: net/http, in full
+		// duplex, would otherwise start reading the next request while
+		// the close still reads this one's end, and panic
+		// (golang/go#68560).
+		_ = aw.body.Close()
+	}
 	if hasTrailers(w.Header()) {
 		s.redact.header(w.Header()) // trailers go out after the handler returns
 	}
@@ -344,6 +398,7 @@ func (s *server) guard(next http.Handler) http.Handler {
 			}
 		}
 		// A client without the token gets nothing more on this connection.
+		refused(r, "unauthorized")
 		w.Header().Set("Connection", "close")
 		writeError(w, http.StatusUnauthorized, "authentication_error", "keypool: this proxy needs its proxy token, not an upstream key", nil)
 	})
@@ -479,20 +534,27 @@ func (s *server) modifyResponse(resp *http.Response) error {
 
 // proxyError answers a request the proxy could not forward: 429 with a
 // Retry-After when no key is free; 413 or 408 for a body too long or too
-// slow; 502 otherwise.
+// slow; 400 for a model name no store may keep; 502 otherwise.
 func (s *server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	var na *keypool.NoAvailableKeyError
+	var mn *windowspec.ModelNameError
 	var body *requestBody
 	if aw, ok := w.(*answerWriter); ok {
 		body = aw.body
 	}
 	switch {
 	case body != nil && body.tooLarge:
+		refused(r, "refused")
 		s.tooLarge(w)
 	case body != nil && body.timedOut:
+		refused(r, "refused")
 		w.Header().Set("Connection", "close")
 		writeError(w, http.StatusRequestTimeout, "invalid_request_error", "keypool: the request body did not arrive within body_timeout", nil)
+	case errors.As(err, &mn):
+		refused(r, "refused")
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "keypool: "+mn.Error(), nil)
 	case errors.As(err, &na):
+		refused(r, "no_key")
 		extra := map[string]any{}
 		if !na.RetryAt.IsZero() {
 			secs := int64(math.Ceil(time.Until(na.RetryAt).Seconds()))
@@ -501,12 +563,23 @@ func (s *server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		}
 		writeError(w, http.StatusTooManyRequests, "rate_limit_error", err.Error(), extra)
 	case r.Context().Err() != nil:
-		// The client went away.
+		refused(r, "canceled") // the client went away
 	default:
+		recordOf(r.Context()).set(func(rec *requestRecord) {
+			if rec.outcome == "" {
+				rec.outcome = "error"
+			}
+		})
 		msg := s.redact.String(err.Error())
 		s.log.Warn("forwarding failed", "path", r.URL.Path, "err", msg)
 		writeError(w, http.StatusBadGateway, "api_error", "keypool: "+msg, nil)
 	}
+}
+
+// refused notes in r's record why the proxy answered it itself, for its
+// log line.
+func refused(r *http.Request, why string) {
+	recordOf(r.Context()).set(func(rec *requestRecord) { rec.refused = why })
 }
 
 // writeError writes an error body shaped as OpenAI's and Anthropic's are,

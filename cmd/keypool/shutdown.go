@@ -36,16 +36,19 @@ func (s *server) shutdown(hs *http.Server, errc <-chan error) error {
 	if err := s.save(deadline); err != nil {
 		return err
 	}
-	s.log.Info("stopped", "after", time.Since(start).Round(time.Millisecond).String())
+	s.milestoneLog().Info("stopped", "after", time.Since(start).Round(time.Millisecond).String())
 	return nil
 }
 
-// save flushes the pools and closes the state store and the meters, by
-// deadline. It returns an error that names what was not saved: what failed,
+// save stops the watcher, flushes the pools and closes the state store and
+// the meters, by deadline. It returns an error that names what was not saved: what failed,
 // or what was still being saved at the deadline. Only its first call does
 // anything.
 func (s *server) save(deadline time.Time) error {
-	s.saveOnce.Do(func() { s.saveErr = s.saveBy(deadline) })
+	s.saveOnce.Do(func() {
+		s.stopWatch()
+		s.saveErr = s.saveBy(deadline)
+	})
 	return s.saveErr
 }
 

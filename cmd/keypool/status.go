@@ -34,6 +34,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err := callProxy(ctx, http.MethodGet, *addr, "status", givenToken(*token), &report); err != nil {
 			return err
 		}
+		if st := report.Store; st != nil && !st.Healthy {
+			fmt.Fprintf(stdout, "The state store is failing: %s\n\n", st.Reason)
+		}
 		printRoutes(stdout, report.Routes, time.Now(), false)
 		return nil
 	}
@@ -134,9 +137,12 @@ func callProxy(ctx context.Context, method, base, endpoint string, token credent
 	return nil
 }
 
-// printRoutes writes a table of each route's keys at now. Keys read from a
-// state directory have no tier or count of requests sent.
+// printRoutes writes a table of each route's keys at now: a key of an
+// account is shown with it, and a limit learned from the vendor with a
+// star. Keys read from a state directory have no tier or count of requests
+// sent.
 func printRoutes(w io.Writer, routes []routeView, now time.Time, fromStore bool) {
+	starred := false
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ROUTE\tKEY\tTIER\tSTATE\tSENT\tMODEL\tMINUTE REQ/TOK\tDAY REQ/TOK")
 	for _, r := range routes {
@@ -152,30 +158,43 @@ func printRoutes(w io.Writer, routes []routeView, now time.Time, fromStore bool)
 			if fromStore {
 				tier, sent = "-", "-"
 			}
-			state := stateWords(k, now)
+			state, id := stateWords(k, now), k.ID
+			if k.Account != "" {
+				id += " (" + k.Account + ")"
+			}
 			if len(k.Models) == 0 {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t-\t-\t-\n", name, k.ID, tier, state, sent)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t-\t-\t-\n", name, id, tier, state, sent)
 			}
 			for i, m := range k.Models {
 				if i > 0 {
 					sent = ""
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, k.ID, tier, state, sent, m.Model, m.Minute, m.Day)
+				starred = starred || m.Minute.learned() || m.Day.learned()
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, id, tier, state, sent, m.Model, m.Minute, m.Day)
 			}
 		}
 	}
 	tw.Flush()
+	if starred {
+		fmt.Fprintln(w, "* a limit learned from the vendor, tighter than any configured")
+	}
 }
 
-// String shows requests and tokens used against their limits: "12/20 340".
+func (w windowView) learned() bool { return w.RequestsLearned || w.TokensLearned }
+
+// String shows requests and tokens used against their limits, a limit
+// learned from the vendor starred: "12/20 340", "3/8* 120".
 func (w windowView) String() string {
-	part := func(n, limit int64) string {
-		if limit == 0 {
+	part := func(n, limit int64, learned bool) string {
+		switch {
+		case limit == 0:
 			return fmt.Sprint(n)
+		case learned:
+			return fmt.Sprintf("%d/%d*", n, limit)
 		}
 		return fmt.Sprintf("%d/%d", n, limit)
 	}
-	return part(w.Requests, w.RequestsLimit) + " " + part(w.Tokens, w.TokensLimit)
+	return part(w.Requests, w.RequestsLimit, w.RequestsLearned) + " " + part(w.Tokens, w.TokensLimit, w.TokensLearned)
 }
 
 // printState shows what a state directory holds. It opens only a directory

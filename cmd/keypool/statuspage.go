@@ -68,10 +68,12 @@ func (s *server) handleOwn(mux *http.ServeMux) {
 // forwards.
 func forwardable(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		recordOf(r.Context()).set(func(rec *requestRecord) { rec.forwarded = true })
 		if r.Header.Get(ownEndpointHeader) == "" {
 			next.ServeHTTP(w, r)
 			return
 		}
+		refused(r, "refused")
 		writeError(w, http.StatusNotFound, "not_found_error",
 			"keypool: the proxy's own endpoints are at its root (/status), not under "+quotePath(r.URL.Path), nil)
 	})
@@ -241,7 +243,8 @@ func logout(w http.ResponseWriter, r *http.Request) {
 
 // report returns the proxy's status at now.
 func (s *server) report(now time.Time) statusReport {
-	return statusReport{Now: now.UTC(), Routes: viewRoutes(s.fallback.Status(), now), Events: s.events.latest(statusEvents, now)}
+	store := s.viewStoreHealth()
+	return statusReport{Now: now.UTC(), Store: &store, Routes: viewRoutes(s.fallback.Status(), now), Events: s.events.latest(statusEvents, now)}
 }
 
 func (s *server) statusJSON(w http.ResponseWriter, _ *http.Request) {
@@ -273,14 +276,26 @@ func (s *server) unbench(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("keypool: no key %s in a route %s; keypool status -url lists them", quotePath(key), quotePath(route)), nil)
 		return
 	}
-	if err := s.fallback.Unbench(r.Context(), route, key); err != nil {
+	if err := s.pools[s.routeIndex(route)].Unbench(r.Context(), key); err != nil {
 		writeError(w, http.StatusInternalServerError, "api_error", err.Error(), nil)
 		return
 	}
 	who := caller(r)
 	s.log.Info("unbenched", "route", route, "key", key, "by", who, "from", r.RemoteAddr)
 	s.events.unbenched(route, key, who)
+	s.returns.unbench(route, key)
 	writeJSON(w, http.StatusOK, unbenchResult{Route: route, Key: key, Unbenched: true})
+}
+
+// routeIndex returns the position of a route among the proxy's routes, its
+// pool's among s.pools; hasKey has said the route is there.
+func (s *server) routeIndex(route string) int {
+	for i, r := range s.settings.routes {
+		if r.name == route {
+			return i
+		}
+	}
+	return -1
 }
 
 // hasKey reports whether route names a route of the proxy with a key of

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -42,17 +41,7 @@ func proxyLogged(t *testing.T, conf string, tokens ...string) (string, *server, 
 	for _, tok := range tokens {
 		c.ProxyTokens = append(c.ProxyTokens, secretRef(tok))
 	}
-	s, err := c.resolve(func(string) (string, bool) { return "", false })
-	require.NoError(t, err)
-	logs := &syncBuffer{}
-	srv, err := newServer(s, slog.New(slog.NewTextHandler(logs, nil)))
-	require.NoError(t, err)
-	hs := httptest.NewServer(srv.handler())
-	t.Cleanup(func() {
-		hs.Close()
-		srv.close()
-	})
-	return hs.URL, srv, logs
+	return startLogged(t, &c, slog.LevelInfo, healthPoll, nil)
 }
 
 // benchGone sends requests until the revoked key has met one.

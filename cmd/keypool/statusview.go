@@ -22,7 +22,10 @@ import (
 // status -url read. A time that is not known is left out, never shown as
 // the zero time.
 type statusReport struct {
-	Now    time.Time   `json:"now"`
+	Now time.Time `json:"now"`
+	// Store is the state store's health; a report read from an older
+	// proxy, without it, reads as healthy.
+	Store  *storeView  `json:"store,omitempty"`
 	Routes []routeView `json:"routes"`
 	Events []eventView `json:"events"`
 }
@@ -41,6 +44,9 @@ type routeView struct {
 type keyView struct {
 	ID   string `json:"id"`
 	Paid bool   `json:"paid"`
+	// Account is the account whose windows the key shares; empty when it
+	// names none.
+	Account string `json:"account,omitempty"`
 	// State is "serving", "benched" or "full" (a window at its limit).
 	State string `json:"state"`
 	// Bench is the bench that holds the key: for every model, or — when
@@ -60,31 +66,75 @@ type keyView struct {
 	Last *readingView `json:"last,omitempty"`
 }
 
+// kindName is a keypool.Kind as /status writes it, by name ("rate"), which
+// the status command reads back.
+type kindName keypool.Kind
+
+func (k kindName) String() string { return keypool.Kind(k).String() }
+
+func (k kindName) MarshalText() ([]byte, error) { return keypool.Kind(k).MarshalText() }
+
+func (k *kindName) UnmarshalText(b []byte) error {
+	for kind := keypool.KindNone; kind <= keypool.KindTransient; kind++ {
+		if kind.String() == string(b) {
+			*k = kindName(kind)
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown kind %q", b)
+}
+
 // benchView is one bench: its kind, the reason in words, and when it ends.
 type benchView struct {
-	Kind   keypool.Kind `json:"kind"`
-	Reason string       `json:"reason"`
-	Until  time.Time    `json:"until"`
-	// Level is the quota ladder's level (quota answers without a date
+	Kind   kindName  `json:"kind"`
+	Reason string    `json:"reason"`
+	Until  time.Time `json:"until"`
+	// Level is the bench's level (quota answers without a date
 	// since the last success); zero when none.
 	Level int `json:"level,omitempty"`
 }
 
 // modelView is a key's use of one model against the limits the pool
-// enforces; a zero limit is no limit.
+// enforces — axis by axis the tighter of those configured and those the
+// vendor stated (learned) — with both; a zero limit is no limit.
 type modelView struct {
-	Model  string     `json:"model"`
-	Bench  benchView  `json:"bench,omitzero"`
-	Minute windowView `json:"minute"`
-	Day    windowView `json:"day"`
+	Model      string     `json:"model"`
+	Bench      benchView  `json:"bench,omitzero"`
+	Minute     windowView `json:"minute"`
+	Day        windowView `json:"day"`
+	Configured limitsView `json:"configured,omitzero"`
+	Learned    limitsView `json:"learned,omitzero"`
+	Enforced   limitsView `json:"enforced,omitzero"`
 }
 
-// windowView is one window's use and limits.
+// limitsView is a set of limits; a zero field is no limit.
+type limitsView struct {
+	RPM int64 `json:"rpm,omitempty"`
+	RPD int64 `json:"rpd,omitempty"`
+	TPM int64 `json:"tpm,omitempty"`
+	TPD int64 `json:"tpd,omitempty"`
+}
+
+func viewLimits(l keypool.Limits) limitsView {
+	return limitsView{RPM: l.RPM, RPD: l.RPD, TPM: l.TPM, TPD: l.TPD}
+}
+
+// windowView is one window's use and the limits enforced on it; a
+// *Learned field says the limit is the one the vendor stated, tighter
+// than any configured.
 type windowView struct {
-	Requests      int64 `json:"requests"`
-	RequestsLimit int64 `json:"requests_limit,omitempty"`
-	Tokens        int64 `json:"tokens"`
-	TokensLimit   int64 `json:"tokens_limit,omitempty"`
+	Requests        int64 `json:"requests"`
+	RequestsLimit   int64 `json:"requests_limit,omitempty"`
+	RequestsLearned bool  `json:"requests_limit_learned,omitempty"`
+	Tokens          int64 `json:"tokens"`
+	TokensLimit     int64 `json:"tokens_limit,omitempty"`
+	TokensLearned   bool  `json:"tokens_limit_learned,omitempty"`
+}
+
+// learned reports whether the enforced limit of an axis is the vendor's:
+// it is set, and the configured one is not, or is looser.
+func learned(enforced, configured, vendor int64) bool {
+	return enforced != 0 && enforced == vendor && (configured == 0 || vendor < configured)
 }
 
 // full reports whether the window is at one of its limits.
@@ -130,7 +180,7 @@ func displayURL(raw string) string {
 
 // viewKey reads one key's stats at now.
 func viewKey(k keypool.KeyStats, now time.Time) keyView {
-	kv := keyView{ID: k.ID, Paid: k.Paid, State: "serving", Sent: k.Sent, Models: []modelView{}}
+	kv := keyView{ID: k.ID, Paid: k.Paid, Account: k.Account, State: "serving", Sent: k.Sent, Models: []modelView{}}
 	if len(k.Answers) > 0 {
 		kv.Answers = map[string]int64{}
 		for kind, n := range k.Answers {
@@ -139,13 +189,15 @@ func viewKey(k keypool.KeyStats, now time.Time) keyView {
 	}
 	kv.Bench = viewBench(k.Bench, 0, now)
 	for _, m := range k.Models {
+		e, c, l := m.Limits, m.Configured, m.Learned
 		mv := modelView{
 			Model: m.Model,
 			Bench: viewBench(m.Bench, m.Level, now),
-			Minute: windowView{Requests: m.Usage.MinuteRequests, RequestsLimit: m.Limits.RPM,
-				Tokens: m.Usage.MinuteTokens, TokensLimit: m.Limits.TPM},
-			Day: windowView{Requests: m.Usage.DayRequests, RequestsLimit: m.Limits.RPD,
-				Tokens: m.Usage.DayTokens, TokensLimit: m.Limits.TPD},
+			Minute: windowView{Requests: m.Usage.MinuteRequests, RequestsLimit: e.RPM, RequestsLearned: learned(e.RPM, c.RPM, l.RPM),
+				Tokens: m.Usage.MinuteTokens, TokensLimit: e.TPM, TokensLearned: learned(e.TPM, c.TPM, l.TPM)},
+			Day: windowView{Requests: m.Usage.DayRequests, RequestsLimit: e.RPD, RequestsLearned: learned(e.RPD, c.RPD, l.RPD),
+				Tokens: m.Usage.DayTokens, TokensLimit: e.TPD, TokensLearned: learned(e.TPD, c.TPD, l.TPD)},
+			Configured: viewLimits(c), Learned: viewLimits(l), Enforced: viewLimits(e),
 		}
 		wholeKey := kv.BenchModel == "" && !kv.Bench.Until.IsZero()
 		if !wholeKey && mv.Bench.Until.After(kv.Bench.Until) {
@@ -184,7 +236,7 @@ func viewBench(b keypool.Bench, level int, now time.Time) benchView {
 	if !b.Until.After(now) {
 		return benchView{}
 	}
-	return benchView{Kind: b.Kind, Reason: benchReason(b.Kind), Until: b.Until, Level: level}
+	return benchView{Kind: kindName(b.Kind), Reason: benchReason(b.Kind), Until: b.Until, Level: level}
 }
 
 // benchReason says in words what benched a key.

@@ -5,7 +5,6 @@
 package windowspec
 
 import (
-	"errors"
 	"fmt"
 	"time"
 	"unicode/utf8"
@@ -42,19 +41,25 @@ const (
 // within it.
 const MaxModelName = 256
 
-// CheckModel returns an error saying why a model name cannot be kept: longer
-// than MaxModelName, not UTF-8, or holding a control character. It never
-// quotes the name.
+// ModelNameError says why a model name cannot be kept; a proxy answers it
+// as the client's mistake.
+type ModelNameError struct{ why string }
+
+func (e *ModelNameError) Error() string { return e.why }
+
+// CheckModel returns a *ModelNameError saying why a model name cannot be
+// kept: longer than MaxModelName, not UTF-8, or holding a control
+// character. It never quotes the name.
 func CheckModel(name string) error {
 	if len(name) > MaxModelName {
-		return fmt.Errorf("a model name of %d bytes is longer than %d", len(name), MaxModelName)
+		return &ModelNameError{fmt.Sprintf("a model name of %d bytes is longer than %d", len(name), MaxModelName)}
 	}
 	if !utf8.ValidString(name) {
-		return errors.New("a model name is not UTF-8")
+		return &ModelNameError{"a model name is not UTF-8"}
 	}
 	for i, r := range name {
 		if r < ' ' || r == 0x7f {
-			return fmt.Errorf("a model name has a control character at byte %d", i)
+			return &ModelNameError{fmt.Sprintf("a model name has a control character at byte %d", i)}
 		}
 	}
 	return nil
@@ -70,6 +75,19 @@ func CalendarDay(now time.Time, hour int, loc *time.Location) (start, end time.T
 		start = time.Date(t.Year(), t.Month(), t.Day()-1, hour, 0, 0, 0, loc)
 	}
 	end = time.Date(start.Year(), start.Month(), start.Day()+1, hour, 0, 0, 0, loc)
+	return start, end
+}
+
+// CalendarMonth returns the calendar month that holds now: it starts on the
+// first day at hour o'clock in loc and ends at the same hour on the first
+// day of the next month.
+func CalendarMonth(now time.Time, hour int, loc *time.Location) (start, end time.Time) {
+	t := now.In(loc)
+	start = time.Date(t.Year(), t.Month(), 1, hour, 0, 0, 0, loc)
+	if start.After(t) {
+		start = time.Date(t.Year(), t.Month()-1, 1, hour, 0, 0, 0, loc)
+	}
+	end = time.Date(start.Year(), start.Month()+1, 1, hour, 0, 0, 0, loc)
 	return start, end
 }
 

@@ -86,9 +86,10 @@
 
   const percent = (used, limit) => Math.min(100, Math.round((100 * used) / limit));
 
-  // bar shows one window's use against its limit; without a limit, the
-  // count alone.
-  function bar(label, used, limit) {
+  // bar shows one window's use against the limit the pool enforces,
+  // saying so when that limit is the one learned from the vendor; without
+  // a limit, the count alone.
+  function bar(label, used, limit, learned) {
     if (!limit) {
       return h("div", { class: "use nolimit" }, h("span", { class: "use-label", text: label }),
         h("span", { class: "use-count", text: `${used} · no limit set` }));
@@ -100,7 +101,8 @@
     if (used >= limit) level = " at-limit";
     else if (pct >= 80) level = " near-limit";
     return h("div", { class: `use${level}` },
-      h("span", { class: "use-label", text: label }),
+      h("span", { class: "use-label" }, label,
+        learned ? h("span", { class: "learned", text: " · learned from the vendor" }) : null),
       h("span", { class: "use-count", text: `${used} / ${limit}` }),
       h("span", {
         class: "bar", role: "meter", "aria-label": label,
@@ -109,15 +111,41 @@
   }
 
   function modelUse(m) {
-    const rows = [bar("requests this minute", m.minute.requests, m.minute.requests_limit)];
-    if (m.minute.tokens_limit) rows.push(bar("tokens this minute", m.minute.tokens, m.minute.tokens_limit));
-    if (m.day.requests_limit || !m.minute.requests_limit) rows.push(bar("requests today", m.day.requests, m.day.requests_limit));
-    if (m.day.tokens_limit) rows.push(bar("tokens today", m.day.tokens, m.day.tokens_limit));
+    const mn = m.minute;
+    const dy = m.day;
+    const rows = [bar("requests this minute", mn.requests, mn.requests_limit, mn.requests_limit_learned)];
+    if (mn.tokens_limit) rows.push(bar("tokens this minute", mn.tokens, mn.tokens_limit, mn.tokens_limit_learned));
+    if (dy.requests_limit || !mn.requests_limit) rows.push(bar("requests today", dy.requests, dy.requests_limit, dy.requests_limit_learned));
+    if (dy.tokens_limit) rows.push(bar("tokens today", dy.tokens, dy.tokens_limit, dy.tokens_limit_learned));
     const head = h("div", { class: "model-head" }, h("span", { class: "model", text: m.model }));
     if (m.bench) {
       head.append(h("span", { class: "badge benched", text: `benched (${m.bench.kind})` }));
     }
-    return h("div", { class: "model-use" }, head, rows);
+    return h("div", { class: "model-use" }, head, rows, limitsList(m));
+  }
+
+  // limitsText says a set of limits in words: "30 req/min, 1000 req/day".
+  function limitsText(l) {
+    const parts = [];
+    if (l && l.rpm) parts.push(`${l.rpm} req/min`);
+    if (l && l.rpd) parts.push(`${l.rpd} req/day`);
+    if (l && l.tpm) parts.push(`${l.tpm} tok/min`);
+    if (l && l.tpd) parts.push(`${l.tpd} tok/day`);
+    return parts.join(", ");
+  }
+
+  // limitsList shows a model's limits: those configured, those learned
+  // from the vendor's answers, and those enforced — axis by axis the
+  // tighter.
+  function limitsList(m) {
+    const configured = limitsText(m.configured);
+    const learned = limitsText(m.learned);
+    if (!configured && !learned) return null;
+    const row = (term, text) => [h("dt", { text: term }), h("dd", { text: text || "none" })];
+    return h("dl", { class: "limits" },
+      row("configured", configured),
+      row("learned", learned),
+      row("enforced", limitsText(m.enforced)));
   }
 
   function stateLine(k, route) {
@@ -178,6 +206,8 @@
         h("span", { class: "key-id", text: k.id }),
         h("span", { class: `tier ${k.paid ? "paid" : "free"}`, text: k.paid ? "paid" : "free" }),
         h("span", { class: `badge ${k.state}`, text: badge })),
+      k.account ? h("p", { class: "account" }, "account ", h("span", { class: "account-name", text: k.account }),
+        " · its windows are shared with the account's other keys") : null,
       stateLine(k, route),
       k.models.map(modelUse),
       reading(k, now),
@@ -225,10 +255,30 @@
     $("summary").replaceChildren(
       `${routes} ${routes === 1 ? "route" : "routes"} · ${keys} keys: ${states.serving} serving, ${states.benched} benched, ${states.full} full · updated `,
       countdown(Date.now() + skew, "ago"));
+    storeBanner(report.store);
     $("routes").replaceChildren(...report.routes.map((r) => routeSection(r, now)));
     const events = report.events || [];
     $("events-section").hidden = events.length === 0;
     $("events").replaceChildren(...events.map((e) => eventItem(e, now)));
+  }
+
+  // storeBanner says, while the state store fails, why, and since when.
+  function storeBanner(store) {
+    const el = $("store-banner");
+    if (!store || store.healthy) {
+      el.hidden = true;
+      el.replaceChildren();
+      return;
+    }
+    const since = store.since
+      ? [" since ", h("time", { datetime: store.since, text: clock(parseTime(store.since), serverNow(), true) })]
+      : [];
+    el.replaceChildren(
+      h("strong", { text: "The state store is failing" }),
+      ...since,
+      `: ${store.reason}. `,
+      "The proxy serves on, but its windows and benches may not be saved, or shared with other replicas, until the store works again.");
+    el.hidden = false;
   }
 
   function problem(text) {
@@ -240,6 +290,7 @@
     $("login").hidden = false;
     $("logout").hidden = true;
     $("routes").replaceChildren();
+    $("store-banner").hidden = true;
     $("events-section").hidden = true;
     $("summary").textContent = "Log in to see the proxy's routes and keys.";
     if (location.hash === "#login-failed") {

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/keypool-go/keypool"
+)
+
+// failingStoreProxy starts the proxy over a store whose health is what the
+// test sets, its watcher ticking every poll, with a redis:// state whose
+// password must never show; it returns its URL, the server, the store and
+// the log.
+func failingStoreProxy(t *testing.T, poll time.Duration) (string, *server, *stuckStore, *syncBuffer) {
+	t.Helper()
+	store := &stuckStore{Store: keypool.NewMemoryStore(), release: make(chan struct{})}
+	close(store.release)
+	c, err := parseConfig([]byte("proxy_tokens: ["+proxyToken+"]\nstate: redis://:hunter2@127.0.0.1:1/0\n"+
+		"upstreams: [{name: up, url: 'http://127.0.0.1:1', keys: [{id: k1, secret: sk-health-1}, {id: k2, secret: sk-health-2}]}]\n"), "k")
+	require.NoError(t, err)
+	base, srv, logs := startLogged(t, c, slog.LevelInfo, poll, store)
+	return base, srv, store, logs
+}
+
+func (s *stuckStore) fail(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.health = err
+}
+
+// storeOf returns the store part of the proxy's /status.
+func storeOf(t *testing.T, base string) storeView {
+	t.Helper()
+	status, body := get(t, base+"/status", nil, http.Header{"Authorization": {"Bearer " + proxyToken}})
+	require.Equal(t, http.StatusOK, status, body)
+	var report statusReport
+	require.NoError(t, json.Unmarshal([]byte(body), &report))
+	require.NotNil(t, report.Store, body)
+	return *report.Store
+}
+
+// healthGauge returns the value of keypool_store_healthy on /metrics.
+func healthGauge(t *testing.T, base string) string {
+	t.Helper()
+	status, body := get(t, base+"/metrics", nil, http.Header{"Authorization": {"Bearer " + proxyToken}})
+	require.Equal(t, http.StatusOK, status)
+	m := regexp.MustCompile(`(?m)^keypool_store_healthy(?:\{[^}]*\})? (\S+)$`).FindAllStringSubmatch(body, -1)
+	require.Len(t, m, 1, "one series, without the reason as a label:\n%s", body)
+	assert.NotContains(t, body, "hunter2")
+	return m[0][1]
+}
+
+func TestStoreFailureIsReported(t *testing.T) {
+	base, srv, store, logs := failingStoreProxy(t, 10*time.Millisecond)
+	assert.Equal(t, storeView{Healthy: true}, storeOf(t, base))
+	assert.Equal(t, "1", healthGauge(t, base))
+
+	long := strings.Repeat("x", 2*maxReason)
+	store.fail(errors.New("redisstore: redis unavailable: dial redis://:hunter2@127.0.0.1:1: refused\nsk-health-1 " + long))
+	require.Eventually(t, func() bool { return len(logLines(logs, "state store failing")) == 1 }, 5*time.Second, 5*time.Millisecond)
+	st := storeOf(t, base)
+	assert.False(t, st.Healthy)
+	assert.True(t, strings.HasPrefix(st.Reason, "redisstore: redis unavailable: dial redis://:xxxxx@127.0.0.1:1: refused\\n[redacted:k1] xxx"), st.Reason)
+	assert.True(t, strings.HasSuffix(st.Reason, "…"), "bounded as /healthz bounds it")
+	assert.LessOrEqual(t, len(st.Reason), maxReason+len("…"))
+	assert.NotContains(t, st.Reason, "hunter2")
+	assert.NotContains(t, st.Reason, "sk-health")
+	assert.WithinDuration(t, time.Now(), st.Since, 5*time.Second)
+	assert.Equal(t, "0", healthGauge(t, base))
+
+	// The failure goes on, and changes its words: nothing more is logged.
+	time.Sleep(100 * time.Millisecond)
+	store.fail(errors.New("redisstore: redis unavailable: i/o timeout"))
+	time.Sleep(100 * time.Millisecond)
+	store.fail(nil)
+	require.Eventually(t, func() bool { return len(logLines(logs, "state store working again")) == 1 }, 5*time.Second, 5*time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
+	spell := regexp.MustCompile(`(?m)msg="state store `).FindAllString(logs.String(), -1)
+	assert.Len(t, spell, 2, "one line when the failure starts, one when it ends:\n%s", logs.String())
+	assert.Regexp(t, `level=WARN msg="state store failing" state=redis://:xxxxx@127.0.0.1:1/0 reason="redisstore: redis unavailable: dial redis://:xxxxx@`, logLines(logs, "state store failing")[0])
+	assert.Regexp(t, `level=INFO msg="state store working again" state=redis://:xxxxx@127.0.0.1:1/0 failed_for=\d+s`, logLines(logs, "state store working again")[0])
+	assert.NotContains(t, logs.String(), "hunter2")
+	assert.NotContains(t, logs.String(), "sk-health")
+	assert.Equal(t, storeView{Healthy: true}, storeOf(t, base))
+	assert.Equal(t, "1", healthGauge(t, base))
+
+	// A shutdown stops the watcher.
+	srv.close()
+	select {
+	case <-srv.watch.done:
+	case <-time.After(time.Second):
+		t.Fatal("the watcher still runs after close")
+	}
+	store.fail(errors.New("after the end"))
+	time.Sleep(50 * time.Millisecond)
+	assert.Len(t, logLines(logs, "state store failing"), 1, "nothing logged after the shutdown")
+}
+
+func TestStoreHealthPolledOnceASecond(t *testing.T) {
+	assert.Equal(t, time.Second, healthPoll)
+	calls := &countingHealth{}
+	srv := &server{settings: &settings{}, log: slog.New(slog.DiscardHandler), store: calls, redact: newRedactor(nil)}
+	srv.startWatch(healthPoll)
+	time.Sleep(2500 * time.Millisecond)
+	srv.stopWatch()
+	srv.stopWatch() // again: nothing
+	assert.InDelta(t, 3, calls.n.Load(), 1, "once at the start, then once a second")
+}
+
+// countingHealth is a store that counts the calls of its Health.
+type countingHealth struct {
+	keypool.Store
+	n atomic.Int64
+}
+
+func (c *countingHealth) Health() error {
+	c.n.Add(1)
+	return nil
+}
+
+func TestServeStartsWithReplicasWhileRedisIsDown(t *testing.T) {
+	mr := miniredis.RunT(t)
+	addr := mr.Addr()
+	mr.Close()
+	p := startServe(t, fmt.Sprintf("replicas: 2\nstate: redis://:hunter2@%s/0\nproxy_tokens: [%q]\nupstreams: [{url: 'http://127.0.0.1:1', keys: [{secret: sk-a}]}]\n", addr, proxyToken))
+	require.Eventually(t, func() bool { return strings.Contains(p.stderr.String(), `msg="state store failing"`) }, 10*time.Second, 20*time.Millisecond, p.stderr.String())
+	assert.Equal(t, 1, strings.Count(p.stderr.String(), `msg="state store failing"`))
+	assert.NotContains(t, p.stderr.String(), "hunter2")
+	assert.NotContains(t, p.stderr.String(), "pool.go", "the Redis client's own log is at debug")
+	status, body := get(t, "http://"+p.addr+"/healthz", nil, nil)
+	assert.Equal(t, http.StatusOK, status)
+	assert.True(t, strings.HasPrefix(body, "degraded: state store: "), body)
+}

@@ -1,0 +1,217 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/embedded"
+)
+
+// The proxy logs one line for each request: at info for a request it
+// forwards or refuses to forward, with the route, key and model that
+// answered, the answer's status and outcome kind, and how long it took; at
+// debug for its own endpoints (the status page asks /status every two
+// seconds).
+//
+// What the pools did with a request comes from their spans: each attempt
+// is a span whose attributes name the route (keypool.provider), the key,
+// the model and the outcome (keypool's telemetry, which never holds a
+// secret). The proxy gives its pools a tracer of its own, which writes
+// those attributes into the record the request carries in its context, and
+// passes the spans on to the global tracer provider.
+
+// requestRecord is what the proxy learns of one request as it is handled.
+// It is safe for concurrent use.
+type requestRecord struct {
+	mu        sync.Mutex // guards the fields below
+	forwarded bool       // the request was for an upstream, not an own endpoint
+	refused   string     // why the proxy answered itself: "no_key", "refused"
+	route     string     // of the last attempt
+	key       string
+	model     string
+	outcome   string // the last attempt's kind: "none", "rate", …; "error" when it had no answer
+	attempts  int
+}
+
+type recordKey struct{}
+
+// recordOf returns the record a request's context carries, or nil.
+func recordOf(ctx context.Context) *requestRecord {
+	rec, _ := ctx.Value(recordKey{}).(*requestRecord)
+	return rec
+}
+
+// set runs f on the record under its lock; a nil record does nothing.
+func (r *requestRecord) set(f func(*requestRecord)) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	f(r)
+	r.mu.Unlock()
+}
+
+// logRequests logs a line for each request next handles, once its answer
+// is written.
+func (s *server) logRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.log.Enabled(r.Context(), slog.LevelInfo) && !s.log.Enabled(r.Context(), slog.LevelDebug) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		start := time.Now()
+		rec := &requestRecord{}
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), recordKey{}, rec)))
+		s.logRequest(r, rec, sw.status, time.Since(start))
+	})
+}
+
+// logRequest writes the line of request r: a forwarded one at info, an own
+// endpoint's at debug.
+func (s *server) logRequest(r *http.Request, rec *requestRecord, status int, took time.Duration) {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	level := slog.LevelDebug
+	if rec.forwarded {
+		level = slog.LevelInfo
+	}
+	if !s.log.Enabled(r.Context(), level) {
+		return
+	}
+	if status == 0 {
+		status = http.StatusOK // the handler wrote nothing: the server answers 200
+	}
+	outcome := rec.outcome
+	if rec.refused != "" {
+		outcome = rec.refused
+	}
+	s.log.LogAttrs(r.Context(), level, "request",
+		slog.String("method", r.Method),
+		slog.String("path", boundedPath(r.URL.Path)),
+		slog.String("route", rec.route),
+		slog.String("key", rec.key),
+		slog.String("model", rec.model),
+		slog.Int("status", status),
+		slog.String("outcome", outcome),
+		slog.Int("attempts", rec.attempts),
+		slog.Duration("duration", took.Round(time.Microsecond)))
+}
+
+// maxLoggedPath bounds the path a request's line shows.
+const maxLoggedPath = 200
+
+func boundedPath(p string) string {
+	if len(p) > maxLoggedPath {
+		return p[:maxLoggedPath] + "…"
+	}
+	return p
+}
+
+// statusWriter notes the status of the answer written through it.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap returns the server's writer, for http.ResponseController: flushes,
+// deadlines and full duplex reach it.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// attemptTracing is the tracer provider of the proxy's pools: each attempt
+// span it starts writes what the pool set on it into the record of the
+// request it belongs to, and passes everything on to a span of the global
+// tracer provider, as the pool would without it.
+type attemptTracing struct{ embedded.TracerProvider }
+
+func (attemptTracing) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
+	return attemptTracer{inner: otel.GetTracerProvider().Tracer(name, opts...)}
+}
+
+type attemptTracer struct {
+	embedded.Tracer
+	inner trace.Tracer
+}
+
+// Start returns a span that always records (else the pool would stop
+// tracing for a while), and that ends into the request's record.
+func (t attemptTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	ctx, inner := t.inner.Start(ctx, name, opts...)
+	return ctx, &attemptSpan{Span: inner, rec: recordOf(ctx)}
+}
+
+// attemptSpan is one attempt of a request on a key. Only the pool's
+// goroutine for the attempt writes to it.
+type attemptSpan struct {
+	trace.Span                 // the global provider's, which gets every call
+	rec                        *requestRecord
+	route, key, model, outcome string
+	failed                     bool // ended in error: no answer
+	status                     int64
+}
+
+func (s *attemptSpan) IsRecording() bool { return true }
+
+// The attributes of keypool's attempt spans the log reads.
+const (
+	spanRoute   = attribute.Key("keypool.provider")
+	spanKey     = attribute.Key("keypool.key.id")
+	spanModel   = attribute.Key("keypool.model")
+	spanOutcome = attribute.Key("keypool.outcome")
+	spanStatus  = attribute.Key("http.response.status_code")
+)
+
+func (s *attemptSpan) SetAttributes(kv ...attribute.KeyValue) {
+	s.Span.SetAttributes(kv...)
+	for _, a := range kv {
+		switch a.Key {
+		case spanRoute:
+			s.route = a.Value.AsString()
+		case spanKey:
+			s.key = a.Value.AsString()
+		case spanModel:
+			s.model = a.Value.AsString()
+		case spanOutcome:
+			s.outcome = a.Value.AsString()
+		case spanStatus:
+			s.status = a.Value.AsInt64()
+		}
+	}
+}
+
+func (s *attemptSpan) SetStatus(c codes.Code, desc string) {
+	s.Span.SetStatus(c, desc)
+	s.failed = c == codes.Error
+}
+
+func (s *attemptSpan) End(opts ...trace.SpanEndOption) {
+	s.Span.End(opts...)
+	s.rec.set(func(r *requestRecord) {
+		r.route, r.key, r.model, r.outcome = s.route, s.key, s.model, s.outcome
+		if s.failed && s.status == 0 {
+			r.outcome = "error"
+		}
+		r.attempts++
+	})
+}
