@@ -60,12 +60,13 @@ func Classify(status int, h http.Header, body []byte, now time.Time) (Kind, Rese
 }
 
 func classify(status int, h http.Header, body []byte, now time.Time) verdict {
-	g := headerGroups(h)
-	if g == 0 && status < 400 {
+	var a answerHeaders
+	scanHeaders(h, &a)
+	if a.groups == 0 && status < 400 {
 		return verdict{} // the common answer: a success without rate-limit headers
 	}
 	var e evidence
-	readHeaders(h, g, now, &e)
+	readHeaders(h, &a, now, &e)
 	v := judge(status, body, &e, now)
 	v.stated = e.stated
 	return v

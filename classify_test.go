@@ -191,6 +191,7 @@ func BenchmarkClassify(b *testing.B) {
 	}{
 		{"200 without rate-limit headers", 200, benchHeaders["200 without rate-limit headers"], nil},
 		{"200 openai", 200, benchHeaders["openai"], nil},
+		{"200 anthropic", 200, benchHeaders["anthropic"], nil},
 		{"200 claude subscription", 200, benchHeaders["claude subscription"], nil},
 		{"429 anthropic headers", 429, benchHeaders["anthropic"], nil},
 		{"429 openai body", 429, nil, []byte(openAIRPDBody)},

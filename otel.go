@@ -2,6 +2,7 @@ package keypool
 
 import (
 	"context"
+	"reflect"
 	"sync/atomic"
 	"time"
 
@@ -37,10 +38,23 @@ const (
 type telemetry struct {
 	tracer    trace.Tracer
 	startOpts []trace.SpanStartOption
-	// quietUntil, in Unix nanoseconds, is when to try starting spans again
-	// after the tracer gave a span that goes nowhere: without an SDK, the
-	// global provider's spans cost allocations and record nothing.
-	quietUntil  atomic.Int64
+	// quietUntil, in nanoseconds since epoch on the monotonic clock, is
+	// when to try starting spans again after the tracer gave a span that
+	// goes nowhere: without an SDK, the global provider's spans cost
+	// allocations and record nothing. The monotonic clock alone is read,
+	// which costs about half a wall-clock reading.
+	epoch      time.Time
+	quietUntil atomic.Int64
+	// global is the global tracer provider the tracer came from, when the
+	// pool was given none and that provider is a pointer; globalProvider
+	// reads the global provider now (otel.GetTracerProvider, a test's
+	// stand-in). While a quiet spell began with the global provider the
+	// same (quietGlobal), the spell lasts until another is installed, and
+	// no clock is read.
+	global         trace.TracerProvider
+	globalProvider func() trace.TracerProvider
+	quietGlobal    atomic.Bool
+
 	requests    metric.Int64Counter
 	benches     metric.Int64Counter
 	tokens      metric.Int64Counter
@@ -78,17 +92,25 @@ func windowLabel(w Window) string {
 // c, or the global ones. An instrument that cannot be built is reported to
 // otel.Handle and left a no-op.
 func newTelemetry(p *Pool) *telemetry {
+	return newTelemetryOf(p, otel.GetTracerProvider)
+}
+
+// newTelemetryOf is newTelemetry with the global tracer provider read by
+// globalProvider.
+func newTelemetryOf(p *Pool, globalProvider func() trace.TracerProvider) *telemetry {
 	tp, mp := p.cfg.tracerProvider, p.cfg.meterProvider
+	t := &telemetry{epoch: time.Now(), globalProvider: globalProvider}
 	if tp == nil {
-		tp = otel.GetTracerProvider()
+		tp = globalProvider()
+		if reflect.TypeOf(tp).Kind() == reflect.Pointer {
+			t.global = tp // compared with ==, which only a comparable type survives
+		}
 	}
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	t := &telemetry{
-		tracer:    tp.Tracer(ScopeName, trace.WithInstrumentationVersion(Version)),
-		startOpts: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)},
-	}
+	t.tracer = tp.Tracer(ScopeName, trace.WithInstrumentationVersion(Version))
+	t.startOpts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
 	m := mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version))
 	var err error
 	handle := func(e error) {
@@ -155,22 +177,30 @@ func (t *telemetry) forKey(provider string, k *poolKey) keyTelemetry {
 }
 
 // quietFor is how long the pool skips starting spans after a span went
-// nowhere; a tracer installed later is used from then on.
+// nowhere, when its tracer came from a provider it was given; a tracer
+// installed later is used from then on. A tracer of the global provider is
+// skipped until another global provider is installed.
 const quietFor = time.Second
 
 // startAttempt starts the span of one attempt. When the tracer has no SDK
 // behind it (its span has no valid context), it skips tracing for a while
-// and returns a no-op span that allocates nothing.
+// (see quietFor) and returns a no-op span that allocates nothing.
 func (t *telemetry) startAttempt(ctx context.Context, k *poolKey, model string, attempt int) (context.Context, trace.Span) {
 	parent := trace.SpanFromContext(ctx)
 	if !parent.SpanContext().IsValid() {
-		if now := time.Now().UnixNano(); now < t.quietUntil.Load() {
+		if t.quietGlobal.Load() && t.globalProvider() == t.global {
 			return ctx, parent // the no-op span of a context without one
+		}
+		if time.Since(t.epoch).Nanoseconds() < t.quietUntil.Load() {
+			return ctx, parent
 		}
 	}
 	sctx, span := t.tracer.Start(ctx, "keypool.attempt", t.startOpts...)
 	if !span.SpanContext().IsValid() && !span.IsRecording() {
-		t.quietUntil.Store(time.Now().Add(quietFor).UnixNano())
+		t.quietUntil.Store((time.Since(t.epoch) + quietFor).Nanoseconds())
+		if t.global != nil && t.globalProvider() == t.global {
+			t.quietGlobal.Store(true)
+		}
 		return sctx, span
 	}
 	if span.IsRecording() {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -14,6 +16,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/embedded"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
 
 // telemetryPool returns a pool whose spans and metrics a test can read.
@@ -178,6 +183,82 @@ func BenchmarkTelemetryWithoutSDK(b *testing.B) {
 		p.tel.answered(ctx, k, v)
 		endAttempt(span, 200, v, 0, nil)
 	}
+}
+
+// countingTracerProvider gives tracers that count the spans started and
+// start them with inner, a provider without an SDK behind it.
+type countingTracerProvider struct {
+	embedded.TracerProvider
+	inner  trace.TracerProvider
+	starts atomic.Int64
+}
+
+func (p *countingTracerProvider) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
+	return &countingTracer{inner: p.inner.Tracer(name, opts...), starts: &p.starts}
+}
+
+type countingTracer struct {
+	embedded.Tracer
+	inner  trace.Tracer
+	starts *atomic.Int64
+}
+
+func (t *countingTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	t.starts.Add(1)
+	return t.inner.Start(ctx, name, opts...)
+}
+
+// quietAttempt starts and ends the span of one attempt of p's first key.
+func quietAttempt(p *Pool) {
+	_, span := p.tel.startAttempt(context.Background(), p.keys[0], "m", 0)
+	endAttempt(span, 200, verdict{}, 0, nil)
+}
+
+// TestTelemetryQuietWithoutSDK holds the quiet spell of a tracer whose spans
+// go nowhere: the pool asks it for no span for quietFor, then tries again.
+func TestTelemetryQuietWithoutSDK(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tp := &countingTracerProvider{inner: tracenoop.NewTracerProvider()}
+		p, err := New("test", []Key{{Secret: "sk-1"}}, WithTracerProvider(tp))
+		require.NoError(t, err)
+		defer p.Close()
+		attempt := func() { quietAttempt(p) }
+		attempt()
+		assert.Equal(t, int64(1), tp.starts.Load(), "spans started by the first attempt")
+		time.Sleep(quietFor - time.Millisecond)
+		attempt()
+		assert.Equal(t, int64(1), tp.starts.Load(), "spans started within the quiet spell")
+		time.Sleep(time.Millisecond)
+		attempt()
+		assert.Equal(t, int64(2), tp.starts.Load(), "spans started once the quiet spell is over")
+		attempt()
+		assert.Equal(t, int64(2), tp.starts.Load(), "spans started in the next quiet spell")
+	})
+}
+
+// TestTelemetryQuietWithGlobalProvider holds the quiet spell of the global
+// tracer provider without an SDK: it lasts, with no clock read, until
+// another global provider is installed.
+func TestTelemetryQuietWithGlobalProvider(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tp := &countingTracerProvider{inner: tracenoop.NewTracerProvider()}
+		var global trace.TracerProvider = tp
+		p, err := New("test", []Key{{Secret: "sk-1"}})
+		require.NoError(t, err)
+		defer p.Close()
+		p.tel.close()
+		p.tel = newTelemetryOf(p, func() trace.TracerProvider { return global })
+		attempt := func() { quietAttempt(p) }
+		attempt()
+		assert.Equal(t, int64(1), tp.starts.Load(), "spans started by the first attempt")
+		time.Sleep(10 * quietFor)
+		attempt()
+		assert.Equal(t, int64(1), tp.starts.Load(), "spans started while the global provider is the same")
+		global = &countingTracerProvider{inner: tracenoop.NewTracerProvider()} // another provider installed
+		time.Sleep(quietFor)
+		attempt()
+		assert.Equal(t, int64(2), tp.starts.Load(), "spans started once another global provider is installed")
+	})
 }
 
 // The limits a vendor states are measured by key and axis, once per change.

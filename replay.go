@@ -69,19 +69,20 @@ func readAtMost(r io.Reader, n int64, limit int) ([]byte, error) {
 		return io.ReadAll(io.LimitReader(r, int64(limit)+1))
 	}
 	buf := make([]byte, n, n+1)
-	if _, err := io.ReadFull(r, buf); err != nil {
+	if k, err := io.ReadFull(r, buf); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return buf, nil // shorter than it said: the vendor will judge
+			return buf[:k], nil // shorter than it said: the vendor will judge
 		}
 		return nil, err
 	}
-	var one [1]byte
+	// The one byte more that tells a body longer than it said goes in
+	// buf's spare capacity: a local array would escape to the heap.
 	for {
-		m, err := r.Read(one[:])
+		m, err := r.Read(buf[n : n+1])
 		if m > 0 {
 			// Longer than it said: read on as a body of unknown length.
 			rest, err := io.ReadAll(io.LimitReader(r, int64(limit)-n))
-			return append(append(buf, one[0]), rest...), err
+			return append(buf[:n+1], rest...), err
 		}
 		if err == io.EOF {
 			return buf, nil

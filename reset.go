@@ -64,12 +64,13 @@ type Reset struct {
 // The header map must have canonical keys, as net/http gives them. It is
 // pure and safe to call from any goroutine.
 func ParseRateLimitReset(h http.Header, now time.Time) Reset {
-	g := headerGroups(h)
-	if g == 0 {
+	var a answerHeaders
+	scanHeaders(h, &a)
+	if a.groups == 0 {
 		return Reset{}
 	}
 	var e evidence
-	readHeaders(h, g, now, &e)
+	readHeaders(h, &a, now, &e)
 	return e.reset(now, asReported)
 }
 

@@ -65,7 +65,9 @@ func readBody(body []byte, now time.Time) bodyEvidence {
 	}
 	// OpenRouter forwards its rate-limit headers inside the body; they
 	// outrank what the prose says, as headers do.
-	readHeaders(f.headers, headerGroups(f.headers), now, &b.evidence)
+	var forwarded answerHeaders
+	scanHeaders(f.headers, &forwarded)
+	readHeaders(f.headers, &forwarded, now, &b.evidence)
 
 	var own evidence
 	if own.retryAfter, own.hasRetryAfter = parseWait(f.retryDelay, now); !own.hasRetryAfter {

@@ -31,9 +31,9 @@ const (
 	headerUnifiedOverageReason = "Anthropic-Ratelimit-Unified-Overage-Disabled-Reason"
 )
 
-// The groups of rate-limit headers. headerGroups notes which occur, so that
+// The groups of rate-limit headers. scanHeaders notes which occur, so that
 // an answer without any costs one pass over its keys and no lookup, and an
-// answer with some looks up only the names of its groups.
+// answer with some reads only the headers of its groups.
 const (
 	groupRetryAfter uint8 = 1 << iota // Retry-After, Retry-After-Ms, X-Ms-Retry-After-Ms
 	groupXRateLimit                   // X-Ratelimit-*
@@ -43,56 +43,139 @@ const (
 	groupCodex                        // X-Codex-*
 )
 
-// headerGroups returns the groups of rate-limit headers that occur in h.
-func headerGroups(h http.Header) uint8 {
-	var g uint8
-	for k := range h {
+// The headers of a counter, in the order of counterFields.
+const (
+	fieldLimit = iota
+	fieldRemaining
+	fieldReset
+	counterFields
+)
+
+// answerHeaders is what one pass over an answer's header keys finds: the
+// groups of rate-limit headers it carries, the first value of each
+// counter's headers, and whether Groq served it. It lets the counters be
+// read without a map lookup per name.
+type answerHeaders struct {
+	groups uint8
+	groq   bool
+	// counted has bit i set when counter i has a header in the answer.
+	counted uint16
+	// values holds the first value of each counter's headers, by
+	// counter and field ("" where the answer has none).
+	values [len(counters)][counterFields]string
+}
+
+// This fails to compile when answerHeaders.counted has no bit for a counter.
+const _ = uint16(1) << (len(counters) - 1)
+
+// counterNames holds the canonical name of each counter header by id,
+// counter*counterFields + field; "" where a counter has no such header.
+var counterNames = func() (names [len(counters) * counterFields]string) {
+	for i, c := range counters {
+		names[i*counterFields+fieldLimit] = c.limit
+		names[i*counterFields+fieldRemaining] = c.remaining
+		names[i*counterFields+fieldReset] = c.reset
+	}
+	return names
+}()
+
+// counterNamesByLen lists the ids of the counter headers (see counterNames)
+// by the length of their names: a key is matched by comparing it with the
+// few names of its length, with no hashing.
+var counterNamesByLen = func() [][]uint8 {
+	var byLen [][]uint8
+	for id, name := range counterNames {
+		if name == "" {
+			continue
+		}
+		for len(byLen) <= len(name) {
+			byLen = append(byLen, nil)
+		}
+		byLen[len(name)] = append(byLen[len(name)], uint8(id))
+	}
+	return byLen
+}()
+
+// counterHeader returns the id (see counterNames) of the counter header named
+// k, or false.
+func counterHeader(k string) (uint8, bool) {
+	if len(k) >= len(counterNamesByLen) {
+		return 0, false
+	}
+	for _, id := range counterNamesByLen[len(k)] {
+		if counterNames[id] == k {
+			return id, true
+		}
+	}
+	return 0, false
+}
+
+// scanHeaders reads into a, which must be zero, in one pass over the keys of
+// h, which groups of rate-limit headers h carries and the values of the
+// counters' headers. Keys are matched as net/http canonicalizes them, as a
+// lookup of the canonical name would match them.
+func scanHeaders(h http.Header, a *answerHeaders) {
+	for k, v := range h {
 		if len(k) < len("Ratelimit") {
 			continue
 		}
+		counter := false
 		switch k[0] {
 		case 'R':
 			switch {
 			case strings.HasPrefix(k, headerRetryAfter):
-				g |= groupRetryAfter
+				a.groups |= groupRetryAfter
 			case strings.HasPrefix(k, headerRateLimit):
-				g |= groupRateLimit
+				a.groups |= groupRateLimit
+				counter = true
 			}
 		case 'X':
 			switch {
 			case strings.HasPrefix(k, "X-Ratelimit-"):
-				g |= groupXRateLimit
+				a.groups |= groupXRateLimit
+				counter = true
 			case strings.HasPrefix(k, "X-Codex-"):
-				g |= groupCodex
+				a.groups |= groupCodex
 			case k == headerMsRetryAfterMs:
-				g |= groupRetryAfter
+				a.groups |= groupRetryAfter
+			case k == headerGroqRegion:
+				a.groq = true
 			}
 		case 'A':
 			switch {
 			case strings.HasPrefix(k, "Anthropic-Ratelimit-Unified-"):
-				g |= groupUnified
+				a.groups |= groupUnified
 			case strings.HasPrefix(k, "Anthropic-Ratelimit-"):
-				g |= groupAnthropic
+				a.groups |= groupAnthropic
+				counter = true
 			}
 		}
+		if !counter || len(v) == 0 {
+			continue
+		}
+		if id, ok := counterHeader(k); ok {
+			a.values[id/counterFields][id%counterFields] = v[0]
+			a.counted |= 1 << (id / counterFields)
+		}
 	}
-	return g
 }
 
-// readHeaders reads the rate-limit headers of an answer, of the groups g
-// (see headerGroups), as of now into r.
-func readHeaders(h http.Header, g uint8, now time.Time, e *evidence) {
+// readHeaders reads the rate-limit headers of an answer, as scanHeaders
+// found them in h, as of now into e.
+func readHeaders(h http.Header, a *answerHeaders, now time.Time, e *evidence) {
+	g := a.groups
 	if g&groupRetryAfter != 0 {
 		e.retryAfter, e.hasRetryAfter = RetryAfterFromHeaders(h, now)
 	}
-	_, groq := h[headerGroqRegion]
 	for i := range counters {
-		if c := &counters[i]; g&c.group != 0 {
-			if l, ok := c.read(h, now, groq); ok {
-				e.add(l)
-				if l.limit > 0 || l.spent {
-					e.stated.note(c.axisOf(h, groq, l.limit), l.limit, l.remaining, l.wait, l.hasReset)
-				}
+		if a.counted&(1<<i) == 0 {
+			continue // a counter without headers reads as nothing
+		}
+		c, values := &counters[i], &a.values[i]
+		if l, ok := c.read(values, now, a.groq); ok {
+			e.add(l)
+			if l.limit > 0 || l.spent {
+				e.stated.note(c.axisOf(values[fieldLimit], a.groq, l.limit), l.limit, l.remaining, l.wait, l.hasReset)
 			}
 		}
 	}
@@ -176,23 +259,24 @@ var counters = [...]counter{
 		group: groupAnthropic},
 }
 
-// read reads the counter from h; it reports false when h has neither a
-// readable remaining count nor, where the reset may come alone, a reset for
-// it. A reset without a remaining count dates a limit without saying how
-// full it is. A negative count is Azure's placeholder for unknown, and so is
-// the reset beside it.
-func (c *counter) read(h http.Header, now time.Time, groq bool) (limitEvidence, bool) {
-	remainingField := first(h, c.remaining)
+// read reads the counter from the values of its headers (see
+// answerHeaders); it reports false when they have neither a readable
+// remaining count nor, where the reset may come alone, a reset. A reset
+// without a remaining count dates a limit without saying how full it is. A
+// negative count is Azure's placeholder for unknown, and so is the reset
+// beside it.
+func (c *counter) read(values *[counterFields]string, now time.Time, groq bool) (limitEvidence, bool) {
+	remainingField := values[fieldRemaining]
 	remaining, ok := leadingNumber(remainingField)
 	if !ok {
 		if remainingField != "" || !c.resetAlone {
 			return limitEvidence{}, false
 		}
 		var l limitEvidence
-		l.wait, l.hasReset = parseWait(first(h, c.reset), now)
+		l.wait, l.hasReset = parseWait(values[fieldReset], now)
 		return l, l.hasReset
 	}
-	limitField := first(h, c.limit)
+	limitField := values[fieldLimit]
 	limit, _ := leadingNumber(limitField)
 	window := c.window
 	switch {
@@ -203,20 +287,21 @@ func (c *counter) read(h http.Header, now time.Time, groq bool) (limitEvidence, 
 	}
 	l := counted(window, remaining, limit)
 	if c.reset != "" {
-		l.wait, l.hasReset = parseWait(first(h, c.reset), now)
+		l.wait, l.hasReset = parseWait(values[fieldReset], now)
 	}
 	return l, true
 }
 
 // axisOf returns the window of the pool's the counter's limit counts: its
-// axis, Groq's where Groq differs, or for an IETF limit the length of the
-// quota policy that matches the live limit ("15, 15;w=60").
-func (c *counter) axisOf(h http.Header, groq bool, limit float64) windowAxis {
+// axis, Groq's where Groq differs, or for an IETF limit (limitField is its
+// header's value) the length of the quota policy that matches the live
+// limit ("15, 15;w=60").
+func (c *counter) axisOf(limitField string, groq bool, limit float64) windowAxis {
 	switch {
 	case groq && c.axisAtGroq != axisNone:
 		return c.axisAtGroq
 	case c.policies:
-		for item := range strings.SplitSeq(first(h, c.limit), ",") {
+		for item := range strings.SplitSeq(limitField, ",") {
 			quota, params := sfItem(item)
 			if q, ok := parseNumber(quota); ok && q == limit {
 				return policyAxis(params)

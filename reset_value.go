@@ -42,8 +42,14 @@ func parseWait(v string, now time.Time) (time.Duration, bool) {
 	case strings.IndexByte(v, ':') >= 0:
 		return waitUntilDate(v, now)
 	case isLetter(v[len(v)-1]):
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
+		d, ok := simpleDuration(v)
+		if !ok {
+			var err error
+			if d, err = time.ParseDuration(v); err != nil {
+				return 0, false
+			}
+		}
+		if d < 0 {
 			return 0, false
 		}
 		return min(d, maxHorizon), true
@@ -58,6 +64,41 @@ func parseWait(v string, now time.Time) (time.Duration, bool) {
 		return waitUntilEpoch(f, time.Second, now), true
 	}
 	return waitOf(f, time.Second), true
+}
+
+// durationUnits are the units of a Go duration that simpleDuration reads.
+var durationUnits = [...]struct {
+	name string
+	unit time.Duration
+}{{"ms", time.Millisecond}, {"s", time.Second}, {"m", time.Minute}, {"h", time.Hour}, {"us", time.Microsecond}, {"ns", time.Nanosecond}}
+
+// simpleDuration reads a Go duration of one whole number and one unit
+// ("6ms", "0s", "30m"), the reset OpenAI sends on most answers, as
+// time.ParseDuration reads it but without its lookup of the unit. It
+// reports false for any other text, which time.ParseDuration then reads.
+func simpleDuration(v string) (time.Duration, bool) {
+	digits := 0
+	for digits < len(v) && digits < 12 && isDigit(v[digits]) {
+		digits++
+	}
+	if digits == 0 {
+		return 0, false
+	}
+	var unit time.Duration
+	for _, u := range durationUnits {
+		if v[digits:] == u.name {
+			unit = u.unit
+			break
+		}
+	}
+	if unit == 0 {
+		return 0, false
+	}
+	n, _ := parseWhole(v[:digits])
+	if n > int64(math.MaxInt64/unit) {
+		return 0, false // time.ParseDuration says what overflows
+	}
+	return time.Duration(n) * unit, true
 }
 
 // parseMillis reads a countdown in milliseconds, as retry-after-ms and

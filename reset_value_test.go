@@ -81,3 +81,21 @@ func TestParseMillis(t *testing.T) {
 		})
 	}
 }
+
+// FuzzSimpleDuration holds simpleDuration to time.ParseDuration wherever it
+// reads a duration.
+func FuzzSimpleDuration(f *testing.F) {
+	for _, seed := range []string{"6ms", "0s", "30m", "2h", "12ns", "7us", "9223372036s", "999999999999h", "6m0s", "1.5s", "5µs", "ms", "10x"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		got, ok := simpleDuration(v)
+		if !ok {
+			return
+		}
+		want, err := time.ParseDuration(v)
+		if err != nil || got != want {
+			t.Fatalf("simpleDuration(%q) = %v, want %v (%v) as time.ParseDuration reads it", v, got, want, err)
+		}
+	})
+}

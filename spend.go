@@ -56,12 +56,26 @@ func fromMicros(m int64) float64 { return float64(m) / 1e6 }
 
 // usageReport is the tokens a vendor reported an answer used: input (all of
 // it, cached included), the part of the input read from a cache, and output
-// (reasoning included).
+// (reasoning included). The usage reader (usage_response.go) maps each
+// vendor's fields to it.
 type usageReport struct {
 	input, cachedInput, output int64
+	// limited, when hasLimited, is what the vendor's token rate limits
+	// count where that is not input + output: the total the vendor states,
+	// or Anthropic's input and output less its cache reads, which its
+	// input-token limits do not count. The usage reader sets it.
+	limited    int64
+	hasLimited bool
 }
 
-func (u usageReport) total() int64 { return addTokens(max(u.input, 0), max(u.output, 0)) }
+// total returns the tokens the answer counts against the token windows:
+// limited when set, else input + output.
+func (u usageReport) total() int64 {
+	if u.hasLimited {
+		return max(u.limited, 0)
+	}
+	return addTokens(max(u.input, 0), max(u.output, 0))
+}
 
 // cost returns what u costs at price p, in millionths of a dollar, rounded
 // up: a price in dollars per million tokens is millionths of a dollar per

@@ -221,7 +221,7 @@ func (p *Pool) meter(l *lease, resp *http.Response) {
 		return
 	}
 	m := &meteredBody{pool: p, lease: *l}
-	m.start(resp.Body, resp.Header.Get("Content-Type"), m)
+	m.start(resp.Body, resp.Header, m)
 	resp.Body = m
 }
 
@@ -233,13 +233,13 @@ type meteredBody struct {
 	lease lease
 }
 
-func (m *meteredBody) settle(tokens int64, ok bool) {
+func (m *meteredBody) settle(u usageReport, ok bool) {
 	if !ok {
 		return // the estimate stands
 	}
 	ctx := context.Background() // the request's context may be over by now
-	m.pool.settle(ctx, &m.lease, usageReport{input: tokens})
-	m.pool.tel.used(ctx, m.lease.key, tokens)
+	m.pool.settle(ctx, &m.lease, u)
+	m.pool.tel.used(ctx, m.lease.key, u.total())
 }
 
 // redact returns err with the key's secret removed from its text, for a key

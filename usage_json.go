@@ -2,7 +2,9 @@ package keypool
 
 import (
 	"bytes"
+	"encoding/binary"
 	"math"
+	"math/bits"
 )
 
 // jsonToken is one step of JSON text as jsonLexer reports it.
@@ -76,7 +78,7 @@ type jsonLexer struct {
 	done       bool // the tokString piece closes its string
 }
 
-// reset readies l for a new JSON text.
+// zero readies l for a new JSON text.
 func (l *jsonLexer) zero() { *l = jsonLexer{} }
 
 // inObject reports whether the innermost open container is an object.
@@ -96,34 +98,38 @@ func (l *jsonLexer) keyBytes() []byte {
 // next reads in from offset i and returns the next token and the offset
 // after it. It returns tokMore with len(in) when in holds no further token.
 func (l *jsonLexer) next(in []byte, i int) (jsonToken, int) {
-	for i < len(in) {
-		switch l.state {
-		case lexBroken:
-			return tokMore, len(in)
-		case lexKey, lexString:
-			return l.string(in, i)
-		case lexNumber:
-			return l.number(in, i)
-		case lexLiteral:
-			for ; i < len(in); i++ {
-				if c := in[i]; c < 'a' || c > 'z' {
-					l.state = lexBetween
-					return tokLiteral, i
-				}
+	if i >= len(in) {
+		return tokMore, i
+	}
+	switch l.state {
+	case lexBroken:
+		return tokMore, len(in)
+	case lexKey, lexString:
+		return l.string(in, i)
+	case lexNumber:
+		return l.number(in, i)
+	case lexLiteral:
+		return l.literal(in, i)
+	}
+	for ; i < len(in); i++ {
+		// Each token is read by the code its first byte dispatches to,
+		// without passing through the state again.
+		switch c := in[i]; c {
+		case ' ', '\t', '\n', '\r':
+		case '"':
+			l.state, l.escaped = lexString, false
+			if l.wantKey {
+				l.state, l.keyLen = lexKey, 0
 			}
-			return tokMore, i
-		}
-		c := in[i]
-		switch {
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
-			i++
-		case c == ',':
+			if i+1 == len(in) {
+				return tokMore, len(in)
+			}
+			return l.string(in, i+1)
+		case ',':
 			l.wantKey = l.inObject()
-			i++
-		case c == ':':
+		case ':':
 			l.wantKey = false
-			i++
-		case c == '{' || c == '[':
+		case '{', '[':
 			l.depth++
 			if l.depth <= maxTrackedDepth {
 				bit := uint64(1) << (l.depth - 1)
@@ -138,7 +144,7 @@ func (l *jsonLexer) next(in []byte, i int) (jsonToken, int) {
 				return tokBeginObject, i + 1
 			}
 			return tokBeginArray, i + 1
-		case c == '}' || c == ']':
+		case '}', ']':
 			if l.depth == 0 {
 				l.state = lexBroken
 				return tokMore, len(in)
@@ -149,23 +155,38 @@ func (l *jsonLexer) next(in []byte, i int) (jsonToken, int) {
 				return tokEndObject, i + 1
 			}
 			return tokEndArray, i + 1
-		case c == '"':
-			l.state, l.escaped = lexString, false
-			if l.wantKey {
-				l.state, l.keyLen = lexKey, 0
-			}
-			i++
-		case c == '-' || c >= '0' && c <= '9':
+		case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
 			l.state, l.num, l.numOK = lexNumber, 0, true
-		case c >= 'a' && c <= 'z':
-			l.state = lexLiteral
+			return l.number(in, i)
 		default:
-			l.state = lexBroken
-			return tokMore, len(in)
+			if c < 'a' || c > 'z' {
+				l.state = lexBroken
+				return tokMore, len(in)
+			}
+			l.state = lexLiteral
+			return l.literal(in, i)
 		}
 	}
 	return tokMore, i
 }
+
+// literal reads the rest of true, false or null from in[i:]. It reports the
+// literal at the first byte after it, which it leaves for the next call.
+func (l *jsonLexer) literal(in []byte, i int) (jsonToken, int) {
+	for ; i < len(in); i++ {
+		if c := in[i]; c < 'a' || c > 'z' {
+			l.state = lexBetween
+			return tokLiteral, i
+		}
+	}
+	return tokMore, i
+}
+
+// shortString is how many bytes of a string the lexer reads one by one
+// before it searches for the closing quote with bytes.IndexByte: most keys
+// and many values are shorter, and a loop over them costs less than the
+// searches' calls.
+const shortString = 16
 
 // string reads the body of a key or a string value from in[i:], up to and
 // including its closing quote.
@@ -176,7 +197,59 @@ func (l *jsonLexer) string(in []byte, i int) (jsonToken, int) {
 		l.escaped = false
 		i++
 	}
-	closed := false
+	i = plainRun(in, i, min(len(in), i+shortString))
+	closed := i < len(in) && in[i] == '"'
+	if !closed && i < len(in) {
+		i, closed = l.stringEnd(in, i)
+	}
+	end := i
+	if closed {
+		i++ // the closing quote
+		l.state = lexBetween
+	}
+	if isKey {
+		l.appendKey(in[start:end])
+		if !closed {
+			return tokMore, i
+		}
+		l.wantKey = false
+		return tokKey, i
+	}
+	l.start, l.end, l.done = start, end, closed
+	return tokString, i
+}
+
+// The bytes plainRun looks for, in each of a word's bytes.
+const (
+	quotes      = 0x2222222222222222 // '"'
+	backslashes = 0x5c5c5c5c5c5c5c5c // '\\'
+	lowBits     = 0x0101010101010101
+	highBits    = 0x8080808080808080
+)
+
+// plainRun returns the offset of the first quote or backslash in
+// in[i:limit], or limit when there is none. It reads eight bytes at a time
+// while eight remain.
+func plainRun(in []byte, i, limit int) int {
+	for ; i+8 <= limit; i += 8 {
+		w := binary.LittleEndian.Uint64(in[i:])
+		q, b := w^quotes, w^backslashes
+		// A byte of q or b is zero where w holds a quote or a backslash;
+		// the lowest byte flagged is exact.
+		if found := ((q-lowBits)&^q | (b-lowBits)&^b) & highBits; found != 0 {
+			return i + bits.TrailingZeros64(found)/8
+		}
+	}
+	for ; i < limit && in[i] != '"' && in[i] != '\\'; i++ {
+	}
+	return i
+}
+
+// stringEnd finds the closing quote of a string in in[i:], stepping over
+// escapes, with bytes.IndexByte. It returns the offset of the quote and
+// true, or len(in) and false when in ends first (setting escaped when it
+// ends on a backslash).
+func (l *jsonLexer) stringEnd(in []byte, i int) (int, bool) {
 	for i < len(in) {
 		q := bytes.IndexByte(in[i:], '"')
 		if q < 0 {
@@ -200,26 +273,9 @@ func (l *jsonLexer) string(in []byte, i int) (jsonToken, int) {
 			}
 			continue
 		}
-		if q < len(in) {
-			closed = true
-		}
-		break
+		return q, q < len(in)
 	}
-	end := i
-	if closed {
-		i++ // the closing quote
-		l.state = lexBetween
-	}
-	if isKey {
-		l.appendKey(in[start:end])
-		if !closed {
-			return tokMore, i
-		}
-		l.wantKey = false
-		return tokKey, i
-	}
-	l.start, l.end, l.done = start, end, closed
-	return tokString, i
+	return len(in), false
 }
 
 // appendKey adds b to the key being read.

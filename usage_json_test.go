@@ -1,6 +1,7 @@
 package keypool
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -8,10 +9,35 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
+// lexView is what a lexer exposes after a token: the key, the bounds of a
+// string piece, and the number read.
+type lexView struct {
+	key        string
+	start, end int
+	done       bool
+	num        int64
+	numOK      bool
+}
+
+// tokenSource is a lexer under test: jsonLexer, or refLexer, the one it
+// replaced.
+type tokenSource interface {
+	next(in []byte, i int) (jsonToken, int)
+	view() lexView
+}
+
+func (l *jsonLexer) view() lexView {
+	return lexView{string(l.keyBytes()), l.start, l.end, l.done, l.num, l.numOK}
+}
+
 // lexChunks runs a jsonLexer over chunks, fed one after another, and renders
 // its tokens; the pieces of a string value are joined into one.
 func lexChunks(chunks []string) []string {
-	var l jsonLexer
+	return lexWith(&jsonLexer{}, chunks)
+}
+
+// lexWith runs l over chunks and renders its tokens as lexChunks does.
+func lexWith(l tokenSource, chunks []string) []string {
 	var out []string
 	var str []byte
 	for _, chunk := range chunks {
@@ -19,6 +45,7 @@ func lexChunks(chunks []string) []string {
 		for i := 0; i < len(in); {
 			var tok jsonToken
 			tok, i = l.next(in, i)
+			v := l.view()
 			switch tok {
 			case tokBeginObject:
 				out = append(out, "{")
@@ -29,16 +56,16 @@ func lexChunks(chunks []string) []string {
 			case tokEndArray:
 				out = append(out, "]")
 			case tokKey:
-				out = append(out, "key:"+string(l.keyBytes()))
+				out = append(out, "key:"+v.key)
 			case tokString:
-				str = append(str, in[l.start:l.end]...)
-				if l.done {
+				str = append(str, in[v.start:v.end]...)
+				if v.done {
 					out = append(out, "str:"+string(str))
 					str = str[:0]
 				}
 			case tokNumber:
-				if l.numOK {
-					out = append(out, "num:"+strconv.FormatInt(l.num, 10))
+				if v.numOK {
+					out = append(out, "num:"+strconv.FormatInt(v.num, 10))
 				} else {
 					out = append(out, "num:?")
 				}
@@ -86,6 +113,12 @@ func TestJSONLexer(t *testing.T) {
 		{"number without delimiter", `[12`, []string{"["}},
 		{"string value after a key without colon", `{"a" "b"}`, []string{"{", "key:a", "str:b", "}"}},
 		{"containers deeper than tracked read as arrays", deep, deepWant},
+		{"long strings", `{"` + strings.Repeat("k", 40) + `":"` + strings.Repeat("v", 41) + `"}`,
+			[]string{"{", "key:", "str:" + strings.Repeat("v", 41), "}"}},
+		{"escapes past the first word", `["abcdefgh\"ijklmnopq\\rs\"","0123456789abcdef\"gh"]`,
+			[]string{"[", `str:abcdefgh\"ijklmnopq\\rs\"`, `str:0123456789abcdef\"gh`, "]"}},
+		{"quote at a word's end", `["1234567","12345678","123456789012345"]`,
+			[]string{"[", "str:1234567", "str:12345678", "str:123456789012345", "]"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -120,4 +153,24 @@ func TestJSONLexerStringPieces(t *testing.T) {
 	}
 	assert.Equal(t, []string{"ab", `c\`, `"d`, "e"}, pieces, "string pieces")
 	assert.Equal(t, []bool{false, false, false, true}, done, "string pieces done")
+}
+
+// FuzzJSONLexer holds jsonLexer, fed in pieces of any size, to the tokens of
+// refLexer, the plainer lexer it replaced, fed whole.
+func FuzzJSONLexer(f *testing.F) {
+	for _, seed := range []string{
+		`{"a":1,"b":"x"}`, `["k",true,null,-2,3.5,1e3]`, `{"s":"a\"b\\"}`, `"\u00e9\n"`,
+		`{"` + strings.Repeat("k", 40) + `":"` + strings.Repeat("v\\\"", 20) + `"}`,
+		`]{"a":1}`, `{"a":1}#{"b":2}`, benchBody, cannedBody,
+	} {
+		f.Add([]byte(seed), uint8(3))
+	}
+	f.Fuzz(func(t *testing.T, data []byte, size uint8) {
+		want := lexWith(&refLexer{}, []string{string(data)})
+		for _, n := range []int{len(data) + 1, 1, int(size%32) + 1} {
+			if got := lexWith(&jsonLexer{}, splitEvery(string(data), n)); !slices.Equal(got, want) {
+				t.Fatalf("lex %q in pieces of %d = %q, want %q", data, n, got, want)
+			}
+		}
+	})
 }

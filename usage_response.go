@@ -5,42 +5,49 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 )
 
-// settler is told, once, the tokens an answer's body reported: ok is false,
-// and tokens 0, when it reported none.
+// settler is told, once, the usage an answer's body reported: ok is false,
+// and u zero, when it reported none.
 type settler interface {
-	settle(tokens int64, ok bool)
+	settle(u usageReport, ok bool)
 }
 
-// start makes b read the body of a 2xx answer so that the tokens the vendor
-// reports are read as the caller reads the body. Read hands each byte to the
+// start makes b read the body of a 2xx answer so that the usage the vendor
+// reports is read as the caller reads the body. Read hands each byte to the
 // caller as soon as body yields it: b never reads ahead, never buffers the
 // body and never holds a byte back. b is meant to be embedded in a struct
 // that is its own settler, so that reading an answer's usage costs one
-// allocation.
+// allocation; the scanners' state is borrowed from a pool while the body is
+// read and given back when it settles.
 //
-// An answer whose contentType is text/event-stream is read as server-sent
-// events; any other as JSON. s.settle is called exactly once, with the tokens
-// the answer reported, at the first of: the end of the body, a read error, or
-// Close. It reports the latest usage read so far, so a stream cut short
-// settles what the vendor had reported by then; ok is false, and tokens 0,
-// when no usage was read — the pool then keeps its estimate.
+// An answer whose Content-Type (in header h) is text/event-stream is read
+// as server-sent events; any other as JSON. s.settle is called exactly once,
+// with the usage the answer reported, at the first of: the end of the body,
+// a read error, or Close. It reports the latest usage read so far, so a
+// stream cut short settles what the vendor had reported by then; ok is
+// false, and the report zero, when no usage was read — the pool then keeps
+// its estimate.
 //
 // Read and Close may be called from different goroutines (net/http may close
 // a body while another goroutine reads it); settle runs on the goroutine
-// whose call settles, and never twice. A nil body settles at once and reads
-// as empty.
-func (b *usageBody) start(body io.ReadCloser, contentType string, s settler) {
-	b.s, b.events = s, isEventStream(contentType)
-	b.sse.usage = &b.usage
-	b.reported.Store(-1)
+// whose call settles, and never twice. A Close that comes while a Read is
+// scanning what it read leaves the settle to that Read, which settles as
+// soon as its scan ends, before it returns. A nil body settles at once and
+// reads as empty.
+func (b *usageBody) start(body io.ReadCloser, h http.Header, s settler) {
+	// A lookup of the canonical name, as net/http gives it, spares
+	// Header.Get's canonicalization.
+	b.s, b.events = s, isEventStream(first(h, "Content-Type"))
 	b.body = body
 	if body == nil {
 		b.body = http.NoBody
 		b.finish()
+		return
 	}
+	b.scan = scans.Get().(*usageScan)
 }
 
 // isEventStream reports whether a Content-Type is text/event-stream.
@@ -49,36 +56,63 @@ func isEventStream(contentType string) bool {
 	return strings.EqualFold(strings.TrimSpace(mediaType), "text/event-stream")
 }
 
+// usageScan is the scanners' state of one body: usage scans a JSON body;
+// sse scans an event stream and feeds each event's data to usage.
+type usageScan struct {
+	usage usageScanner
+	sse   sseScanner
+}
+
+// scans holds the scanners' states of bodies that have settled, zeroed, for
+// the next bodies: a body costs no allocation for them.
+var scans = sync.Pool{New: func() any { return new(usageScan) }}
+
+// feed scans the next bytes of a body, an event stream when events.
+func (u *usageScan) feed(p []byte, events bool) {
+	if events {
+		u.sse.usage = &u.usage
+		u.sse.feed(p)
+	} else {
+		u.usage.feed(p)
+	}
+}
+
+// The states of a usageBody (see usageBody.state).
+const (
+	// bodyScanning: a Read is scanning what it read; it holds scan.
+	bodyScanning uint32 = 1 << iota
+	// bodySettling: a Close came while a Read was scanning; that Read
+	// settles when its scan ends.
+	bodySettling
+	// bodySettled: settle has been called, or is being called, and scan
+	// given back.
+	bodySettled
+)
+
 // usageBody is an answer's body read for its usage; see start.
 type usageBody struct {
 	body   io.ReadCloser
 	s      settler
 	events bool // the body is server-sent events
 
-	// usage scans a JSON body; sse scans an event stream and feeds each
-	// event's data to usage. Only Read touches them, and io.Reader forbids
-	// calling it concurrently.
-	usage usageScanner
-	sse   sseScanner
-
-	// reported is the total of the usage read so far, or -1 before any;
-	// Read stores it for Close to load from another goroutine.
-	reported atomic.Int64
-	// settled is set by the call that settles.
-	settled atomic.Bool
+	// scan is the scanners' state, borrowed from scans until the body
+	// settles. Only the holder of the state's bodyScanning bit, or the call
+	// that moves it to bodySettled from 0, touches it.
+	scan *usageScan
+	// state is 0 (no scan under way, not settled) or a set of the body
+	// states above; once bodySettled, it stays so.
+	state atomic.Uint32
 }
 
 // Read reads from the wrapped body and scans what it read for usage.
 func (b *usageBody) Read(p []byte) (int, error) {
 	n, err := b.body.Read(p)
-	if n > 0 && n <= len(p) && !b.settled.Load() {
-		if b.events {
-			b.sse.feed(p[:n])
-		} else {
-			b.usage.feed(p[:n])
-		}
-		if tokens, ok := b.usage.tally.tokens(); ok {
-			b.reported.Store(tokens)
+	if n > 0 && n <= len(p) && b.state.CompareAndSwap(0, bodyScanning) {
+		b.scan.feed(p[:n], b.events)
+		if !b.state.CompareAndSwap(bodyScanning, 0) {
+			// A Close came while this scan went on: settle now.
+			b.state.Store(bodySettled)
+			b.settle()
 		}
 	}
 	if err != nil {
@@ -93,13 +127,36 @@ func (b *usageBody) Close() error {
 	return b.body.Close()
 }
 
-// finish calls settle unless it has been called.
+// finish calls settle unless it has been called, or leaves it to the Read
+// that is scanning.
 func (b *usageBody) finish() {
-	if !b.settled.CompareAndSwap(false, true) {
-		return
+	for {
+		switch st := b.state.Load(); {
+		case st&(bodySettled|bodySettling) != 0:
+			return
+		case st&bodyScanning != 0:
+			if b.state.CompareAndSwap(st, st|bodySettling) {
+				return
+			}
+		case b.state.CompareAndSwap(st, bodySettled):
+			b.settle()
+			return
+		}
 	}
-	tokens := b.reported.Load()
-	b.s.settle(max(tokens, 0), tokens >= 0)
+}
+
+// settle tells the settler the usage read, and gives the scanners' state
+// back. Only the call that moved the state to bodySettled calls it.
+func (b *usageBody) settle() {
+	var u usageReport
+	var ok bool
+	if b.scan != nil {
+		u, ok = b.scan.usage.tally.report()
+		*b.scan = usageScan{}
+		scans.Put(b.scan)
+		b.scan = nil
+	}
+	b.s.settle(u, ok)
 }
 
 // sseState is where in a server-sent event stream an sseScanner stands.
@@ -242,8 +299,9 @@ const (
 // at the value of a top-level "usage" or "usageMetadata", or of a "usage"
 // inside a top-level "message" or "response"; a top-level array's elements
 // count as top-level objects (Gemini's streamGenerateContent without
-// alt=sse). Within that value it reads the integer members it knows, and it
-// skips the rest of the text without storing it. It holds no locks.
+// alt=sse). Within that value it reads the integer members it knows, and the
+// cached_tokens of OpenAI's prompt_tokens_details or input_tokens_details;
+// it skips the rest of the text without storing it. It holds no locks.
 type usageScanner struct {
 	lex   jsonLexer
 	tally usageTally
@@ -255,14 +313,20 @@ type usageScanner struct {
 	holderUsage bool
 	// inUsage is the depth of the open usage object, or 0.
 	inUsage int
+	// details is set when the last key of the usage object names the
+	// details of its input tokens; inDetails is the depth of that open
+	// object, or 0.
+	details   bool
+	inDetails int
 	// field is the usage member whose value comes next.
 	field usageField
 }
 
-// reset readies s for a new JSON text; the tally is kept.
+// zero readies s for a new JSON text; the tally is kept.
 func (s *usageScanner) zero() {
 	s.lex.zero()
 	s.root, s.top, s.holderUsage, s.inUsage, s.field = 0, usageKeyOther, false, 0, usageFieldNone
+	s.details, s.inDetails = false, 0
 }
 
 // feed scans the next piece of the text.
@@ -287,6 +351,9 @@ func (s *usageScanner) take(tok jsonToken) {
 			}
 			s.top = usageKeyOther
 		case s.inUsage != 0:
+			if tok == tokBeginObject && d == s.inUsage+1 && s.details {
+				s.inDetails = d
+			}
 		case tok == tokBeginObject && d == s.root+1 && s.top == usageKeyUsage,
 			tok == tokBeginObject && d == s.root+2 && s.top == usageKeyHolder && s.holderUsage:
 			s.inUsage = d
@@ -296,15 +363,25 @@ func (s *usageScanner) take(tok jsonToken) {
 			s.holderUsage = false
 		}
 	case tokEndObject, tokEndArray:
-		if d+1 == s.inUsage {
-			s.inUsage = 0
+		switch d + 1 {
+		case s.inDetails:
+			s.inDetails, s.field = 0, usageFieldNone
+		case s.inUsage:
+			s.inUsage, s.details = 0, false
 		}
 	case tokKey:
 		key := s.lex.keyBytes()
 		switch {
 		case s.inUsage != 0:
-			if d == s.inUsage {
+			switch d {
+			case s.inUsage:
 				s.field = usageFieldOf(key)
+				s.details = isInputDetails(key)
+			case s.inDetails:
+				s.field = usageFieldNone
+				if string(key) == "cached_tokens" {
+					s.field = usageFieldCached
+				}
 			}
 		case d == s.root:
 			s.top = usageKeyOf(key)
@@ -312,7 +389,7 @@ func (s *usageScanner) take(tok jsonToken) {
 			s.holderUsage = string(key) == "usage"
 		}
 	case tokNumber:
-		if s.inUsage != 0 && d == s.inUsage && s.lex.numOK {
+		if s.inUsage != 0 && (d == s.inUsage || d == s.inDetails) && s.lex.numOK {
 			s.tally.set(s.field, s.lex.num)
 		}
 	}
@@ -329,18 +406,46 @@ func usageKeyOf(key []byte) usageKey {
 	return usageKeyOther
 }
 
+// isInputDetails reports whether a usage member holds the details of the
+// input tokens, among them the cached ones: OpenAI chat's
+// prompt_tokens_details, Responses' input_tokens_details.
+func isInputDetails(key []byte) bool {
+	switch string(key) {
+	case "prompt_tokens_details", "input_tokens_details":
+		return true
+	}
+	return false
+}
+
 // usageField is a usage member the tally keeps.
 type usageField uint8
 
 const (
 	usageFieldNone usageField = iota
+	// usageFieldTotal: the total the vendor states.
 	usageFieldTotal
+	// usageFieldInput: the input as the vendor counts it (Anthropic's
+	// leaves its cache reads and writes out).
 	usageFieldInput
+	// usageFieldOutput: the output, Gemini's thoughts left out.
 	usageFieldOutput
+	// usageFieldCacheCreation: Anthropic's cache writes.
 	usageFieldCacheCreation
+	// usageFieldCacheRead: Anthropic's cache reads.
+	usageFieldCacheRead
+	// usageFieldCached: input read from a cache that the input count
+	// already includes (OpenAI's cached_tokens, Gemini's
+	// cachedContentTokenCount).
+	usageFieldCached
+	// usageFieldThoughts: Gemini's thinking output.
+	usageFieldThoughts
+	// usageFieldToolPrompt: Gemini's tool-use prompt input.
+	usageFieldToolPrompt
+
+	usageFields // the number of fields
 )
 
-// usageFieldOf maps a usage member to the field it reports.
+// usageFieldOf maps a member of a usage object to the field it reports.
 func usageFieldOf(key []byte) usageField {
 	switch string(key) {
 	case "total_tokens", "totalTokenCount":
@@ -351,16 +456,28 @@ func usageFieldOf(key []byte) usageField {
 		return usageFieldOutput
 	case "cache_creation_input_tokens":
 		return usageFieldCacheCreation
+	case "cache_read_input_tokens":
+		return usageFieldCacheRead
+	case "cachedContentTokenCount":
+		return usageFieldCached
+	case "thoughtsTokenCount":
+		return usageFieldThoughts
+	case "toolUsePromptTokenCount":
+		return usageFieldToolPrompt
 	}
 	return usageFieldNone
 }
+
+// settling are the fields whose report makes an answer's usage count: an
+// answer that reports only cache or thinking figures settles nothing.
+const settling = 1<<usageFieldTotal | 1<<usageFieldInput | 1<<usageFieldOutput | 1<<usageFieldCacheCreation
 
 // usageTally is the usage an answer has reported so far. Each member
 // reported replaces the last report of the same member, so cumulative
 // counts (Anthropic's message_delta, Gemini's chunks) end at the last word.
 type usageTally struct {
-	value [usageFieldCacheCreation + 1]int64
-	seen  uint8 // bit f set: field f was reported
+	value [usageFields]int64
+	seen  uint16 // bit f set: field f was reported
 }
 
 // set records a report of field f.
@@ -372,15 +489,49 @@ func (t *usageTally) set(f usageField, n int64) {
 	t.seen |= 1 << f
 }
 
-// tokens returns the answer's tokens, and whether it reported any usage:
-// the total it states (OpenAI's total_tokens, Gemini's totalTokenCount,
-// which counts thinking too), else input plus output plus Anthropic's
-// cache_creation_input_tokens. Anthropic's cache reads are left out: they
-// do not count against its input-token rate limits.
-func (t *usageTally) tokens() (int64, bool) {
-	if t.seen&(1<<usageFieldTotal) != 0 {
-		return t.value[usageFieldTotal], true
+// report returns the usage reported, and whether the answer reported any
+// usage that settles. Every vendor's fields are read into one convention:
+//
+//   - input counts every input token, those read from a cache included:
+//     OpenAI's prompt_tokens (chat) or input_tokens (Responses), which
+//     already include the cached ones; Anthropic's input_tokens plus
+//     cache_creation_input_tokens plus cache_read_input_tokens, since its
+//     input_tokens counts only what follows the last cache breakpoint;
+//     Gemini's promptTokenCount, which includes cachedContentTokenCount,
+//     plus toolUsePromptTokenCount.
+//   - cachedInput is the part of input read from a cache, billed lower:
+//     OpenAI's prompt_tokens_details.cached_tokens (input_tokens_details in
+//     Responses), Anthropic's cache_read_input_tokens, Gemini's
+//     cachedContentTokenCount. It is never more than input, so input -
+//     cachedInput is the uncached input; Anthropic's cache writes
+//     (cache_creation_input_tokens) are uncached input.
+//   - output counts every output token, reasoning included: OpenAI's
+//     completion_tokens or output_tokens (which include reasoning_tokens),
+//     Anthropic's output_tokens, Gemini's candidatesTokenCount plus
+//     thoughtsTokenCount.
+//   - limited, what settles the token windows as before the split: the
+//     total the vendor states (OpenAI's total_tokens, Gemini's
+//     totalTokenCount), else the vendor's input and output plus Anthropic's
+//     cache writes — its cache reads left out, as its input-token limits
+//     leave them out.
+//
+// Counts are non-negative and saturate at math.MaxInt64. A vendor that
+// states only a total leaves the split zero; limited still holds it.
+func (t *usageTally) report() (usageReport, bool) {
+	if t.seen&settling == 0 {
+		return usageReport{}, false
 	}
-	sum := addTokens(t.value[usageFieldInput], t.value[usageFieldOutput])
-	return addTokens(sum, t.value[usageFieldCacheCreation]), t.seen != 0
+	v := &t.value
+	u := usageReport{
+		input:  addTokens(addTokens(v[usageFieldInput], v[usageFieldCacheCreation]), addTokens(v[usageFieldCacheRead], v[usageFieldToolPrompt])),
+		output: addTokens(v[usageFieldOutput], v[usageFieldThoughts]),
+	}
+	u.cachedInput = min(addTokens(v[usageFieldCacheRead], v[usageFieldCached]), u.input)
+	u.hasLimited = true
+	if t.seen&(1<<usageFieldTotal) != 0 {
+		u.limited = v[usageFieldTotal]
+	} else {
+		u.limited = addTokens(addTokens(v[usageFieldInput], v[usageFieldOutput]), v[usageFieldCacheCreation])
+	}
+	return u, true
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,22 +17,36 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// recordedUsage lists the recorded answers in testdata/usage and the tokens
-// each reports; testdata/usage/README.md names their sources.
+// recordedUsage lists the recorded answers in testdata/usage and the usage
+// each reports; testdata/usage/README.md names their sources and explains
+// each split.
 var recordedUsage = []struct {
-	file   string
-	tokens int64
+	file string
+	want usageReport
 }{
-	{"openai_chat.json", 51},
-	{"openai_chat_stream.sse", 61},
-	{"openai_responses.json", 64},
-	{"openai_responses_stream.sse", 14},
-	{"anthropic_messages.json", 18},
-	{"anthropic_messages_stream.sse", 17},
-	{"anthropic_tool_use_stream.sse", 442},
-	{"gemini_generate.json", 281},
-	{"gemini_stream.sse", 103},
-	{"gemini_stream_cumulative.sse", 217},
+	{"openai_chat.json", split(14, 0, 37, 51)},
+	{"openai_chat_cached.json", split(4597, 4480, 4, 4601)},
+	{"openai_chat_stream.sse", split(14, 0, 47, 61)},
+	{"openai_chat_stream_cached.sse", split(4597, 4480, 4, 4601)},
+	{"openai_responses.json", split(14, 0, 50, 64)},
+	{"openai_responses_cached.json", split(4595, 4480, 5, 4600)},
+	{"openai_responses_stream.sse", split(12, 0, 2, 14)},
+	{"anthropic_messages.json", split(12, 0, 6, 18)},
+	{"anthropic_messages_cached.json", split(1+101+5169, 5169, 71, 1+71+101)},
+	{"anthropic_messages_stream.sse", split(11, 0, 6, 17)},
+	{"anthropic_messages_stream_cached.sse", split(3+5343, 5343, 6, 3+6)},
+	{"anthropic_tool_use_stream.sse", split(377, 0, 65, 442)},
+	{"gemini_generate.json", split(9, 0, 28+244, 281)},
+	{"gemini_generate_cached.json", split(1107+1171, 1081, 21+41, 2340)},
+	{"gemini_stream.sse", split(7, 0, 2+94, 103)},
+	{"gemini_stream_cached.sse", split(1087, 1081, 2, 1089)},
+	{"gemini_stream_cumulative.sse", split(9, 0, 23+185, 217)},
+}
+
+// split is a usage report as the usage reader makes it: input, of it
+// cachedInput, output, and the total the rate limits count.
+func split(input, cachedInput, output, total int64) usageReport {
+	return usageReport{input: input, cachedInput: cachedInput, output: output, limited: total, hasLimited: true}
 }
 
 // Content types as vendors send them.
@@ -77,21 +92,21 @@ func (c *chunkedBody) Close() error {
 type settlement struct {
 	mu     sync.Mutex
 	calls  int
-	tokens int64
+	report usageReport
 	ok     bool
 }
 
-func (s *settlement) settle(tokens int64, ok bool) {
+func (s *settlement) settle(u usageReport, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls++
-	s.tokens, s.ok = tokens, ok
+	s.report, s.ok = u, ok
 }
 
-func (s *settlement) get() (calls int, tokens int64, ok bool) {
+func (s *settlement) get() (calls int, u usageReport, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.calls, s.tokens, s.ok
+	return s.calls, s.report, s.ok
 }
 
 // chunkings are the ways the tests cut a body into reads: whole, a byte at
@@ -134,12 +149,74 @@ func TestUsageBodyRecorded(t *testing.T) {
 			t.Run(rec.file+"/"+name, func(t *testing.T) {
 				passed, s := readUsage(t, data, contentTypeOf(rec.file), sizes)
 				assert.Equal(t, data, passed, "bytes passed through")
-				calls, tokens, ok := s.get()
+				calls, got, ok := s.get()
 				assert.Equal(t, 1, calls, "settle calls")
 				assert.True(t, ok, "settle ok")
-				assert.Equal(t, rec.tokens, tokens, "settled tokens")
+				assert.Equal(t, rec.want, got, "settled usage")
 			})
 		}
+	}
+}
+
+// TestUsageSettlesTheLimitedTotal sends requests through the transport to a
+// vendor whose answers report cached input: the key's token window settles
+// at each answer's total, which for Anthropic leaves the cache reads out,
+// never at input plus output.
+func TestUsageSettlesTheLimitedTotal(t *testing.T) {
+	for _, rec := range []struct {
+		file   string
+		tokens int64
+	}{
+		{"anthropic_messages_cached.json", 173},
+		{"anthropic_messages_stream_cached.sse", 9},
+		{"openai_chat_cached.json", 4601},
+		{"gemini_generate_cached.json", 2340},
+	} {
+		t.Run(rec.file, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join("testdata", "usage", rec.file))
+			require.NoError(t, err)
+			v, srv := newVendor(t)
+			v.on("sk-a", answer{status: 200, header: map[string]string{"Content-Type": contentTypeOf(rec.file)}, body: string(data)})
+			pool, err := New("test", []Key{{Secret: "sk-a"}}, WithClock(newTestClock().Now), WithLimits(Limits{TPM: 1 << 20}))
+			require.NoError(t, err)
+			status, err := post(&http.Client{Transport: pool.Transport(nil)}, srv.URL, "m", 400)
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, status)
+			st := pool.Stats()[0]
+			require.Len(t, st.Models, 1)
+			assert.Equal(t, rec.tokens, st.Models[0].Usage.MinuteTokens, "tokens settled for %s", rec.file)
+		})
+	}
+}
+
+// TestUsageSettlesSpendBySplit sends requests through the transport to a
+// vendor whose answers report cached input, with a price for the model:
+// each answer's spend is its uncached input, cached input and output at
+// their prices.
+func TestUsageSettlesSpendBySplit(t *testing.T) {
+	price := Price{Input: 3, CachedInput: 0.3, Output: 15} // dollars per million tokens
+	for _, rec := range []struct {
+		file                     string
+		uncached, cached, output int64
+	}{
+		{"anthropic_messages_cached.json", 1 + 101, 5169, 71},
+		{"openai_chat_stream_cached.sse", 4597 - 4480, 4480, 4},
+		{"gemini_generate_cached.json", 1107 + 1171 - 1081, 1081, 21 + 41},
+	} {
+		t.Run(rec.file, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join("testdata", "usage", rec.file))
+			require.NoError(t, err)
+			v, srv := newVendor(t)
+			v.on("sk-a", answer{status: 200, header: map[string]string{"Content-Type": contentTypeOf(rec.file)}, body: string(data)})
+			pool, err := New("test", []Key{{Secret: "sk-a", Budget: Budget{PerDay: 1000}}},
+				WithClock(newTestClock().Now), WithPrices(map[string]Price{"m": price}))
+			require.NoError(t, err)
+			status, err := post(&http.Client{Transport: pool.Transport(nil)}, srv.URL, "m", 400)
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, status)
+			want := (float64(rec.uncached)*price.Input + float64(rec.cached)*price.CachedInput + float64(rec.output)*price.Output) / 1e6
+			assert.InDelta(t, want, pool.Stats()[0].Spent.PerDay, 1e-6, "spent on %s", rec.file)
+		})
 	}
 }
 
@@ -170,59 +247,94 @@ var usageCases = []struct {
 	name        string
 	contentType string
 	body        string
-	tokens      int64
+	want        usageReport
 	ok          bool
 }{
-	{"json total", jsonType, `{"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":9}}`, 9, true},
-	{"json prompt and completion", jsonType, `{"usage":{"prompt_tokens":3,"completion_tokens":4}}`, 7, true},
+	{"json total", jsonType, `{"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":9}}`, split(3, 0, 4, 9), true},
+	{"json prompt and completion", jsonType, `{"usage":{"prompt_tokens":3,"completion_tokens":4}}`, split(3, 0, 4, 7), true},
 	{"json anthropic cache creation counts, cache reads do not", jsonType,
-		`{"usage":{"input_tokens":10,"cache_creation_input_tokens":100,"cache_read_input_tokens":1000,"output_tokens":5}}`, 115, true},
-	{"json gemini without total", jsonType, `{"usageMetadata":{"promptTokenCount":9,"candidatesTokenCount":28}}`, 37, true},
-	{"json usage null", jsonType, `{"usage":null}`, 0, false},
-	{"json no usage", jsonType, `{"id":"x","choices":[]}`, 0, false},
-	{"json empty usage", jsonType, `{"usage":{}}`, 0, false},
-	{"json usage not top-level", jsonType, `{"choices":[{"usage":{"total_tokens":9}}]}`, 0, false},
-	{"json decoy before usage", jsonType, `{"tool_usage":{"total_tokens":9},"usage":{"total_tokens":3}}`, 3, true},
-	{"json details ignored", jsonType, `{"usage":{"total_tokens":5,"prompt_tokens_details":{"total_tokens":99}}}`, 5, true},
+		`{"usage":{"input_tokens":10,"cache_creation_input_tokens":100,"cache_read_input_tokens":1000,"output_tokens":5}}`,
+		split(10+100+1000, 1000, 5, 115), true},
+	{"json gemini without total", jsonType, `{"usageMetadata":{"promptTokenCount":9,"candidatesTokenCount":28}}`, split(9, 0, 28, 37), true},
+	{"json usage null", jsonType, `{"usage":null}`, usageReport{}, false},
+	{"json no usage", jsonType, `{"id":"x","choices":[]}`, usageReport{}, false},
+	{"json empty usage", jsonType, `{"usage":{}}`, usageReport{}, false},
+	{"json usage not top-level", jsonType, `{"choices":[{"usage":{"total_tokens":9}}]}`, usageReport{}, false},
+	{"json decoy before usage", jsonType, `{"tool_usage":{"total_tokens":9},"usage":{"total_tokens":3}}`, split(0, 0, 0, 3), true},
+	{"json details ignored", jsonType, `{"usage":{"total_tokens":5,"prompt_tokens_details":{"total_tokens":99}}}`, split(0, 0, 0, 5), true},
 	{"json members that are no non-negative integers", jsonType,
-		`{"usage":{"input_tokens":-5,"output_tokens":2.5,"total_tokens":"7"}}`, 0, false},
+		`{"usage":{"input_tokens":-5,"output_tokens":2.5,"total_tokens":"7"}}`, usageReport{}, false},
 	{"json sum saturates", jsonType,
-		`{"usage":{"input_tokens":9223372036854775807,"output_tokens":5}}`, math.MaxInt64, true},
+		`{"usage":{"input_tokens":9223372036854775807,"output_tokens":5}}`, split(math.MaxInt64, 0, 5, math.MaxInt64), true},
 	{"json gemini array stream, last wins", jsonType,
-		`[{"usageMetadata":{"totalTokenCount":4}},` + "\n" + `{"usageMetadata":{"totalTokenCount":9}}]`, 9, true},
-	{"json unknown content type", "", `{"usage":{"total_tokens":2}}`, 2, true},
-	{"json cut after usage", jsonType, `{"usage":{"total_tokens":5},"choices":[{"mess`, 5, true},
-	{"json cut inside usage", jsonType, `{"usage":{"total_tokens":5,"prompt_tok`, 5, true},
-	{"json broken before usage", jsonType, `{"a":#,"usage":{"total_tokens":5}}`, 0, false},
+		`[{"usageMetadata":{"totalTokenCount":4}},` + "\n" + `{"usageMetadata":{"totalTokenCount":9}}]`, split(0, 0, 0, 9), true},
+	{"json unknown content type", "", `{"usage":{"total_tokens":2}}`, split(0, 0, 0, 2), true},
+	{"json cut after usage", jsonType, `{"usage":{"total_tokens":5},"choices":[{"mess`, split(0, 0, 0, 5), true},
+	{"json cut inside usage", jsonType, `{"usage":{"total_tokens":5,"prompt_tok`, split(0, 0, 0, 5), true},
+	{"json broken before usage", jsonType, `{"a":#,"usage":{"total_tokens":5}}`, usageReport{}, false},
+
+	{"json openai cached prompt tokens", jsonType,
+		`{"usage":{"prompt_tokens":100,"completion_tokens":20,"total_tokens":120,` +
+			`"prompt_tokens_details":{"audio_tokens":3,"cached_tokens":60},"completion_tokens_details":{"reasoning_tokens":15}}}`,
+		split(100, 60, 20, 120), true},
+	{"json responses cached input tokens", jsonType,
+		`{"usage":{"input_tokens":50,"input_tokens_details":{"cached_tokens":30},"output_tokens":10,` +
+			`"output_tokens_details":{"reasoning_tokens":4},"total_tokens":60}}`, split(50, 30, 10, 60), true},
+	{"json cached tokens only in input details", jsonType,
+		`{"usage":{"prompt_tokens":10,"completion_tokens_details":{"cached_tokens":7},"cached_tokens":8}}`, split(10, 0, 0, 10), true},
+	{"json cached tokens deeper than the details ignored", jsonType,
+		`{"usage":{"prompt_tokens":9,"prompt_tokens_details":{"x":{"cached_tokens":4}}}}`, split(9, 0, 0, 9), true},
+	{"json details that are an array ignored", jsonType,
+		`{"usage":{"prompt_tokens":9,"prompt_tokens_details":[{"cached_tokens":4}]}}`, split(9, 0, 0, 9), true},
+	{"json details closed before the next member", jsonType,
+		`{"usage":{"prompt_tokens_details":{"cached_tokens":5},"prompt_tokens":7,"cached_tokens":6}}`, split(7, 5, 0, 7), true},
+	{"json cached tokens capped at the input", jsonType,
+		`{"usage":{"prompt_tokens":10,"prompt_tokens_details":{"cached_tokens":50}}}`, split(10, 10, 0, 10), true},
+	{"json gemini thoughts are output, tool-use prompts input", jsonType,
+		`{"usageMetadata":{"promptTokenCount":12,"candidatesTokenCount":71,"totalTokenCount":237,"cachedContentTokenCount":4,` +
+			`"cacheTokensDetails":[{"modality":"TEXT","tokenCount":4}],"toolUsePromptTokenCount":65,"thoughtsTokenCount":89}}`,
+		split(12+65, 4, 71+89, 237), true},
+	{"json only cache figures settle nothing", jsonType,
+		`{"usage":{"cache_read_input_tokens":5,"prompt_tokens_details":{"cached_tokens":5}}}`, usageReport{}, false},
 
 	{"sse openai final chunk", streamType,
 		"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}],\"usage\":null}\n\n" +
 			"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2,\"total_tokens\":3}}\n\n" +
-			"data: [DONE]\n\n", 3, true},
+			"data: [DONE]\n\n", split(1, 0, 2, 3), true},
 	{"sse anthropic delta replaces input", streamType,
 		"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":" +
 			"{\"input_tokens\":5,\"cache_creation_input_tokens\":7,\"output_tokens\":1}}}\n\n" +
-			"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"input_tokens\":6,\"output_tokens\":9}}\n\n", 22, true},
+			"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"input_tokens\":6,\"output_tokens\":9}}\n\n",
+		split(6+7, 0, 9, 22), true},
+	{"sse anthropic cache reads kept from message_start", streamType,
+		"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":" +
+			"{\"input_tokens\":2,\"cache_read_input_tokens\":40,\"output_tokens\":1}}}\n\n" +
+			"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":9}}\n\n",
+		split(2+40, 40, 9, 11), true},
 	{"sse responses nested usage", streamType,
 		"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":" +
-			"{\"usage\":{\"input_tokens\":2,\"output_tokens\":3,\"total_tokens\":5}}}\n\n", 5, true},
+			"{\"usage\":{\"input_tokens\":2,\"input_tokens_details\":{\"cached_tokens\":1},\"output_tokens\":3,\"total_tokens\":5}}}\n\n",
+		split(2, 1, 3, 5), true},
+	{"sse details reset between events", streamType,
+		"data: {\"usage\":{\"prompt_tokens_details\":{\n\ndata: {\"usage\":{\"a\":{\"cached_tokens\":4},\"prompt_tokens\":9}}\n\n",
+		split(9, 0, 0, 9), true},
 	{"sse gemini last wins", streamType,
-		"data: {\"usageMetadata\":{\"totalTokenCount\":4}}\r\n\r\ndata: {\"usageMetadata\":{\"totalTokenCount\":9}}\r\n\r\n", 9, true},
+		"data: {\"usageMetadata\":{\"totalTokenCount\":4}}\r\n\r\ndata: {\"usageMetadata\":{\"totalTokenCount\":9}}\r\n\r\n", split(0, 0, 0, 9), true},
 	{"sse cr line ends", streamType,
-		"event: x\rdata: {\"usage\":{\"total_tokens\":3}}\r\rdata: [DONE]\r\r", 3, true},
-	{"sse data split over lines", streamType, "data: {\"usage\":\ndata: {\"total_tokens\":8}}\n\n", 8, true},
-	{"sse blank line ends the event", streamType, "data: {\"usage\":\n\ndata: {\"total_tokens\":8}}\n\n", 0, false},
+		"event: x\rdata: {\"usage\":{\"total_tokens\":3}}\r\rdata: [DONE]\r\r", split(0, 0, 0, 3), true},
+	{"sse data split over lines", streamType, "data: {\"usage\":\ndata: {\"total_tokens\":8}}\n\n", split(0, 0, 0, 8), true},
+	{"sse blank line ends the event", streamType, "data: {\"usage\":\n\ndata: {\"total_tokens\":8}}\n\n", usageReport{}, false},
 	{"sse comments and other fields", streamType,
-		": keep-alive\nevent: usage\nid: 7\nretry: 100\ndata: {\"usage\":{\"total_tokens\":4}}\n\n", 4, true},
-	{"sse data without space", streamType, "data:{\"usage\":{\"total_tokens\":4}}\n\n", 4, true},
-	{"sse last event without blank line", streamType, "data: {\"usage\":{\"total_tokens\":4}}", 4, true},
+		": keep-alive\nevent: usage\nid: 7\nretry: 100\ndata: {\"usage\":{\"total_tokens\":4}}\n\n", split(0, 0, 0, 4), true},
+	{"sse data without space", streamType, "data:{\"usage\":{\"total_tokens\":4}}\n\n", split(0, 0, 0, 4), true},
+	{"sse last event without blank line", streamType, "data: {\"usage\":{\"total_tokens\":4}}", split(0, 0, 0, 4), true},
 	{"sse other field names", streamType,
-		"datax: {\"usage\":{\"total_tokens\":4}}\nDATA: {\"usage\":{\"total_tokens\":4}}\ndat: {}\n\n", 0, false},
+		"datax: {\"usage\":{\"total_tokens\":4}}\nDATA: {\"usage\":{\"total_tokens\":4}}\ndat: {}\n\n", usageReport{}, false},
 	{"sse broken event spares the next", streamType,
-		"data: [DONE]\n\ndata: {\"usage\":{\"total_tokens\":2}}\n\n", 2, true},
-	{"sse content type in capitals", "Text/Event-Stream; charset=UTF-8", "data: {\"usage\":{\"total_tokens\":6}}\n\n", 6, true},
-	{"sse read as json when not labelled so", jsonType, "data: [DONE]\n\ndata: {\"usage\":{\"total_tokens\":2}}\n\n", 0, false},
-	{"sse no usage", streamType, "data: {\"choices\":[]}\n\ndata: [DONE]\n\n", 0, false},
+		"data: [DONE]\n\ndata: {\"usage\":{\"total_tokens\":2}}\n\n", split(0, 0, 0, 2), true},
+	{"sse content type in capitals", "Text/Event-Stream; charset=UTF-8", "data: {\"usage\":{\"total_tokens\":6}}\n\n", split(0, 0, 0, 6), true},
+	{"sse read as json when not labelled so", jsonType, "data: [DONE]\n\ndata: {\"usage\":{\"total_tokens\":2}}\n\n", usageReport{}, false},
+	{"sse no usage", streamType, "data: {\"choices\":[]}\n\ndata: [DONE]\n\n", usageReport{}, false},
 }
 
 func TestUsageBody(t *testing.T) {
@@ -231,10 +343,10 @@ func TestUsageBody(t *testing.T) {
 			t.Run(tt.name+"/"+name, func(t *testing.T) {
 				passed, s := readUsage(t, []byte(tt.body), tt.contentType, sizes)
 				assert.Equal(t, tt.body, string(passed), "bytes passed through")
-				calls, tokens, ok := s.get()
+				calls, got, ok := s.get()
 				assert.Equal(t, 1, calls, "settle calls")
 				assert.Equal(t, tt.ok, ok, "settle ok")
-				assert.Equal(t, tt.tokens, tokens, "settled tokens")
+				assert.Equal(t, tt.want, got, "settled usage")
 			})
 		}
 	}
@@ -249,10 +361,10 @@ func TestUsageBodySettlesOnce(t *testing.T) {
 	errReset := errors.New("connection reset")
 
 	tests := []struct {
-		name   string
-		read   func(t *testing.T, body io.ReadCloser)
-		tokens int64
-		ok     bool
+		name string
+		read func(t *testing.T, body io.ReadCloser)
+		want usageReport
+		ok   bool
 	}{
 		{
 			name: "at EOF, then never again",
@@ -265,7 +377,7 @@ func TestUsageBodySettlesOnce(t *testing.T) {
 				assert.NoError(t, body.Close())
 				assert.NoError(t, body.Close())
 			},
-			tokens: 17, ok: true,
+			want: split(11, 0, 6, 17), ok: true,
 		},
 		{
 			name: "at Close before any read",
@@ -275,7 +387,7 @@ func TestUsageBodySettlesOnce(t *testing.T) {
 				_, err := io.ReadAll(body)
 				assert.NoError(t, err, "ReadAll after Close")
 			},
-			tokens: 0, ok: false,
+			ok: false,
 		},
 		{
 			name: "at Close with the usage read so far",
@@ -284,28 +396,28 @@ func TestUsageBodySettlesOnce(t *testing.T) {
 				require.NoError(t, err)
 				assert.NoError(t, body.Close())
 			},
-			tokens: 12, ok: true,
+			want: split(11, 0, 1, 12), ok: true,
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := &settlement{}
 			tt.read(t, newUsageBody(io.NopCloser(bytes.NewReader(stream)), streamType, s.settle))
-			calls, tokens, ok := s.get()
+			calls, got, ok := s.get()
 			assert.Equal(t, 1, calls, "settle calls")
 			assert.Equal(t, tt.ok, ok, "settle ok")
-			assert.Equal(t, tt.tokens, tokens, "settled tokens")
+			assert.Equal(t, tt.want, got, "settled usage")
 		})
 	}
 
 	for _, tt := range []struct {
 		name   string
 		before int
-		tokens int64
+		want   usageReport
 		ok     bool
 	}{
-		{"on a read error after usage", start, 12, true},
-		{"on a read error before usage", 10, 0, false},
+		{"on a read error after usage", start, split(11, 0, 1, 12), true},
+		{"on a read error before usage", 10, usageReport{}, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := &settlement{}
@@ -314,10 +426,10 @@ func TestUsageBodySettlesOnce(t *testing.T) {
 			_, err := io.ReadAll(body)
 			assert.ErrorIs(t, err, errReset, "ReadAll")
 			assert.NoError(t, body.Close())
-			calls, tokens, ok := s.get()
+			calls, got, ok := s.get()
 			assert.Equal(t, 1, calls, "settle calls")
 			assert.Equal(t, tt.ok, ok, "settle ok")
-			assert.Equal(t, tt.tokens, tokens, "settled tokens")
+			assert.Equal(t, tt.want, got, "settled usage")
 		})
 	}
 }
@@ -345,10 +457,10 @@ func TestUsageBodyConcurrentClose(t *testing.T) {
 		}()
 		assert.NoError(t, body.Close())
 		assert.ErrorIs(t, <-read, io.ErrClosedPipe, "ReadAll on a closed body")
-		calls, tokens, ok := s.get()
+		calls, got, ok := s.get()
 		assert.Equal(t, 1, calls, "settle calls")
 		if ok {
-			assert.Equal(t, int64(3), tokens, "settled tokens")
+			assert.Equal(t, split(0, 0, 0, 3), got, "settled usage")
 		}
 		pw.Close()
 	}
@@ -380,10 +492,10 @@ func TestUsageBodyPassesBytesAtOnce(t *testing.T) {
 	tail, err := io.ReadAll(body)
 	require.NoError(t, err)
 	assert.Equal(t, rest, string(tail), "the rest")
-	calls, tokens, ok := s.get()
+	calls, got, ok := s.get()
 	assert.Equal(t, 1, calls, "settle calls")
 	assert.True(t, ok, "settle ok")
-	assert.Equal(t, int64(7), tokens, "settled tokens")
+	assert.Equal(t, split(0, 0, 0, 7), got, "settled usage")
 }
 
 // readLog is a body that records the size of each read asked of it.
@@ -405,7 +517,7 @@ func TestUsageBodyReadsNoMore(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("testdata", "usage", "openai_chat_stream.sse"))
 	require.NoError(t, err)
 	src := &readLog{Reader: bytes.NewReader(data)}
-	body := newUsageBody(src, streamType, func(int64, bool) {})
+	body := newUsageBody(src, streamType, func(usageReport, bool) {})
 	var asked []int
 	for size := 1; ; size = size%300 + 7 {
 		asked = append(asked, size)
@@ -426,10 +538,10 @@ func TestNewUsageBodyNil(t *testing.T) {
 	assert.Equal(t, 0, n, "Read of a nil body")
 	assert.ErrorIs(t, err, io.EOF, "Read of a nil body")
 	assert.NoError(t, body.Close())
-	calls, tokens, ok := s.get()
+	calls, got, ok := s.get()
 	assert.Equal(t, 1, calls, "settle calls")
 	assert.False(t, ok, "settle ok")
-	assert.Zero(t, tokens, "settled tokens")
+	assert.Zero(t, got, "settled usage")
 }
 
 // rewindBody is a body that can be read again.
@@ -446,10 +558,11 @@ func TestUsageBodyAllocs(t *testing.T) {
 			require.NoError(t, err)
 			src := &rewindBody{}
 			buf := make([]byte, 512)
-			settle := func(int64, bool) {}
+			settle := func(usageReport, bool) {}
+			h := http.Header{"Content-Type": {contentTypeOf(rec.file)}}
 			got := testing.AllocsPerRun(50, func() {
 				src.Reset(data)
-				body := newUsageBody(src, contentTypeOf(rec.file), settle)
+				body := newUsageBodyOf(src, h, settle)
 				for {
 					if _, err := body.Read(buf); err != nil {
 						break
@@ -481,18 +594,20 @@ func BenchmarkUsageBody(b *testing.B) {
 		contentType string
 		data        []byte
 	}{
+		{"json-overhead", jsonType, []byte(cannedBody)}, // BenchmarkOverhead's answer
 		{"json-2KiB", jsonType, jsonAnswer(2 << 10)},
 		{"sse-13KiB", streamType, stream},
 	} {
 		b.Run(bench.name, func(b *testing.B) {
 			src := &rewindBody{}
 			buf := make([]byte, 4096)
-			settle := func(int64, bool) {}
+			settle := func(usageReport, bool) {}
+			h := http.Header{"Content-Type": {bench.contentType}}
 			b.SetBytes(int64(len(bench.data)))
 			b.ReportAllocs()
 			for b.Loop() {
 				src.Reset(bench.data)
-				body := newUsageBody(src, bench.contentType, settle)
+				body := newUsageBodyOf(src, h, settle)
 				for {
 					if _, err := body.Read(buf); err != nil {
 						break
@@ -505,12 +620,12 @@ func BenchmarkUsageBody(b *testing.B) {
 }
 
 // fuzzUsage reads data through newUsageBody whole, a byte at a time and in
-// reads of chunk bytes: each must pass the bytes through, settle once, never
-// settle negative tokens, and settle alike.
+// reads of chunk bytes: each must pass the bytes through, settle once, settle
+// a report that holds its invariants, and settle alike.
 func fuzzUsage(t *testing.T, data []byte, contentType string, chunk uint8) {
 	type result struct {
-		tokens int64
-		ok     bool
+		u  usageReport
+		ok bool
 	}
 	var first result
 	for i, sizes := range [][]int{{max(len(data), 1)}, {1}, {int(chunk%64) + 1, int(chunk/64) + 1}} {
@@ -518,19 +633,34 @@ func fuzzUsage(t *testing.T, data []byte, contentType string, chunk uint8) {
 		if !bytes.Equal(passed, data) {
 			t.Fatalf("newUsageBody(%q) passed %q", data, passed)
 		}
-		calls, tokens, ok := s.get()
+		calls, u, ok := s.get()
 		if calls != 1 {
 			t.Fatalf("newUsageBody(%q) settled %d times, want 1", data, calls)
 		}
-		if tokens < 0 || !ok && tokens != 0 {
-			t.Fatalf("newUsageBody(%q) settled (%d, %t), want tokens >= 0, and 0 when not ok", data, tokens, ok)
+		if err := checkReport(u, ok); err != "" {
+			t.Fatalf("newUsageBody(%q) settled (%+v, %t): %s", data, u, ok, err)
 		}
 		if i == 0 {
-			first = result{tokens, ok}
-		} else if got := (result{tokens, ok}); got != first {
+			first = result{u, ok}
+		} else if got := (result{u, ok}); got != first {
 			t.Fatalf("newUsageBody(%q) in reads of %v settled %+v, want %+v as read whole", data, sizes, got, first)
 		}
 	}
+}
+
+// checkReport returns what is wrong with a settled report, or "": counts
+// are never negative, the cached input is part of the input, and a report
+// that is not ok is zero.
+func checkReport(u usageReport, ok bool) string {
+	switch {
+	case u.input < 0 || u.cachedInput < 0 || u.output < 0 || u.total() < 0:
+		return "a negative count"
+	case u.cachedInput > u.input:
+		return "more cached input than input"
+	case !ok && u != usageReport{}:
+		return "a report that is not ok is not zero"
+	}
+	return ""
 }
 
 // addUsageSeeds adds the recorded answers of one kind and the usage cases
@@ -565,17 +695,22 @@ func FuzzUsageSSE(f *testing.F) {
 }
 
 // settleFunc is a settler from a function.
-type settleFunc func(tokens int64, ok bool)
+type settleFunc func(u usageReport, ok bool)
 
-func (f settleFunc) settle(tokens int64, ok bool) { f(tokens, ok) }
+func (f settleFunc) settle(u usageReport, ok bool) { f(u, ok) }
 
-// newUsageBody wraps body in a usageBody that tells settle, or returns body
-// itself for a nil settle.
-func newUsageBody(body io.ReadCloser, contentType string, settle func(tokens int64, ok bool)) io.ReadCloser {
+// newUsageBody wraps body, an answer of contentType, in a usageBody that
+// tells settle, or returns body itself for a nil settle.
+func newUsageBody(body io.ReadCloser, contentType string, settle func(u usageReport, ok bool)) io.ReadCloser {
+	return newUsageBodyOf(body, http.Header{"Content-Type": {contentType}}, settle)
+}
+
+// newUsageBodyOf is newUsageBody for an answer with header h.
+func newUsageBodyOf(body io.ReadCloser, h http.Header, settle func(u usageReport, ok bool)) io.ReadCloser {
 	if settle == nil {
 		return body
 	}
 	b := &usageBody{}
-	b.start(body, contentType, settleFunc(settle))
+	b.start(body, h, settleFunc(settle))
 	return b
 }
