@@ -79,6 +79,8 @@ func TestBudgetHoldsThePaidKeysSpend(t *testing.T) {
 			perRequest := float64(len(body)/4)*10/1e6 + 60*30/1e6
 			assert.LessOrEqual(t, paid.Spent.PerDay, budget.PerDay, "never above the budget: each estimate covers what was spent")
 			assert.GreaterOrEqual(t, paid.Spent.PerDay, budget.PerDay-2*perRequest-0.003, "the budget is used, not left idle: spent %.4f", paid.Spent.PerDay)
+			assert.InDelta(t, float64(served["paid"])*perRequest, paid.Spent.PerDay, 1e-5,
+				"what the vendor reported, input at its price and output at its own")
 			assert.Equal(t, paid.Budget, budget)
 			t.Logf("paid key: %d requests, spent $%.4f of $%.2f", served["paid"], paid.Spent.PerDay, budget.PerDay)
 

@@ -300,7 +300,7 @@ func TestStatusPageShowsASpentBudget(t *testing.T) {
 	)
 	paid := strings.ReplaceAll(read(t, ctx, chromedp.Text(chromedp.CSS(`.key[data-key="paid"]`))), "\u00a0", " ")
 	assert.Contains(t, paid, "its budget for today is spent: it takes requests again tomorrow")
-	assert.Regexp(t, `spent today\s*\$0\.258 / \$0\.25\s*spent this month\s*\$0\.258 / \$10\.00`, paid)
+	assert.Regexp(t, `spent today\s*\$0\.45 / \$0\.45\s*spent this month\s*\$0\.45 / \$10\.00`, paid)
 	assert.True(t, read(t, ctx, chromedp.Evaluate[bool](`document.querySelector('.key[data-key="paid"]').classList.contains("state-full")`)), "the key shows full")
 	assert.Equal(t, 1, read(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll('.key[data-key="paid"] .spend .at-limit').length`)), "the day's bar at its limit, the month's not")
 	shoot(t, ctx, dir, "status-budget-spent.png")

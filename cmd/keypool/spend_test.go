@@ -95,11 +95,12 @@ func assertBudgets(t *testing.T, s *settings) {
 const spendBody = `{"model":"gpt-4o-mini","max_tokens":64,"messages":[{"role":"user","content":"Say hello."}]}`
 
 // spendCost is what one spendBody costs at 1000 US dollars per million
-// tokens, input and output.
-var spendCost = float64(len(spendBody)/4+64) * 1000 / 1e6
+// tokens of input and 2000 of output: priced by the split the vendor
+// reports.
+var spendCost = (float64(len(spendBody)/4)*1000 + 64*2000) / 1e6
 
 // spendConfig is a proxy of a free key good for two requests a day and a
-// paid key with a budget of 0.25 US dollars a day, at a fake vendor.
+// paid key with a budget of 0.45 US dollars a day, at a fake vendor.
 func spendConfig(sim *vendorsim.Server, state string) string {
 	return fmt.Sprintf(`
 proxy_tokens: [%q]
@@ -107,10 +108,10 @@ state: %s
 upstreams:
   - name: openai
     url: %s
-    prices: {gpt-4o-mini: {input: 1000, output: 1000}}
+    prices: {gpt-4o-mini: {input: 1000, output: 2000}}
     keys:
       - {id: free, secret: sk-spend-free, limits: {rpd: 2}}
-      - {id: paid, secret: sk-spend-paid, paid: true, budget: {per_day: 0.25, per_month: 10}}
+      - {id: paid, secret: sk-spend-paid, paid: true, budget: {per_day: 0.45, per_month: 10}}
 `, proxyToken, state, sim.URL())
 }
 
@@ -184,9 +185,11 @@ func TestProxyStopsAPaidKeyAtItsBudgetUntilTheNextDay(t *testing.T) {
 	free, _ := sim.StatsOf("free")
 	assert.Equal(t, int64(2), free.Served, "the free key first, for its two requests")
 	assert.Equal(t, int64(served-2), paid.Served, "then the paid key")
-	// 0.25 US dollars at 0.086 a request (spendCost), each estimated at
-	// 0.067 (the prompt's bytes / 4, and max_tokens): the third request's
-	// estimate fits what is left, and its answer uses the budget up.
+	// 0.45 US dollars at 0.15 a request (spendCost: 22 tokens of input at
+	// 1000 a million, 64 of output at 2000), each estimated at as much
+	// (the prompt's bytes / 4, and max_tokens, which the fake vendor
+	// answers in full): the third request's estimate fits what is left,
+	// and its answer uses the budget up.
 	assert.Equal(t, int64(3), paid.Served, "the paid key serves while its budget lasts")
 	assert.Equal(t, "3600", retryAfter, "back at the next midnight UTC, an hour away")
 	assert.Equal(t, "2026-03-11T00:00:00Z", retryAt)
@@ -196,7 +199,7 @@ func TestProxyStopsAPaidKeyAtItsBudgetUntilTheNextDay(t *testing.T) {
 	require.NotNil(t, k.Spend, "the paid key's spend")
 	assert.InDelta(t, 3*spendCost, k.Spend.Today, 1e-6, "settled from the usage the vendor reported")
 	assert.InDelta(t, 3*spendCost, k.Spend.Month, 1e-6)
-	assert.Equal(t, 0.25, k.Spend.PerDay)
+	assert.Equal(t, 0.45, k.Spend.PerDay)
 	assert.Equal(t, "full", k.State)
 	assert.Equal(t, "budget-day", k.Full, "its budget for the day is spent")
 	assert.Equal(t, 10.0, k.Spend.PerMonth)
@@ -311,7 +314,7 @@ func TestStatusCommandShowsSpend(t *testing.T) {
 	spendUntilRefused(t, addr)
 	var out strings.Builder
 	require.NoError(t, runStatus(t.Context(), []string{"-url", "http://" + addr, "-token", proxyToken}, &out, io.Discard))
-	assert.Regexp(t, `openai/paid\s+0\.258 of 0\.25\s+0\.258 of 10\.00\n`, out.String())
+	assert.Regexp(t, `openai/paid\s+0\.45 of 0\.45\s+0\.45 of 10\.00\n`, out.String())
 }
 
 // serveAt runs the proxy for conf as serveReal does, on the clock.
