@@ -54,14 +54,14 @@ func (p *Pool) Do(ctx context.Context, model string, fn func(ctx context.Context
 		c.sooner(p.observe(ctx, &l, v, now))
 		switch {
 		case v.kind != KindNone && !p.single():
-			p.settle(ctx, &l, usageReport{})
+			p.settle(ctx, l.charge(), usageReport{})
 			c.tried.add(l.key.index)
 			last = err
 			continue
 		case v.kind != KindNone:
-			p.settle(ctx, &l, usageReport{})
+			p.settle(ctx, l.charge(), usageReport{})
 		case used.settled:
-			p.settle(ctx, &l, used.usageReport)
+			p.settle(ctx, l.charge(), used.usageReport)
 			if p.needTokens() {
 				p.tel.used(ctx, l.key, used.total())
 			}

@@ -347,6 +347,21 @@ type lease struct {
 	priced bool
 }
 
+// charge is what settling a lease needs, which a metered answer's body
+// keeps until the caller has read it: the key, the model, the reservation,
+// and the model's price when it has one (priced).
+type charge struct {
+	key         *poolKey
+	model       string
+	reservation Reservation
+	price       Price
+	priced      bool
+}
+
+func (l *lease) charge() charge {
+	return charge{l.key, l.claim.Model, l.grant.Reservation, l.price, l.priced}
+}
+
 // call is what one request remembers across its attempts: the keys that
 // failed it, the soonest moment a key it saw comes back, and, once it has
 // waited for a key (WaitForKey), when its waiting must end.

@@ -74,11 +74,12 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return t.sendKeyless(req)
 	}
-	body, info, err := p.inspect(req)
+	x := new(exchange)
+	info, err := p.inspect(req, &x.body)
 	if err != nil {
 		return nil, err
 	}
-	r := request{req: req, body: body, model: info.Model}
+	r := request{req: req, body: &x.body, metered: &x.metered, model: info.Model}
 	if p.needTokens() {
 		r.estimate = estimateUse(info, max(p.cfg.estimator(info), 0))
 	}
@@ -90,10 +91,19 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
+// exchange is the state of one request that outlives RoundTrip's frame —
+// the body it sends on each attempt, and the metered body of its answer —
+// allocated at once.
+type exchange struct {
+	body    replay
+	metered meteredBody
+}
+
 // request is what one RoundTrip carries across its attempts.
 type request struct {
 	req      *http.Request
 	body     *replay
+	metered  *meteredBody // its answer's body, when it is metered
 	model    string
 	estimate usageReport
 	call
@@ -157,12 +167,12 @@ func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again
 	r.sooner(until)
 	endAttempt(span, resp.StatusCode, v, max(until.Sub(now), 0), nil)
 	if v.kind == KindNone || v.oversized || p.single() || !r.body.replayable() {
-		p.meter(&l, resp)
+		p.meter(&l, resp, r.metered)
 		return resp, false, nil
 	}
 	// A key-scoped failure: the vendor refused the request, so it used
 	// no tokens. Try the next key.
-	p.settle(ctx, &l, usageReport{})
+	p.settle(ctx, l.charge(), usageReport{})
 	r.tried.add(l.key.index)
 	drain(resp.Body)
 	return nil, true, nil
@@ -195,42 +205,42 @@ func (p *Pool) release(ctx context.Context, l *lease) {
 	p.storeResult(opSettle, l.grant.Reservation.Release(ctx))
 }
 
-// settle settles a lease at what its request used — tokens, and their
-// cost where the model has a price — when the pool counts either.
-func (p *Pool) settle(ctx context.Context, l *lease, u usageReport) {
-	if !p.needTokens() && !l.priced {
+// settle settles a lease's charge at what its request used — tokens, and
+// their cost where the model has a price — when the pool counts either.
+func (p *Pool) settle(ctx context.Context, c charge, u usageReport) {
+	if !p.needTokens() && !c.priced {
 		return
 	}
 	var cost int64
-	if l.priced {
-		cost = l.price.cost(u)
-		p.tel.spent(ctx, l.key, l.claim.Model, cost)
+	if c.priced {
+		cost = c.price.cost(u)
+		p.tel.spent(ctx, c.key, c.model, cost)
 	}
-	p.storeResult(opSettle, l.grant.Reservation.Settle(ctx, u.total(), cost))
+	p.storeResult(opSettle, c.reservation.Settle(ctx, u.total(), cost))
 }
 
 // meter arranges for what an answer reports it used to replace the
-// estimate of its lease: as the caller reads a successful body, or at once
-// (nothing used) for an answer that is not a success.
-func (p *Pool) meter(l *lease, resp *http.Response) {
+// estimate of its lease: as the caller reads a successful body, through m,
+// or at once (nothing used) for an answer that is not a success.
+func (p *Pool) meter(l *lease, resp *http.Response, m *meteredBody) {
 	if !p.needTokens() && !l.priced {
 		return
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		p.settle(resp.Request.Context(), l, usageReport{})
+		p.settle(resp.Request.Context(), l.charge(), usageReport{})
 		return
 	}
-	m := &meteredBody{pool: p, lease: *l}
+	*m = meteredBody{pool: p, charge: l.charge()}
 	m.start(resp.Body, resp.Header, m)
 	resp.Body = m
 }
 
 // meteredBody is a successful answer's body, read for the tokens it reports,
-// which then settle its lease.
+// which then settle its lease's charge.
 type meteredBody struct {
 	usageBody
-	pool  *Pool
-	lease lease
+	pool   *Pool
+	charge charge
 }
 
 func (m *meteredBody) settle(u usageReport, ok bool) {
@@ -238,8 +248,8 @@ func (m *meteredBody) settle(u usageReport, ok bool) {
 		return // the estimate stands
 	}
 	ctx := context.Background() // the request's context may be over by now
-	m.pool.settle(ctx, &m.lease, u)
-	m.pool.tel.used(ctx, m.lease.key, u.total())
+	m.pool.settle(ctx, m.charge, u)
+	m.pool.tel.used(ctx, m.charge.key, u.total())
 }
 
 // redact returns err with the key's secret removed from its text, for a key
@@ -296,9 +306,9 @@ func bodyLength(req *http.Request) int64 {
 
 // inspect reads what the pool needs of a request before sending it — the
 // model, and what a token estimate needs — without consuming the body, and
-// returns how to send the body on each attempt.
-func (p *Pool) inspect(req *http.Request) (*replay, RequestInfo, error) {
-	b := &replay{orig: req.Body, getBody: req.GetBody}
+// sets b to send the body on each attempt.
+func (p *Pool) inspect(req *http.Request, b *replay) (RequestInfo, error) {
+	*b = replay{orig: req.Body, getBody: req.GetBody}
 	var info RequestInfo
 	if p.cfg.modelFunc != nil {
 		info.Model = p.cfg.modelFunc(req)
@@ -306,12 +316,12 @@ func (p *Pool) inspect(req *http.Request) (*replay, RequestInfo, error) {
 		info.Model = modelFromPath(req.URL.Path)
 	}
 	if b.orig == nil || b.orig == http.NoBody || (info.Model != "" && !p.needTokens()) {
-		return b, info, p.checkModel(info.Model, b)
+		return info, p.checkModel(info.Model, b)
 	}
 	data, err := b.read(bodyLength(req))
 	if err != nil {
 		b.discard()
-		return nil, info, fmt.Errorf("keypool: reading request body: %w", err)
+		return info, fmt.Errorf("keypool: reading request body: %w", err)
 	}
 	scanned := scanRequest(data, &p.models)
 	if rest := req.ContentLength - int64(len(data)); rest > 0 {
@@ -321,7 +331,7 @@ func (p *Pool) inspect(req *http.Request) (*replay, RequestInfo, error) {
 		info.Model = scanned.Model
 	}
 	scanned.Model = info.Model
-	return b, scanned, p.checkModel(info.Model, b)
+	return scanned, p.checkModel(info.Model, b)
 }
 
 // checkModel returns an error for a model name no store may keep (see
