@@ -4,12 +4,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/keypool-go/keypool/internal/mounttest"
 )
 
 // The state tests that need a mount: a read-only directory (chmod does not
@@ -17,60 +18,20 @@ import (
 // root they skip, saying so; keypool's own tests of the store cover its
 // part through its write seams (TestBadgerStoreWritesFail).
 
-// canMount skips the test unless this process can mount filesystems.
-func canMount(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("a read-only directory or a full filesystem needs a mount, and mounting needs root; go test -run TestBadgerStoreWritesFail . covers the store's part")
-	}
-	dir := t.TempDir()
-	if err := syscall.Mount(dir, dir, "", syscall.MS_BIND, ""); err != nil {
-		t.Skipf("this root cannot mount (%v): a container without CAP_SYS_ADMIN?", err)
-	}
-	require.NoError(t, syscall.Unmount(dir, 0))
-}
-
-// readOnly bind-mounts dir read-only over itself and returns the undo;
-// the test's end undoes it, if the test has not.
-func readOnly(t *testing.T, dir string) (undo func()) {
-	t.Helper()
-	require.NoError(t, syscall.Mount(dir, dir, "", syscall.MS_BIND, ""))
-	done := false
-	undo = func() {
-		if !done {
-			done = true
-			require.NoError(t, syscall.Unmount(dir, 0))
-		}
-	}
-	t.Cleanup(func() {
-		if !done {
-			_ = syscall.Unmount(dir, syscall.MNT_DETACH)
-		}
-	})
-	require.NoError(t, syscall.Mount("", dir, "", syscall.MS_REMOUNT|syscall.MS_BIND|syscall.MS_RDONLY, ""))
-	return undo
-}
-
 // fillUp mounts a tmpfs of 64 MiB and returns it, with a function that
 // fills it to 4 MiB free — below the 24 MiB the store keeps in reserve —
 // and returns the undo, which frees the space.
 func fillUp(t *testing.T) (fs string, fill func() (undo func())) {
 	t.Helper()
-	fs = t.TempDir()
-	require.NoError(t, syscall.Mount("tmpfs", fs, "tmpfs", 0, "size=64m"))
-	t.Cleanup(func() { _ = syscall.Unmount(fs, syscall.MNT_DETACH) })
+	fs = mounttest.Tmpfs(t, "64m")
 	return fs, func() func() {
-		var st syscall.Statfs_t
-		require.NoError(t, syscall.Statfs(fs, &st))
-		free := int64(st.Bavail) * st.Bsize
-		filler := filepath.Join(fs, "filler")
-		require.NoError(t, os.WriteFile(filler, make([]byte, max(free-4<<20, 0)), 0o600))
+		filler := mounttest.Fill(t, fs, 4<<20)
 		return func() { require.NoError(t, os.Remove(filler)) }
 	}
 }
 
 func TestServeProcessStateFails(t *testing.T) {
-	canMount(t)
+	mounttest.Require(t, "go test -run TestBadgerStoreWritesFail .")
 	for _, failure := range []string{"read-only", "full"} {
 		for _, recovers := range []bool{true, false} {
 			name := failure + map[bool]string{true: ", then writable again, then SIGTERM", false: ", then SIGTERM"}[recovers]
@@ -80,7 +41,7 @@ func TestServeProcessStateFails(t *testing.T) {
 				switch failure {
 				case "read-only":
 					state = filepath.Join(t.TempDir(), "state")
-					fail = func() func() { return readOnly(t, state) }
+					fail = func() func() { return mounttest.ReadOnly(t, state) }
 				case "full":
 					var fs string
 					fs, fail = fillUp(t)
