@@ -245,16 +245,24 @@ func (k *memKey) clock(t time.Time, days calendar) int64 {
 	return now
 }
 
+// scope returns the entry that keeps what a statement or a bench of model
+// is about: its account's when it names one, else its key's.
+func (s *memoryStore) scope(provider, keyID, account, model string) (*memKey, error) {
+	if err := windowspec.CheckModel(model); err != nil {
+		return nil, fmt.Errorf("keypool: memory store: %w", err)
+	}
+	if account != "" {
+		keyID = accountID(account)
+	}
+	return s.key(provider, keyID), nil
+}
+
 // Learn implements Store.
 func (s *memoryStore) Learn(_ context.Context, st Stated) error {
-	if err := windowspec.CheckModel(st.Model); err != nil {
-		return fmt.Errorf("keypool: memory store: %w", err)
+	k, err := s.scope(st.Provider, st.KeyID, st.Account, st.Model)
+	if err != nil {
+		return err
 	}
-	id := st.KeyID
-	if st.Account != "" {
-		id = accountID(st.Account)
-	}
-	k := s.key(st.Provider, id)
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	cal := days(st.DayZone, st.DayHour)
@@ -401,14 +409,10 @@ func latest(a, b benchState) (int64, Kind) {
 
 // Bench implements Store.
 func (s *memoryStore) Bench(_ context.Context, b Bench) error {
-	if err := windowspec.CheckModel(b.Model); err != nil {
-		return fmt.Errorf("keypool: memory store: %w", err)
+	k, err := s.scope(b.Provider, b.KeyID, b.Account, b.Model)
+	if err != nil {
+		return err
 	}
-	id := b.KeyID
-	if b.Account != "" {
-		id = accountID(b.Account)
-	}
-	k := s.key(b.Provider, id)
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.benchVer++
