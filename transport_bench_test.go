@@ -76,6 +76,12 @@ func roundTrip(b *testing.B, rt http.RoundTripper) {
 // with 16 goroutines.
 func BenchmarkOverhead(b *testing.B) {
 	base := newCannedBase()
+	requestsOnly := newCannedBase()
+	for name := range requestsOnly.header {
+		if strings.HasSuffix(name, "-Tokens") {
+			delete(requestsOnly.header, name)
+		}
+	}
 	rts := map[string]func(b *testing.B) http.RoundTripper{
 		"floor": func(*testing.B) http.RoundTripper { return floor{base: base, auth: []string{"Bearer sk-1"}} },
 		"oauth2": func(*testing.B) http.RoundTripper {
@@ -84,9 +90,10 @@ func BenchmarkOverhead(b *testing.B) {
 		"pool": func(b *testing.B) http.RoundTripper {
 			return benchPool(b, 100).Transport(base)
 		},
-		// Request limits only: no token estimate, no usage read.
+		// Request limits only, configured and stated: no token estimate,
+		// no usage read.
 		"pool-requests": func(b *testing.B) http.RoundTripper {
-			return benchPool(b, 100, WithLimits(Limits{RPM: 1 << 40, RPD: 1 << 40})).Transport(base)
+			return benchPool(b, 100, WithLimits(Limits{RPM: 1 << 40, RPD: 1 << 40})).Transport(requestsOnly)
 		},
 	}
 	for _, name := range []string{"floor", "oauth2", "pool", "pool-requests"} {
