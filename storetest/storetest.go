@@ -98,14 +98,21 @@ func mustTake(t *testing.T, s keypool.Store, tk keypool.Claim) keypool.Grant {
 
 func usage(t *testing.T, s keypool.Store, h Harness, key, model string) keypool.Usage {
 	t.Helper()
+	return modelStats(t, s, h, key, model).Usage
+}
+
+// modelStats returns what the store holds of a key for a model; the zero
+// ModelStats when it holds nothing.
+func modelStats(t *testing.T, s keypool.Store, h Harness, key, model string) keypool.ModelStats {
+	t.Helper()
 	st, err := s.State(ctx, "suite", key, h.Now())
 	require.NoError(t, err)
 	for _, m := range st.Models {
 		if m.Model == model {
-			return m.Usage
+			return m
 		}
 	}
-	return keypool.Usage{}
+	return keypool.ModelStats{}
 }
 
 func modelState(t *testing.T, s keypool.Store, h Harness, key, model string) keypool.ModelStats {
@@ -407,14 +414,7 @@ var unknown = keypool.Limits{RPM: -1, RPD: -1, TPM: -1, TPD: -1}
 
 func learned(t *testing.T, s keypool.Store, h Harness, key, model string) keypool.Limits {
 	t.Helper()
-	st, err := s.State(ctx, "suite", key, h.Now())
-	require.NoError(t, err)
-	for _, m := range st.Models {
-		if m.Model == model {
-			return m.Learned
-		}
-	}
-	return keypool.Limits{}
+	return modelStats(t, s, h, key, model).Learned
 }
 
 func admitted(t *testing.T, s keypool.Store, c keypool.Claim, n int) int {
