@@ -176,10 +176,28 @@ func (s *memoryStore) Take(_ context.Context, t Claim) (Grant, error) {
 	if c := windowspec.Tighter(lim.tokenCap(), t.Cap.tokenCap()); c > 0 {
 		tok = min(tok, c)
 	}
+	ok, retryAt, dayFull := t.room(own, k, m, now, lim, tok, cal)
+	if !ok {
+		reason := KindRate
+		if dayFull {
+			reason = KindQuota
+		}
+		return Grant{RetryAt: time.Unix(0, retryAt).UTC(), Reason: reason, Level: m.level}, nil
+	}
+	r := t.record(own, k, m, now, lim, tok, cal)
+	return Grant{OK: true, Level: m.level, Reservation: r}, nil
+}
+
+// room reports whether a claim of tok tokens fits, at now, the model's
+// windows at lim, the key's cap across models, and the budgets of the key
+// (own) and of its account (k, own when it has none); when it does not,
+// when it would (retryAt) and whether a day's window or budget is what is
+// full. It makes the windows a limit needs. Both keys' locks must be held.
+func (t Claim) room(own, k *memKey, m *memModel, now int64, lim Limits, tok int64, cal calendar) (ok bool, retryAt int64, dayFull bool) {
 	if lim != (Limits{}) && m.win == nil {
 		m.win = &windows{}
 	}
-	ok, retryAt, dayFull := true, int64(0), false
+	ok = true
 	if m.win != nil {
 		ok, retryAt, dayFull = m.win.room(now, lim, tok, cal)
 	}
@@ -203,13 +221,13 @@ func (s *memoryStore) Take(_ context.Context, t Claim) (Grant, error) {
 			ok, retryAt, dayFull = false, max(retryAt, at), true
 		}
 	}
-	if !ok {
-		reason := KindRate
-		if dayFull {
-			reason = KindQuota
-		}
-		return Grant{RetryAt: time.Unix(0, retryAt).UTC(), Reason: reason, Level: m.level}, nil
-	}
+	return ok, retryAt, dayFull
+}
+
+// record counts a claim that room admitted in the windows and budgets it
+// was checked against, and returns its reservation. Both keys' locks must
+// be held.
+func (t Claim) record(own, k *memKey, m *memModel, now int64, lim Limits, tok int64, cal calendar) *memReservation {
 	if m.win != nil {
 		m.win.add(now, lim, 1, tok, cal)
 	}
@@ -227,7 +245,7 @@ func (s *memoryStore) Take(_ context.Context, t Claim) (Grant, error) {
 		r.shared, r.cost = k, t.Cost
 	}
 	k.dirty = true
-	return Grant{OK: true, Level: m.level, Reservation: r}, nil
+	return r
 }
 
 // clock returns the time to count a take or a statement at: the pool's
