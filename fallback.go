@@ -129,12 +129,9 @@ func NewFallback(routes []Route, opts ...Option) (*Fallback, error) {
 
 // RoundTrip implements http.RoundTripper.
 func (fb *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
-	body := &replay{orig: req.Body, getBody: req.GetBody}
-	if body.orig != nil && body.orig != http.NoBody {
-		if _, err := body.read(bodyLength(req)); err != nil {
-			body.discard()
-			return nil, fmt.Errorf("keypool: reading request body: %w", err)
-		}
+	body, err := readReplay(req)
+	if err != nil {
+		return nil, err
 	}
 	var ev RouteEvent
 	var soonest time.Time
@@ -191,6 +188,19 @@ func (fb *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 	body.discard()
 	fb.report(ev)
 	return nil, noKeyError(fb.names, soonest, fb.clock())
+}
+
+// readReplay reads a request's body into memory, so that each route can be
+// sent it.
+func readReplay(req *http.Request) (*replay, error) {
+	body := &replay{orig: req.Body, getBody: req.GetBody}
+	if body.orig != nil && body.orig != http.NoBody {
+		if _, err := body.read(bodyLength(req)); err != nil {
+			body.discard()
+			return nil, fmt.Errorf("keypool: reading request body: %w", err)
+		}
+	}
+	return body, nil
 }
 
 func (fb *Fallback) report(ev RouteEvent) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/keypool-go/keypool/internal/windowspec"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // The bounds of what the transport reads itself.
@@ -136,28 +137,8 @@ func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again
 		err = errors.New("keypool: base RoundTripper returned neither an answer nor an error")
 	}
 	if err != nil {
-		// No answer: nothing to bench. The request never counted —
-		// unless the caller gave up while the vendor had it, which the
-		// vendor may count: then its slot stays taken.
-		if ctx.Err() == nil {
-			p.release(ctx, &l)
-		}
-		p.probed(&l, false)
-		err = p.redact(err, l.key)
-		v := verdict{}
-		if p.cfg.auth.refused(err) {
-			// The key itself could not go on a request: it is the key's
-			// fault, as a revoked key is.
-			v.kind = KindAuth
-			now := p.cfg.clock()
-			r.sooner(p.observe(ctx, &l, v, now))
-		}
-		endAttempt(span, 0, v, 0, err)
-		if v.kind != KindNone && !p.single() && r.body.replayable() {
-			r.tried.add(l.key.index)
-			return nil, true, nil
-		}
-		return nil, false, err
+		again, err = t.noAnswer(r, &l, span, err)
+		return nil, again, err
 	}
 	resp.Request = r.req // never hand out the clone that carries the key
 	p.cfg.auth.unechoed(resp.Header, l.key.Secret)
@@ -176,6 +157,33 @@ func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again
 	r.tried.add(l.key.index)
 	drain(resp.Body)
 	return nil, true, nil
+}
+
+// noAnswer ends an attempt that got no answer, only err: nothing to bench.
+// The request never counted — unless the caller gave up while the vendor
+// had it, which the vendor may count: then its slot stays taken. It
+// reports whether the request goes on to the next key.
+func (t *transport) noAnswer(r *request, l *lease, span trace.Span, err error) (again bool, _ error) {
+	p := t.pool
+	ctx := r.req.Context()
+	if ctx.Err() == nil {
+		p.release(ctx, l)
+	}
+	p.probed(l, false)
+	err = p.redact(err, l.key)
+	v := verdict{}
+	if p.cfg.auth.refused(err) {
+		// The key itself could not go on a request: it is the key's
+		// fault, as a revoked key is.
+		v.kind = KindAuth
+		r.sooner(p.observe(ctx, l, v, p.cfg.clock()))
+	}
+	endAttempt(span, 0, v, 0, err)
+	if v.kind != KindNone && !p.single() && r.body.replayable() {
+		r.tried.add(l.key.index)
+		return true, nil
+	}
+	return false, err
 }
 
 // classifyAnswer classifies an answer at now, reading the start of a
