@@ -85,20 +85,8 @@ func readBody(body []byte, now time.Time) bodyEvidence {
 	if limit, used, ok := statedUsage(lower); ok {
 		spent.used, spent.hasUsed, stated = used/limit, true, true
 	}
-	// The ChatGPT backend's reset, which implies its window by its length.
-	if spent.wait, spent.hasReset = parseWait(f.resetsIn, now); !spent.hasReset {
-		spent.wait, spent.hasReset = parseWait(f.resetsAt, now)
-	}
-	usageReset := spent.hasReset
-	if !spent.hasReset {
-		spent.wait, spent.hasReset = parseWait(f.cooldown, now)
-	}
-	if !spent.hasReset {
-		spent.wait, spent.hasReset = proseResetDate(lower, text, now)
-	}
-	if !spent.hasReset {
-		spent.wait, spent.hasReset = proseDelay(lower, resetMarkers[:], now)
-	}
+	var usageReset bool
+	spent.wait, spent.hasReset, usageReset = f.reset(lower, text, now)
 	stated = stated || spent.hasReset
 	if usageReset && spent.window == WindowNone {
 		spent.window = windowOfWait(spent.wait)
@@ -108,6 +96,27 @@ func readBody(body []byte, now time.Time) bodyEvidence {
 	}
 	b.fill(own)
 	return b
+}
+
+// reset returns the wait until the limit a failure body names lifts, from
+// the first of its fields and phrases that dates it; usage reports that it
+// came from the ChatGPT backend's reset, which implies its window by its
+// length.
+func (f *bodyFields) reset(lower, text string, now time.Time) (wait time.Duration, ok, usage bool) {
+	if wait, ok = parseWait(f.resetsIn, now); !ok {
+		wait, ok = parseWait(f.resetsAt, now)
+	}
+	if ok {
+		return wait, true, true
+	}
+	if wait, ok = parseWait(f.cooldown, now); ok {
+		return wait, true, false
+	}
+	if wait, ok = proseResetDate(lower, text, now); ok {
+		return wait, true, false
+	}
+	wait, ok = proseDelay(lower, resetMarkers[:], now)
+	return wait, ok, false
 }
 
 // bodyFields are the values of a JSON error body the reading uses.
