@@ -2,6 +2,7 @@ package keypool
 
 import (
 	"fmt"
+	"log/slog"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -29,8 +30,7 @@ var recordLayouts = []recordLayout{
 // counts each kind. Either way, those keys start afresh. Only a failure of
 // the database itself fails the load.
 func (s *BadgerStore) load(db *badger.DB) (legacy [][]byte, err error) {
-	var ambiguous, unreadable int
-	var firstUnreadable error
+	var dropped droppedRecords
 	replaced := map[keyRef]bool{}
 	err = db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.DefaultIteratorOptions)
@@ -43,15 +43,12 @@ func (s *BadgerStore) load(db *badger.DB) (legacy [][]byte, err error) {
 				if l.legacy {
 					legacy = append(legacy, item.KeyCopy(nil))
 					if ref, ok = parseLegacyRecordKey(l.prefix, item.Key()); !ok {
-						ambiguous++
+						dropped.ambiguous++
 						continue
 					}
 					replaced[ref] = true
 				} else if ref, ok = parseRecordKey(l.prefix, item.Key()); !ok {
-					unreadable++
-					if firstUnreadable == nil {
-						firstUnreadable = fmt.Errorf("record key %q: %w", item.Key(), errShortRecord)
-					}
+					dropped.unreadable(fmt.Errorf("record key %q: %w", item.Key(), errShortRecord))
 					continue
 				}
 				var bad error
@@ -62,10 +59,7 @@ func (s *BadgerStore) load(db *badger.DB) (legacy [][]byte, err error) {
 					return fmt.Errorf("record of key %s: %w", keyName(ref), err)
 				}
 				if bad != nil {
-					unreadable++
-					if firstUnreadable == nil {
-						firstUnreadable = fmt.Errorf("%s of key %s: %w", recordRef{ref, l.benches}, keyName(ref), bad)
-					}
+					dropped.unreadable(fmt.Errorf("%s of key %s: %w", recordRef{ref, l.benches}, keyName(ref), bad))
 				}
 			}
 		}
@@ -74,14 +68,7 @@ func (s *BadgerStore) load(db *badger.DB) (legacy [][]byte, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if ambiguous > 0 {
-		s.cfg.logger.Warn("keypool: badger store: dropped records of the kp1 layout whose key more than one provider and key ID could have written (a NUL in a name); those keys start afresh",
-			"records", ambiguous)
-	}
-	if unreadable > 0 {
-		s.cfg.logger.Warn("keypool: badger store: dropped records that cannot be read; those keys start afresh",
-			"records", unreadable, "first", firstUnreadable)
-	}
+	dropped.warn(s.cfg.logger)
 	for ref := range replaced {
 		k := s.memoryStore.key(ref.provider, ref.keyID)
 		k.mu.Lock()
@@ -93,6 +80,31 @@ func (s *BadgerStore) load(db *badger.DB) (legacy [][]byte, err error) {
 		}
 	}
 	return legacy, nil
+}
+
+// droppedRecords counts the records a load dropped, by kind: one warning
+// each kind, however many.
+type droppedRecords struct {
+	ambiguous int   // kp1 records whose key more than one pair could have written
+	unread    int   // records whose key or value cannot be read
+	first     error // the first of those
+}
+
+func (d *droppedRecords) unreadable(err error) {
+	if d.unread++; d.first == nil {
+		d.first = err
+	}
+}
+
+func (d *droppedRecords) warn(logger *slog.Logger) {
+	if d.ambiguous > 0 {
+		logger.Warn("keypool: badger store: dropped records of the kp1 layout whose key more than one provider and key ID could have written (a NUL in a name); those keys start afresh",
+			"records", d.ambiguous)
+	}
+	if d.unread > 0 {
+		logger.Warn("keypool: badger store: dropped records that cannot be read; those keys start afresh",
+			"records", d.unread, "first", d.first)
+	}
 }
 
 // loadRecord reads a record into its key's state. A record that cannot be
