@@ -159,10 +159,11 @@ func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again
 	return nil, true, nil
 }
 
-// noAnswer ends an attempt that got no answer, only err: nothing to bench.
-// The request never counted — unless the caller gave up while the vendor
-// had it, which the vendor may count: then its slot stays taken. It
-// reports whether the request goes on to the next key.
+// noAnswer ends an attempt that got no answer, only err: nothing to bench
+// unless the key itself could not go on the request. The request never
+// counted — unless the caller gave up while the vendor had it, which the
+// vendor may count: then its slot stays taken. It reports whether the
+// request goes on to the next key.
 func (t *transport) noAnswer(r *request, l *lease, span trace.Span, err error) (again bool, _ error) {
 	p := t.pool
 	ctx := r.req.Context()
