@@ -21,6 +21,10 @@ const (
 // key has its own lock, and looking a key up takes none.
 type memoryStore struct {
 	keys sync.Map // keyRef → *memKey; keys are added once and read on every request
+	// accounts finds an account's entry in keys by its name, without
+	// building its ID (accountID) on every request: keyRef{provider,
+	// account} → *memKey.
+	accounts sync.Map
 }
 
 type keyRef struct{ provider, keyID string }
@@ -97,6 +101,18 @@ func (s *memoryStore) key(provider, keyID string) *memKey {
 	return k.(*memKey)
 }
 
+// account returns the state of an account, adding it when new: the entry
+// of keys under its ID.
+func (s *memoryStore) account(provider, account string) *memKey {
+	ref := keyRef{provider, account}
+	if k, ok := s.accounts.Load(ref); ok {
+		return k.(*memKey)
+	}
+	k := s.key(provider, accountID(account))
+	s.accounts.Store(ref, k) // keys never replaces an entry: any racing Store stores k too
+	return k
+}
+
 // model returns the key's state for a model, adding it when new. A key
 // keeps at most maxModelsPerKey models: when it has as many, a new one takes
 // the place of an entry that holds nothing in force at now (see idle), and
@@ -158,7 +174,7 @@ func (s *memoryStore) Take(_ context.Context, t Claim) (Grant, error) {
 	defer own.mu.Unlock()
 	k := own
 	if t.Account != "" {
-		k = s.key(t.Provider, accountID(t.Account))
+		k = s.account(t.Provider, t.Account)
 		k.mu.Lock()
 		defer k.mu.Unlock()
 	}
@@ -270,7 +286,7 @@ func (s *memoryStore) scope(provider, keyID, account, model string) (*memKey, er
 		return nil, fmt.Errorf("keypool: memory store: %w", err)
 	}
 	if account != "" {
-		keyID = accountID(account)
+		return s.account(provider, account), nil
 	}
 	return s.key(provider, keyID), nil
 }
