@@ -240,7 +240,7 @@ func New(provider string, keys []Key, opts ...Option) (*Pool, error) {
 	}
 	p.tel = newTelemetry(p)
 	for _, k := range p.keys {
-		k.tel = p.tel.forKey(provider, k)
+		k.tel.span = keyAttributes(provider, k)
 	}
 	tokens := cfg.limits.hasTokens() || cfg.keyCap.hasTokens()
 	for _, l := range cfg.modelLimits {

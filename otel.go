@@ -3,6 +3,7 @@ package keypool
 import (
 	"context"
 	"reflect"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -66,18 +67,41 @@ type telemetry struct {
 	reg         metric.Registration
 }
 
-// keyTelemetry is one key's attribute sets, built once: measuring a request
-// allocates nothing.
+// keyTelemetry is one key's attribute sets. Each is built at its first use,
+// once: measuring a request allocates nothing, and a key holds only the sets
+// it was measured with (building every set of every key in New cost a pool
+// of 100,000 keys 7 KiB and 24 µs a key).
 type keyTelemetry struct {
-	requests    [len(kindNames)][]metric.AddOption
-	benches     [len(kindNames)][]metric.AddOption
-	tokens      []metric.AddOption
-	utilization map[Window][]metric.RecordOption
-	limits      [4][]metric.RecordOption // by axis: rpm, rpd, tpm, tpd
-	span        []attribute.KeyValue     // provider, key ID, tier
+	span        []attribute.KeyValue // provider, key ID, tier; the base of every set
+	requests    [len(kindNames)]atomic.Pointer[[]metric.AddOption]
+	benches     [len(kindNames)]atomic.Pointer[[]metric.AddOption]
+	tokens      atomic.Pointer[[]metric.AddOption]
+	utilization [len(measuredWindows)]atomic.Pointer[[]metric.RecordOption]
+	limits      [len(axisNames)]atomic.Pointer[[]metric.RecordOption]
 	// stated holds the limits last recorded, by axis, so that an answer
 	// restating them records nothing.
-	stated *[4]atomic.Int64
+	stated [len(axisNames)]atomic.Int64
+}
+
+// The windows utilization is measured for, and the axes of learned limits.
+var (
+	measuredWindows = [...]Window{WindowNone, Window5h, WindowDaily, WindowWeekly, WindowMonthly}
+	axisNames       = [...]string{"rpm", "rpd", "tpm", "tpd"}
+)
+
+// measurement returns the options of a measurement with the attributes base
+// and extra, held in slot: built and kept at its first use. T is
+// metric.AddOption or metric.RecordOption.
+func measurement[T any](slot *atomic.Pointer[[]T], base []attribute.KeyValue, extra ...attribute.KeyValue) []T {
+	if o := slot.Load(); o != nil {
+		return *o
+	}
+	set := attribute.NewSet(append(base[:len(base):len(base)], extra...)...)
+	o := []T{any(metric.WithAttributeSet(set)).(T)} // a MeasurementOption: an AddOption and a RecordOption
+	if !slot.CompareAndSwap(nil, &o) {
+		return *slot.Load()
+	}
+	return o
 }
 
 // windowLabel names a window in metrics; the empty Window is a short one.
@@ -154,26 +178,13 @@ func newTelemetryOf(p *Pool, globalProvider func() trace.TracerProvider) *teleme
 	return t
 }
 
-// forKey builds a key's attribute sets.
-func (t *telemetry) forKey(provider string, k *poolKey) keyTelemetry {
+// keyAttributes returns the attributes every measurement of a key carries.
+func keyAttributes(provider string, k *poolKey) []attribute.KeyValue {
 	tier := "free"
 	if k.Paid {
 		tier = "paid"
 	}
-	base := []attribute.KeyValue{attrProvider.String(provider), attrKeyID.String(k.ID), attrTier.String(tier)}
-	kt := keyTelemetry{span: base, utilization: map[Window][]metric.RecordOption{}, stated: new([4]atomic.Int64)}
-	for kind := range kindNames {
-		kt.requests[kind] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(append(base[:3:3], attrOutcome.String(Kind(kind).String()))...))}
-		kt.benches[kind] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(append(base[:3:3], attrKind.String(Kind(kind).String()))...))}
-	}
-	kt.tokens = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(base...))}
-	for i, a := range [...]string{"rpm", "rpd", "tpm", "tpd"} {
-		kt.limits[i] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(append(base[:3:3], attrAxis.String(a))...))}
-	}
-	for _, w := range []Window{WindowNone, Window5h, WindowDaily, WindowWeekly, WindowMonthly} {
-		kt.utilization[w] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(append(base[:3:3], attrWindow.String(windowLabel(w)))...))}
-	}
-	return kt
+	return []attribute.KeyValue{attrProvider.String(provider), attrKeyID.String(k.ID), attrTier.String(tier)}
 }
 
 // quietFor is how long the pool skips starting spans after a span went
@@ -229,9 +240,11 @@ func endAttempt(span trace.Span, status int, v verdict, bench time.Duration, err
 
 // answered counts one answer of a key and what it said.
 func (t *telemetry) answered(ctx context.Context, k *poolKey, v verdict) {
-	t.requests.Add(ctx, 1, k.tel.requests[v.kind]...)
+	kt := &k.tel
+	t.requests.Add(ctx, 1, measurement(&kt.requests[v.kind], kt.span, attrOutcome.String(v.kind.String()))...)
 	if v.reset.HasUtilization && t.utilization.Enabled(ctx) {
-		if opts, ok := k.tel.utilization[v.reset.Window]; ok {
+		if i := slices.Index(measuredWindows[:], v.reset.Window); i >= 0 {
+			opts := measurement(&kt.utilization[i], kt.span, attrWindow.String(windowLabel(v.reset.Window)))
 			t.utilization.Record(ctx, v.reset.Utilization, opts...)
 		}
 	}
@@ -239,12 +252,12 @@ func (t *telemetry) answered(ctx context.Context, k *poolKey, v verdict) {
 
 // benched counts a bench of a key.
 func (t *telemetry) benched(ctx context.Context, k *poolKey, kind Kind) {
-	t.benches.Add(ctx, 1, k.tel.benches[kind]...)
+	t.benches.Add(ctx, 1, measurement(&k.tel.benches[kind], k.tel.span, attrKind.String(kind.String()))...)
 }
 
 // used counts the tokens a key's answer reported.
 func (t *telemetry) used(ctx context.Context, k *poolKey, tokens int64) {
-	t.tokens.Add(ctx, tokens, k.tel.tokens...)
+	t.tokens.Add(ctx, tokens, measurement(&k.tel.tokens, k.tel.span)...)
 }
 
 // learned records the limits an answer stated for a key, those that
@@ -252,7 +265,7 @@ func (t *telemetry) used(ctx context.Context, k *poolKey, tokens int64) {
 func (t *telemetry) learned(ctx context.Context, k *poolKey, l Limits) {
 	for i, v := range [...]int64{l.RPM, l.RPD, l.TPM, l.TPD} {
 		if v > 0 && k.tel.stated[i].Swap(v) != v {
-			t.limit.Record(ctx, v, k.tel.limits[i]...)
+			t.limit.Record(ctx, v, measurement(&k.tel.limits[i], k.tel.span, attrAxis.String(axisNames[i]))...)
 		}
 	}
 }

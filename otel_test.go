@@ -292,3 +292,51 @@ func TestTelemetryLearnedLimits(t *testing.T) {
 		}
 	}
 }
+
+// A key's attribute sets are built at their first use: a pool of many keys
+// holds only those of the measurements its keys made, and a first use by
+// many goroutines at once keeps one set.
+func TestTelemetryBuildsAKeysSetsAtFirstUse(t *testing.T) {
+	keys := []Key{{Secret: "sk-secret-a", ID: "a"}, {Secret: "sk-secret-b", ID: "b"}}
+	p, _, reader := telemetryPool(t, keys)
+	a, b := p.keys[0], p.keys[1]
+	built := func(k *poolKey) (n int) {
+		for i := range k.tel.requests {
+			n += btoi(k.tel.requests[i].Load() != nil) + btoi(k.tel.benches[i].Load() != nil)
+		}
+		for i := range k.tel.utilization {
+			n += btoi(k.tel.utilization[i].Load() != nil)
+		}
+		for i := range k.tel.limits {
+			n += btoi(k.tel.limits[i].Load() != nil)
+		}
+		return n + btoi(k.tel.tokens.Load() != nil)
+	}
+	assert.Zero(t, built(a)+built(b), "New builds no set")
+
+	done := make(chan struct{})
+	for range 8 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			p.tel.answered(t.Context(), a, verdict{})
+		}()
+	}
+	for range 8 {
+		<-done
+	}
+	assert.Equal(t, 1, built(a), "one answer of one kind: one set")
+	assert.Zero(t, built(b), "b was never measured")
+	assert.Equal(t, map[string]float64{
+		"keypool.key.id=a,keypool.key.tier=free,keypool.outcome=none,keypool.provider=openai": 8,
+	}, points(t, reader, "keypool.requests"))
+	first := a.tel.requests[KindNone].Load()
+	p.tel.answered(t.Context(), a, verdict{})
+	assert.Same(t, first, a.tel.requests[KindNone].Load(), "a set is built once")
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
