@@ -96,7 +96,9 @@ func measurement[T any](slot *atomic.Pointer[[]T], base []attribute.KeyValue, ex
 	if o := slot.Load(); o != nil {
 		return *o
 	}
-	set := attribute.NewSet(append(base[:len(base):len(base)], extra...)...)
+	// A copy: NewSet sorts what it is given in place, and base is shared.
+	attrs := append(append(make([]attribute.KeyValue, 0, len(base)+len(extra)), base...), extra...)
+	set := attribute.NewSet(attrs...)
 	o := []T{any(metric.WithAttributeSet(set)).(T)} // a MeasurementOption: an AddOption and a RecordOption
 	if !slot.CompareAndSwap(nil, &o) {
 		return *slot.Load()

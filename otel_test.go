@@ -318,13 +318,14 @@ func TestTelemetryBuildsAKeysSetsAtFirstUse(t *testing.T) {
 	for range 8 {
 		go func() {
 			defer func() { done <- struct{}{} }()
+			p.tel.used(t.Context(), a, 1) // a set of the key's attributes alone: base must not be sorted in place
 			p.tel.answered(t.Context(), a, verdict{})
 		}()
 	}
 	for range 8 {
 		<-done
 	}
-	assert.Equal(t, 1, built(a), "one answer of one kind: one set")
+	assert.Equal(t, 2, built(a), "tokens and one answer of one kind: two sets")
 	assert.Zero(t, built(b), "b was never measured")
 	assert.Equal(t, map[string]float64{
 		"keypool.key.id=a,keypool.key.tier=free,keypool.outcome=none,keypool.provider=openai": 8,
