@@ -132,7 +132,9 @@ func TestServeLogsOwnEndpointsAtDebugAndNothingAtWarn(t *testing.T) {
 	assert.Empty(t, logs.String(), "log_level: warn logs no request")
 }
 
-func TestServeLogsBenchesAndReturns(t *testing.T) {
+// throttlesBriefOnce is an upstream that answers the key sk-brief's first
+// request 429 with Retry-After: 1, and every other request 200.
+func throttlesBriefOnce(t *testing.T) *httptest.Server {
 	var first atomic.Bool
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") == "Bearer sk-brief" && !first.Swap(true) {
@@ -143,6 +145,11 @@ func TestServeLogsBenchesAndReturns(t *testing.T) {
 		_, _ = io.WriteString(w, `{"choices":[]}`)
 	}))
 	t.Cleanup(upstream.Close)
+	return upstream
+}
+
+func TestServeLogsBenchesAndReturns(t *testing.T) {
+	upstream := throttlesBriefOnce(t)
 	base, _, logs := loggedProxy(t, oneUpstream(t, upstream.URL, "keys: [{secret: sk-brief}, {secret: sk-other}]"), slog.LevelInfo, 20*time.Millisecond)
 	assert.Equal(t, http.StatusOK, send(t, http.MethodPost, base+"/v1/chat/completions", proxyToken))
 	require.Eventually(t, func() bool { return len(logLines(logs, "back in rotation")) > 0 }, 5*time.Second, 20*time.Millisecond,
@@ -159,16 +166,7 @@ func TestServeLogsBenchesAndReturns(t *testing.T) {
 }
 
 func TestServeLogsNoReturnOfAnUnbenchedKey(t *testing.T) {
-	var first atomic.Bool
-	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") == "Bearer sk-brief" && !first.Swap(true) {
-			w.Header().Set("Retry-After", "1")
-			w.WriteHeader(http.StatusTooManyRequests)
-			return
-		}
-		_, _ = io.WriteString(w, `{"choices":[]}`)
-	}))
-	t.Cleanup(upstream.Close)
+	upstream := throttlesBriefOnce(t)
 	base, _, logs := loggedProxy(t, oneUpstream(t, upstream.URL, "keys: [{id: brief, secret: sk-brief}, {secret: sk-other}]"), slog.LevelInfo, 20*time.Millisecond)
 	assert.Equal(t, http.StatusOK, send(t, http.MethodPost, base+"/v1/chat/completions", proxyToken))
 	require.Len(t, logLines(logs, "benched"), 1)
