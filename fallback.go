@@ -168,7 +168,12 @@ func (fb *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			return nil, err
 		}
-		v := classifyAnswer(resp, now)
+		var v verdict
+		if resp.StatusCode >= 400 {
+			// Below 400 an answer is never a failure (classify): its
+			// headers need not be read again after the route's pool.
+			v = classifyAnswer(resp, now)
+		}
 		if v.kind != KindNone {
 			// The route's own failure: its pool could not route around it.
 			d, _ := r.Pool.cfg.bench.benchFor(v, 0, now)

@@ -79,7 +79,18 @@ func (p *Pool) learn(ctx context.Context, l *lease, s statedWindows, now time.Ti
 		p.tokens.Store(true)
 	}
 	p.tel.learned(ctx, l.key, s.limits)
-	p.storeResult(opLearn, p.store.Learn(ctx, st))
+	var err error
+	if rl, ok := p.store.(reservationLearner); !ok || !rl.learnAt(l.grant.Reservation, st) {
+		err = p.store.Learn(ctx, st)
+	}
+	p.storeResult(opLearn, err)
+}
+
+// reservationLearner is a store that learns what an answer stated into the
+// entries its Take counted the request in, without looking them up again:
+// the package's memory and Badger stores.
+type reservationLearner interface {
+	learnAt(r Reservation, st Stated) bool
 }
 
 // succeeded sets the key's level for the model back to zero after a

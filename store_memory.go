@@ -301,17 +301,38 @@ func (s *memoryStore) Learn(_ context.Context, st Stated) error {
 	defer k.mu.Unlock()
 	cal := days(st.DayZone, st.DayHour)
 	now := k.clock(st.Now, cal)
-	m := k.model(st.Model, now, false)
+	k.learn(k.model(st.Model, now, false), st, now, cal)
+	return nil
+}
+
+// learnAt is Learn for the request res admitted, which a Take of this store
+// returned for st's key, account and model: it learns into the entries the
+// take counted in, without looking them up (or checking the model) again.
+// It reports false, learning nothing, for a reservation of another store.
+func (s *memoryStore) learnAt(res Reservation, st Stated) bool {
+	r, ok := res.(*memReservation)
+	if !ok {
+		return false
+	}
+	r.key.mu.Lock()
+	defer r.key.mu.Unlock()
+	cal := days(st.DayZone, st.DayHour)
+	r.key.learn(r.model, st, r.key.clock(st.Now, cal), cal)
+	return true
+}
+
+// learn records in m, the key's entry for st's model, what st states at
+// now. k.mu must be held.
+func (k *memKey) learn(m *memModel, st Stated, now int64, cal calendar) {
 	m.learned = m.learned.over(st.Limits)
 	k.dirty = true
 	if st.Used.RPM < 0 && st.Used.RPD < 0 && st.Used.TPM < 0 && st.Used.TPD < 0 {
-		return nil
+		return
 	}
 	if m.win == nil {
 		m.win = &windows{}
 	}
 	m.win.raise(now, st.Used, unixOrZero(st.MinuteReset), unixOrZero(st.DayReset), cal)
-	return nil
 }
 
 // unixOrZero returns t in Unix nanoseconds, or 0 for the zero time.

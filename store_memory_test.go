@@ -156,3 +156,44 @@ func hasModel(st KeyStats, model string) bool {
 	}
 	return false
 }
+
+// TestMemoryStoreLearnAtIsLearn holds that learning into the entries a take
+// counted in (learnAt, the pool's path after a take of its own store)
+// leaves the store as Learn does, for a key alone and for a key of an
+// account.
+func TestMemoryStoreLearnAtIsLearn(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, account := range []string{"", "org"} {
+		t.Run("account="+account, func(t *testing.T) {
+			viaLearn, viaTake := newMemoryStore(), newMemoryStore()
+			claim := Claim{Provider: "p", KeyID: "k", Account: account, Model: "m", Limits: Limits{RPM: 10, TPM: 1000}, Tokens: 5, Now: now}
+			st := Stated{Provider: "p", KeyID: "k", Account: account, Model: "m",
+				Limits: Limits{RPM: 4, TPM: 800}, Used: Limits{RPM: 3, RPD: -1, TPM: 500, TPD: -1},
+				MinuteReset: now.Add(20 * time.Second), Now: now.Add(time.Second)}
+			for _, s := range []*memoryStore{viaLearn, viaTake} {
+				g, err := s.Take(t.Context(), claim)
+				require.NoError(t, err)
+				require.True(t, g.OK)
+				if s == viaTake {
+					require.True(t, s.learnAt(g.Reservation, st))
+					continue
+				}
+				require.NoError(t, s.Learn(t.Context(), st))
+			}
+			id := "k"
+			if account != "" {
+				id = accountID(account)
+			}
+			at := now.Add(2 * time.Second)
+			want, err := viaLearn.State(t.Context(), "p", id, at)
+			require.NoError(t, err)
+			got, err := viaTake.State(t.Context(), "p", id, at)
+			require.NoError(t, err)
+			assert.Equal(t, want, got)
+			require.Len(t, got.Models, 1)
+			assert.Equal(t, Limits{RPM: 4, TPM: 800}, got.Models[0].Learned)
+			assert.Equal(t, Usage{MinuteRequests: 3, MinuteTokens: 500}, got.Models[0].Usage, "the minute window is raised to the vendor's count")
+		})
+	}
+	assert.False(t, newMemoryStore().learnAt(nil, Stated{}), "a reservation of another store is not learned into")
+}

@@ -204,6 +204,9 @@ func isImageType(v []byte) bool {
 // deployment of an Azure OpenAI path ("/openai/deployments/NAME/chat/
 // completions"). The name is a substring of path: it allocates nothing.
 func modelFromPath(path string) string {
+	if !strings.Contains(path, "s/") {
+		return "" // every marker ends so: most paths are refused in one pass
+	}
 	for _, marker := range [...]string{"/models/", "/tunedModels/", "/deployments/"} {
 		if i := strings.Index(path, marker); i >= 0 {
 			name := path[i+len(marker):]

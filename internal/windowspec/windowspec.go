@@ -49,6 +49,18 @@ func CheckModel(name string) error {
 	if len(name) > MaxModelName {
 		return refusal.Errorf("a model name of %d bytes is longer than %d", len(name), MaxModelName)
 	}
+	ascii := true
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; {
+		case c >= utf8.RuneSelf:
+			ascii = false
+		case c < ' ' || c == 0x7f:
+			return refusal.Errorf("a model name has a control character at byte %d", i)
+		}
+	}
+	if ascii {
+		return nil // the common name, checked in one pass
+	}
 	if !utf8.ValidString(name) {
 		return refusal.Errorf("a model name is not UTF-8")
 	}

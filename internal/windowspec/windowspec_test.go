@@ -1,6 +1,7 @@
 package windowspec
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -47,5 +48,34 @@ func TestWidthsCoverTheSpans(t *testing.T) {
 func TestTighter(t *testing.T) {
 	for _, c := range []struct{ a, b, want int64 }{{0, 0, 0}, {0, 5, 5}, {5, 0, 5}, {3, 5, 3}, {5, 3, 3}} {
 		assert.Equal(t, c.want, Tighter(c.a, c.b), "Tighter(%d, %d)", c.a, c.b)
+	}
+}
+
+func TestCheckModel(t *testing.T) {
+	tests := []struct {
+		name, model, err string
+	}{
+		{"ascii", "gpt-4o-mini", ""},
+		{"empty", "", ""},
+		{"utf-8", "modèle-été", ""},
+		{"at the bound", strings.Repeat("m", MaxModelName), ""},
+		{"over the bound", strings.Repeat("m", MaxModelName+1), "a model name of 257 bytes is longer than 256"},
+		{"a control character", "gpt\x07-4o", "control character at byte 3"},
+		{"delete", "gpt-4o\x7f", "control character at byte 6"},
+		{"a control character after utf-8", "modèle\x00", "control character at byte 7"},
+		{"not utf-8", "gpt-\xff4o", "not UTF-8"},
+		{"a cut rune", "modè"[:4], "not UTF-8"},
+		{"a C1 control as UTF-8 is allowed", "a\u0085b", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := CheckModel(tt.model)
+			if tt.err == "" {
+				assert.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.err)
+		})
 	}
 }
