@@ -314,10 +314,9 @@ func (s *server) close() {
 // handler routes the proxy's own endpoints and forwards the rest, logging
 // a line for each request.
 func (s *server) handler() http.Handler {
-	mux := http.NewServeMux()
+	mux := newOwnMux(forwardable(s.guard(http.HandlerFunc(s.forward))))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	s.handleOwn(mux) // the status page, /status, /metrics, unbench
-	mux.Handle("/", forwardable(s.guard(http.HandlerFunc(s.forward))))
 	return s.inFlight.track(s.logRequests(mux))
 }
 

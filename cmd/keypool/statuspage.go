@@ -51,7 +51,7 @@ const (
 )
 
 // handleOwn registers the proxy's own endpoints on mux, except /healthz.
-func (s *server) handleOwn(mux *http.ServeMux) {
+func (s *server) handleOwn(mux *ownMux) {
 	cop := http.NewCrossOriginProtection()
 	mux.Handle("GET /{$}", page("web/index.html"))
 	mux.Handle("GET /ui/app.js", page("web/app.js"))
