@@ -7,11 +7,11 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/embedded"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // The proxy logs one line for each request: at info for a request it
@@ -141,37 +141,31 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // attemptTracing is the tracer provider of the proxy's pools: each attempt
 // span it starts writes what the pool set on it into the record of the
-// request it belongs to, and passes everything on to a span of the global
-// tracer provider, as the pool would without it.
+// request it belongs to. The command installs no tracing SDK, so a span
+// goes nowhere else, and one of a request whose line is not logged is a
+// no-op that costs the pool nothing.
 type attemptTracing struct{ embedded.TracerProvider }
 
-func (attemptTracing) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
-	return attemptTracer{inner: otel.GetTracerProvider().Tracer(name, opts...)}
-}
+func (attemptTracing) Tracer(string, ...trace.TracerOption) trace.Tracer { return attemptTracer{} }
 
-type attemptTracer struct {
-	embedded.Tracer
-	inner trace.Tracer
-}
+type attemptTracer struct{ embedded.Tracer }
 
 // Start returns, for a request whose line is logged, a span that always
 // records (else the pool would stop tracing for a while) and that ends
 // into the request's record; for one that is not (log_level warn or error),
-// the global provider's span alone, so that without an SDK the pool does
-// no tracing work at all.
-func (t attemptTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
-	ctx, inner := t.inner.Start(ctx, name, opts...)
+// a no-op span. The context goes on as it came: no span is its parent.
+func (attemptTracer) Start(ctx context.Context, _ string, _ ...trace.SpanStartOption) (context.Context, trace.Span) {
 	rec := recordOf(ctx)
 	if rec == nil {
-		return ctx, inner
+		return ctx, noop.Span{}
 	}
-	return ctx, &attemptSpan{Span: inner, rec: rec}
+	return ctx, &attemptSpan{rec: rec}
 }
 
 // attemptSpan is one attempt of a request on a key. Only the pool's
 // goroutine for the attempt writes to it.
 type attemptSpan struct {
-	trace.Span                 // the global provider's, which gets every call
+	noop.Span                  // what the request log does not read
 	rec                        *requestRecord
 	route, key, model, outcome string
 	failed                     bool // ended in error: no answer
@@ -190,7 +184,6 @@ const (
 )
 
 func (s *attemptSpan) SetAttributes(kv ...attribute.KeyValue) {
-	s.Span.SetAttributes(kv...)
 	for _, a := range kv {
 		switch a.Key {
 		case spanRoute:
@@ -207,13 +200,11 @@ func (s *attemptSpan) SetAttributes(kv ...attribute.KeyValue) {
 	}
 }
 
-func (s *attemptSpan) SetStatus(c codes.Code, desc string) {
-	s.Span.SetStatus(c, desc)
+func (s *attemptSpan) SetStatus(c codes.Code, _ string) {
 	s.failed = c == codes.Error
 }
 
-func (s *attemptSpan) End(opts ...trace.SpanEndOption) {
-	s.Span.End(opts...)
+func (s *attemptSpan) End(...trace.SpanEndOption) {
 	s.rec.set(func(r *requestRecord) {
 		r.route, r.key, r.model, r.outcome = s.route, s.key, s.model, s.outcome
 		if s.failed && s.status == 0 {
