@@ -269,7 +269,8 @@ func (r *fallbackRoute) request(req *http.Request, body *replay) (*http.Request,
 		out.Body = newMemoryBody(b)
 		out.GetBody = func() (io.ReadCloser, error) { return newMemoryBody(b), nil }
 		out.ContentLength = int64(len(b))
-		if out.Header.Get("Content-Length") != "" {
+		if cl, ok := out.Header["Content-Length"]; ok && !sizeIs(cl, len(b)) {
+			// A model the route names otherwise changed the body's length.
 			out.Header = out.Header.Clone()
 			out.Header.Set("Content-Length", strconv.Itoa(len(b)))
 		}
@@ -373,4 +374,14 @@ func (fb *Fallback) CloseIdleConnections() {
 			c.CloseIdleConnections()
 		}
 	}
+}
+
+// sizeIs reports whether a Content-Length header's values say n: one
+// value, n in decimal.
+func sizeIs(values []string, n int) bool {
+	if len(values) != 1 {
+		return false
+	}
+	v, err := strconv.Atoi(values[0])
+	return err == nil && v == n
 }

@@ -299,3 +299,21 @@ func TestFallbackLeavesTheCallersRequestAlone(t *testing.T) {
 	assert.NotEqual(t, "71", got.Header.Get("Content-Length"), "the renamed body's length")
 	assert.Same(t, req, resp.Request)
 }
+
+func TestSizeIs(t *testing.T) {
+	tests := []struct {
+		values []string
+		n      int
+		want   bool
+	}{
+		{[]string{"71"}, 71, true},
+		{[]string{"71"}, 72, false},
+		{[]string{"71", "71"}, 71, false}, // net/http refuses a repeated length
+		{[]string{" 71"}, 71, false},
+		{[]string{"x"}, 0, false},
+		{nil, 0, false},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, sizeIs(tt.values, tt.n), "%q against %d", tt.values, tt.n)
+	}
+}
