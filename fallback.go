@@ -253,7 +253,7 @@ func (r *fallbackRoute) request(req *http.Request, body *replay) (*http.Request,
 		// with a key on it.
 		return nil, fmt.Errorf("keypool: fallback: the path %q leaves the route's base path", truncate(req.URL.Path, 64))
 	}
-	u.Path = path.Join("/", r.URL.Path, p)
+	u.Path = joinPath(r.URL.Path, p)
 	if strings.HasSuffix(p, "/") && !strings.HasSuffix(u.Path, "/") {
 		u.Path += "/"
 	}
@@ -384,4 +384,13 @@ func sizeIs(values []string, n int) bool {
 	}
 	v, err := strconv.Atoi(values[0])
 	return err == nil && v == n
+}
+
+// joinPath returns path.Join("/", base, p): without a copy of p when the
+// base is the root and p a clean absolute path, the common route.
+func joinPath(base, p string) string {
+	if (base == "" || base == "/") && strings.HasPrefix(p, "/") {
+		return path.Clean(p) // p itself when it is clean
+	}
+	return path.Join("/", base, p)
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"path"
 	"runtime"
 	"strings"
 	"sync"
@@ -316,4 +317,15 @@ func TestSizeIs(t *testing.T) {
 	for _, tt := range tests {
 		assert.Equal(t, tt.want, sizeIs(tt.values, tt.n), "%q against %d", tt.values, tt.n)
 	}
+}
+
+// TestJoinPathIsJoin holds joinPath to path.Join's result on the paths a
+// route sees, and to no allocation for the common one.
+func TestJoinPathIsJoin(t *testing.T) {
+	for _, base := range []string{"", "/", "/v1", "/v1/", "/openai/v1"} {
+		for _, p := range []string{"", "/", "/v1/chat/completions", "/v1//chat", "/a/./b", "/a/../b", "v1/x", "/x/"} {
+			assert.Equal(t, path.Join("/", base, p), joinPath(base, p), "base %q, path %q", base, p)
+		}
+	}
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = joinPath("", "/v1/chat/completions") }))
 }
