@@ -275,7 +275,9 @@ func TestProxyRefusesPathsOutsideTheRoute(t *testing.T) {
 		t.Run(p, func(t *testing.T) {
 			answer := rawExchange(t, addr, "GET "+p+"?key="+proxyToken+" HTTP/1.1\r\nHost: proxy\r\nConnection: close\r\n\r\n", 5*time.Second)
 			status, _, _ := strings.Cut(answer, "\r\n")
-			assert.Contains(t, []string{"HTTP/1.1 400 Bad Request", "HTTP/1.1 307 Temporary Redirect"}, status, "%s", answer)
+			// No mux sees a forwarded path: a literal ".." is refused
+			// as the encoded forms are, not redirected to the clean path.
+			assert.Equal(t, "HTTP/1.1 400 Bad Request", status, "%s", answer)
 			assert.NotContains(t, answer, "sk-route-key")
 		})
 	}
