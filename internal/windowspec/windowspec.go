@@ -49,6 +49,9 @@ func CheckModel(name string) error {
 	if len(name) > MaxModelName {
 		return refusal.Errorf("a model name of %d bytes is longer than %d", len(name), MaxModelName)
 	}
+	// A control character (C0 or DEL) is one byte below utf8.RuneSelf in
+	// UTF-8, never part of a longer rune: one pass over the bytes finds
+	// it, and only a name with other bytes needs its UTF-8 checked.
 	ascii := true
 	for i := 0; i < len(name); i++ {
 		switch c := name[i]; {
@@ -58,16 +61,8 @@ func CheckModel(name string) error {
 			return refusal.Errorf("a model name has a control character at byte %d", i)
 		}
 	}
-	if ascii {
-		return nil // the common name, checked in one pass
-	}
-	if !utf8.ValidString(name) {
+	if !ascii && !utf8.ValidString(name) {
 		return refusal.Errorf("a model name is not UTF-8")
-	}
-	for i, r := range name {
-		if r < ' ' || r == 0x7f {
-			return refusal.Errorf("a model name has a control character at byte %d", i)
-		}
 	}
 	return nil
 }
