@@ -193,6 +193,7 @@ func newServerPolling(s *settings, log *slog.Logger, store keypool.Store, closer
 		FlushInterval:  -1, // streams pass through as they come
 		ErrorHandler:   srv.proxyError,
 		ModifyResponse: srv.modifyResponse,
+		BufferPool:     &copyBuffers{},
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	srv.startWatch(poll)
