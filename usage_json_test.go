@@ -174,3 +174,86 @@ func FuzzJSONLexer(f *testing.F) {
 		}
 	})
 }
+
+// skippingLexer is a jsonLexer that reads past every container opened
+// deeper than depth.
+type skippingLexer struct {
+	jsonLexer
+	depth int
+}
+
+func (l *skippingLexer) next(in []byte, i int) (jsonToken, int) {
+	tok, i := l.jsonLexer.next(in, i)
+	if (tok == tokBeginObject || tok == tokBeginArray) && l.jsonLexer.depth > l.depth {
+		l.skip()
+	}
+	return tok, i
+}
+
+// outside keeps the rendered tokens that lie no deeper than depth: the
+// beginnings and ends of the containers one deeper, not what they hold.
+func outside(tokens []string, depth int) []string {
+	var out []string
+	d := 0
+	for _, t := range tokens {
+		if t == "}" || t == "]" {
+			d--
+		}
+		if d <= depth {
+			out = append(out, t)
+		}
+		if t == "{" || t == "[" {
+			d++
+		}
+	}
+	return out
+}
+
+func TestJSONLexerSkip(t *testing.T) {
+	tests := []struct {
+		name  string
+		in    string
+		depth int
+		want  []string
+	}{
+		{"a member's object", `{"a":{"b":[1,{"c":"}"}]},"d":2}`, 1, []string{"{", "key:a", "{", "}", "key:d", "num:2", "}"}},
+		{"a member's array", `{"choices":[{"delta":{"content":"]\"}"}}],"usage":{"total_tokens":3}}`, 1,
+			[]string{"{", "key:choices", "[", "]", "key:usage", "{", "}", "}"}},
+		{"top level", `[1,[2]] 3 `, 0, []string{"[", "]", "num:3"}},
+		{"number with exponent", `{"a":[1.5E+3,-2e-1],"b":1}`, 1, []string{"{", "key:a", "[", "]", "key:b", "num:1", "}"}},
+		{"a dot outside a number breaks", `{"a":[true.5],"b":1}`, 1, []string{"{", "key:a", "["}},
+		{"an E outside a number breaks", `{"a":[E],"b":1}`, 1, []string{"{", "key:a", "["}},
+		{"a byte no JSON holds breaks", `{"a":[#],"b":1}`, 1, []string{"{", "key:a", "["}},
+		{"a literal, then a number", `{"a":[nulle1.5],"b":1}`, 1, []string{"{", "key:a", "[", "]", "key:b", "num:1", "}"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, outside(lexWith(&refLexer{}, []string{tt.in}), tt.depth), tt.want, "the reference, filtered")
+			for n := 1; n <= len(tt.in); n++ {
+				got := lexWith(&skippingLexer{depth: tt.depth}, splitEvery(tt.in, n))
+				assert.Equal(t, tt.want, got, "in pieces of %d", n)
+			}
+		})
+	}
+}
+
+// FuzzJSONLexerSkip holds jsonLexer, reading past the containers deeper
+// than a depth and fed in pieces of any size, to the tokens refLexer reads
+// outside them: the same depth, and breaking on the same bytes.
+func FuzzJSONLexerSkip(f *testing.F) {
+	for _, seed := range []string{
+		`{"a":{"b":[1,{"c":"}"}]},"d":2}`, `[1,[2]] 3`, `{"a":[1.5E+3,-2e-1],"b":1}`, `{"a":[true.5],"b":1}`,
+		`{"s":[" \\\" ]"]}`, `{"a":[nulle1.5],"b":1}`, benchBody, cannedBody,
+	} {
+		f.Add([]byte(seed), uint8(1), uint8(3))
+	}
+	f.Fuzz(func(t *testing.T, data []byte, depth, size uint8) {
+		d := int(depth % 4)
+		want := outside(lexWith(&refLexer{}, []string{string(data)}), d)
+		for _, n := range []int{len(data) + 1, 1, int(size%32) + 1} {
+			if got := lexWith(&skippingLexer{depth: d}, splitEvery(string(data), n)); !slices.Equal(got, want) {
+				t.Fatalf("lex %q past depth %d in pieces of %d = %q, want %q", data, d, n, got, want)
+			}
+		}
+	})
+}

@@ -329,13 +329,32 @@ func (s *usageScanner) zero() {
 	s.details, s.inDetails = false, 0
 }
 
-// feed scans the next piece of the text.
+// feed scans the next piece of the text. A container that cannot hold
+// usage — OpenAI's "choices", most of an answer — is read past.
 func (s *usageScanner) feed(p []byte) {
 	for i := 0; i < len(p); {
 		var tok jsonToken
 		tok, i = s.lex.next(p, i)
 		s.take(tok)
+		if (tok == tokBeginObject || tok == tokBeginArray) && !s.looksInto(tok) {
+			s.lex.skip()
+		}
 	}
+}
+
+// looksInto reports whether the container whose beginning take has just
+// recorded may hold usage: a top-level one, the usage object, its details,
+// or an object that holds the usage. Nothing in any other changes the
+// scanner's state.
+func (s *usageScanner) looksInto(tok jsonToken) bool {
+	d := s.lex.depth
+	switch {
+	case d <= s.root:
+		return true
+	case s.inUsage != 0:
+		return d == s.inUsage || d == s.inDetails
+	}
+	return d == s.root+1 && tok == tokBeginObject && s.top == usageKeyHolder
 }
 
 // take records one token of the text.

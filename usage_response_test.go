@@ -714,3 +714,32 @@ func newUsageBodyOf(body io.ReadCloser, h http.Header, settle func(u usageReport
 	b.start(body, h, settleFunc(settle))
 	return b
 }
+
+// feedEveryToken scans p as usageScanner.feed does, but hands take every
+// token: it reads past no container.
+func feedEveryToken(s *usageScanner, p []byte) {
+	for i := 0; i < len(p); {
+		var tok jsonToken
+		tok, i = s.lex.next(p, i)
+		s.take(tok)
+	}
+}
+
+// FuzzUsageReadPast holds usageScanner, which reads past the containers
+// that cannot hold usage, to the tally it keeps when it reads every token,
+// after each piece of a text cut anywhere; and to the same depth, broken or
+// not.
+func FuzzUsageReadPast(f *testing.F) {
+	addUsageSeeds(f, ".json", jsonType)
+	f.Fuzz(func(t *testing.T, data []byte, chunk uint8) {
+		var fast, every usageScanner
+		for _, piece := range splitEvery(string(data), int(chunk%64)+1) {
+			fast.feed([]byte(piece))
+			feedEveryToken(&every, []byte(piece))
+			if fast.tally != every.tally || fast.lex.depth != every.lex.depth || (fast.lex.state == lexBroken) != (every.lex.state == lexBroken) {
+				t.Fatalf("%q in pieces of %d: read past, tally %+v at depth %d, broken %t; every token, %+v at depth %d, broken %t", data, int(chunk%64)+1,
+					fast.tally, fast.lex.depth, fast.lex.state == lexBroken, every.tally, every.lex.depth, every.lex.state == lexBroken)
+			}
+		}
+	})
+}
