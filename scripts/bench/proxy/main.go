@@ -9,15 +9,17 @@
 //   - resident memory per stream in flight, 1,000 of them at once.
 //
 // Runs are interleaved — each round measures every proxy once, in an order
-// that rotates — and the table shows medians, so that the noise of a shared
-// machine falls on all alike.
+// that rotates, and cuts each measurement into slices sent in turn with the
+// other proxies' — and the table shows medians, so that the noise of a
+// shared machine falls on all alike.
 //
 //	go run ./scripts/bench/proxy                   # about three minutes
 //	go run ./scripts/bench/proxy -runs 7 -before main
 //	go run ./scripts/bench/proxy -before "" -tsv   # no build before; the goals only, for scripts/bench
 //
-// The ratios are medians of each round's ratio, the two measured moments
-// apart; requests per second and CPU are medians over the rounds.
+// The ratios are medians of each round's ratio, the two measured in
+// alternating slices; requests per second and CPU are medians over the
+// rounds.
 package main
 
 import (
@@ -57,6 +59,7 @@ func main() {
 	upstreamURL := flag.String("upstream", "", "internal: the upstream of the floor proxy")
 	before := flag.String("before", beforeRef, "the git revision whose keypool serve is measured as the build before; empty for none")
 	runs := flag.Int("runs", 3, "interleaved rounds; the table shows medians")
+	slices := flag.Int("slices", 4, "slices each target's load in a round is cut into, sent in turn with the other targets'")
 	requests := flag.Int("requests", 20000, "requests a measurement sends with 32 clients (a quarter of it with 1)")
 	streams := flag.Int("streams", 1000, "streams held at once for the memory measurement")
 	pin := flag.Bool("pin", true, "with 2 CPUs or more and taskset: the load generator on CPU 0, the upstream and the proxies on CPU 1")
@@ -69,7 +72,7 @@ func main() {
 	case "floor":
 		err = serveFloor(*upstreamURL)
 	case "":
-		err = bench(*before, *runs, *requests, *streams, *pin, *tsv)
+		err = bench(*before, *runs, max(*slices, 1), *requests, *streams, *pin, *tsv)
 	default:
 		err = fmt.Errorf("unknown role %q", *role)
 	}
@@ -195,7 +198,7 @@ type target struct {
 }
 
 // bench builds and starts everything, measures, and prints the table.
-func bench(before string, runs, requests, streams int, pin, tsv bool) error {
+func bench(before string, runs, slices, requests, streams int, pin, tsv bool) error {
 	tmp, err := os.MkdirTemp("", "keypool-proxy-bench-")
 	if err != nil {
 		return err
@@ -318,20 +321,38 @@ func bench(before string, runs, requests, streams int, pin, tsv bool) error {
 				if c == 1 {
 					n = requests / 4
 				}
-				for i := range targets {
-					t := targets[(i+run)%len(targets)] // each round in another order
-					cpu0 := cpuTime(t.pid)
-					m, err := t.load(mode, c, n, mode == "stream" && c == 1)
-					if err != nil {
-						return fmt.Errorf("%s %s C=%d: %w", t.name, mode, c, err)
+				// Each target's load is cut into slices, sent in turn with
+				// the others': a change in the machine's load during the
+				// measurement falls on every target alike.
+				took := make([]time.Duration, len(targets))
+				cpus := make([]int64, len(targets))
+				firstBytes := make([][]float64, len(targets))
+				for slice := range slices {
+					part := n / slices
+					if slice == slices-1 {
+						part = n - part*(slices-1)
 					}
+					for i := range targets {
+						j := (i + run + slice) % len(targets) // each slice in another order
+						t := targets[j]
+						cpu0 := cpuTime(t.pid)
+						m, err := t.load(mode, c, part, mode == "stream" && c == 1)
+						if err != nil {
+							return fmt.Errorf("%s %s C=%d: %w", t.name, mode, c, err)
+						}
+						took[j] += m.took
+						cpus[j] += cpuTime(t.pid) - cpu0
+						firstBytes[j] = append(firstBytes[j], m.firstByte...)
+					}
+				}
+				for j, t := range targets {
 					k := key{t.name, mode, c}
-					rps[k] = append(rps[k], float64(n)/m.took.Seconds())
-					cpu[k] = append(cpu[k], float64(cpuTime(t.pid)-cpu0)/float64(n))
-					if m.firstByte != nil {
-						ttfb[t.name] = append(ttfb[t.name], median(m.firstByte))
+					rps[k] = append(rps[k], float64(n)/took[j].Seconds())
+					cpu[k] = append(cpu[k], float64(cpus[j])/float64(n))
+					if firstBytes[j] != nil {
+						ttfb[t.name] = append(ttfb[t.name], median(firstBytes[j]))
 					}
-					fmt.Fprintf(os.Stderr, "round %d: %-30s %-6s C=%-2d %8.0f req/s\n", run+1, t.name, mode, c, float64(n)/m.took.Seconds())
+					fmt.Fprintf(os.Stderr, "round %d: %-30s %-6s C=%-2d %8.0f req/s\n", run+1, t.name, mode, c, float64(n)/took[j].Seconds())
 				}
 			}
 		}
@@ -378,8 +399,8 @@ func bench(before string, runs, requests, streams int, pin, tsv bool) error {
 		return nil
 	}
 
-	fmt.Printf("keypool serve before (%s) and after (%s), %d interleaved rounds, medians; %s, GOMAXPROCS %d, %d CPUs;\n",
-		beforeRev, strings.TrimSpace(afterRev), runs, runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU())
+	fmt.Printf("keypool serve before (%s) and after (%s), %d interleaved rounds of %d slices, medians; %s, GOMAXPROCS %d, %d CPUs;\n",
+		beforeRev, strings.TrimSpace(afterRev), runs, slices, runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU())
 	fmt.Printf("pinned: %s; load average %s at the start, %s at the end; %s in all.\n\n", pinned, load0, loadavg(), time.Since(began).Round(time.Second))
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ANSWERS\tCLIENTS\tTARGET\tREQ/S\tCPU µs/REQ\tAFTER/BEFORE\tAFTER/FLOOR")
