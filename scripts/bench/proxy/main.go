@@ -13,7 +13,7 @@
 // other proxies' — and the table shows medians, so that the noise of a
 // shared machine falls on all alike.
 //
-//	go run ./scripts/bench/proxy                   # about three minutes
+//	go run ./scripts/bench/proxy                   # about three minutes; -runs 7 about five
 //	go run ./scripts/bench/proxy -runs 7 -before main
 //	go run ./scripts/bench/proxy -before "" -tsv   # no build before; the goals only, for scripts/bench
 //
@@ -59,7 +59,7 @@ func main() {
 	upstreamURL := flag.String("upstream", "", "internal: the upstream of the floor proxy")
 	before := flag.String("before", beforeRef, "the git revision whose keypool serve is measured as the build before; empty for none")
 	runs := flag.Int("runs", 3, "interleaved rounds; the table shows medians")
-	slices := flag.Int("slices", 4, "slices each target's load in a round is cut into, sent in turn with the other targets'")
+	nSlices := flag.Int("slices", 8, "slices each target's load in a round is cut into, sent in turn with the other targets'")
 	requests := flag.Int("requests", 20000, "requests a measurement sends with 32 clients (a quarter of it with 1)")
 	streams := flag.Int("streams", 1000, "streams held at once for the memory measurement")
 	pin := flag.Bool("pin", true, "with 2 CPUs or more and taskset: the load generator on CPU 0, the upstream and the proxies on CPU 1")
@@ -72,7 +72,7 @@ func main() {
 	case "floor":
 		err = serveFloor(*upstreamURL)
 	case "":
-		err = bench(*before, *runs, max(*slices, 1), *requests, *streams, *pin, *tsv)
+		err = bench(*before, *runs, max(*nSlices, 1), *requests, *streams, *pin, *tsv)
 	default:
 		err = fmt.Errorf("unknown role %q", *role)
 	}
@@ -198,7 +198,7 @@ type target struct {
 }
 
 // bench builds and starts everything, measures, and prints the table.
-func bench(before string, runs, slices, requests, streams int, pin, tsv bool) error {
+func bench(before string, runs, nSlices, requests, streams int, pin, tsv bool) error {
 	tmp, err := os.MkdirTemp("", "keypool-proxy-bench-")
 	if err != nil {
 		return err
@@ -327,10 +327,10 @@ func bench(before string, runs, slices, requests, streams int, pin, tsv bool) er
 				took := make([]time.Duration, len(targets))
 				cpus := make([]int64, len(targets))
 				firstBytes := make([][]float64, len(targets))
-				for slice := range slices {
-					part := n / slices
-					if slice == slices-1 {
-						part = n - part*(slices-1)
+				for slice := range nSlices {
+					part := n / nSlices
+					if slice == nSlices-1 {
+						part = n - part*(nSlices-1)
 					}
 					for i := range targets {
 						j := (i + run + slice) % len(targets) // each slice in another order
@@ -400,7 +400,7 @@ func bench(before string, runs, slices, requests, streams int, pin, tsv bool) er
 	}
 
 	fmt.Printf("keypool serve before (%s) and after (%s), %d interleaved rounds of %d slices, medians; %s, GOMAXPROCS %d, %d CPUs;\n",
-		beforeRev, strings.TrimSpace(afterRev), runs, slices, runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU())
+		beforeRev, strings.TrimSpace(afterRev), runs, nSlices, runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU())
 	fmt.Printf("pinned: %s; load average %s at the start, %s at the end; %s in all.\n\n", pinned, load0, loadavg(), time.Since(began).Round(time.Second))
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ANSWERS\tCLIENTS\tTARGET\tREQ/S\tCPU µs/REQ\tAFTER/BEFORE\tAFTER/FLOOR")
