@@ -249,10 +249,16 @@ func FuzzJSONLexerSkip(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte, depth, size uint8) {
 		d := int(depth % 4)
-		want := outside(lexWith(&refLexer{}, []string{string(data)}), d)
+		ref := &refLexer{}
+		want := outside(lexWith(ref, []string{string(data)}), d)
 		for _, n := range []int{len(data) + 1, 1, int(size%32) + 1} {
-			if got := lexWith(&skippingLexer{depth: d}, splitEvery(string(data), n)); !slices.Equal(got, want) {
+			l := &skippingLexer{depth: d}
+			if got := lexWith(l, splitEvery(string(data), n)); !slices.Equal(got, want) {
 				t.Fatalf("lex %q past depth %d in pieces of %d = %q, want %q", data, d, n, got, want)
+			}
+			if l.jsonLexer.depth != ref.depth || (l.state == lexBroken) != (ref.state == lexBroken) {
+				t.Fatalf("lex %q past depth %d in pieces of %d: ends at depth %d, broken %t; want %d, broken %t",
+					data, d, n, l.jsonLexer.depth, l.state == lexBroken, ref.depth, ref.state == lexBroken)
 			}
 		}
 	})

@@ -19,9 +19,11 @@ func (c *copyBuffers) Get() []byte {
 	return new([copyBufferSize]byte)[:]
 }
 
-// Put takes back a buffer Get returned; any other is left to the collector.
+// Put takes back a buffer of copyBufferSize bytes, as Get returns; one of
+// another length or capacity — a window into a larger array, which it
+// would keep whole — is left to the collector.
 func (c *copyBuffers) Put(b []byte) {
-	if len(b) != copyBufferSize {
+	if len(b) != copyBufferSize || cap(b) != copyBufferSize {
 		return
 	}
 	c.pool.Put((*[copyBufferSize]byte)(b))

@@ -16,10 +16,10 @@ func TestCopyBuffersLendAndTakeBack(t *testing.T) {
 	var c copyBuffers
 	b := c.Get()
 	require.Len(t, b, copyBufferSize)
-	b[0] = 1
 	c.Put(b)
-	c.Put(make([]byte, 10))               // not one of its own: dropped
-	c.Put(make([]byte, copyBufferSize+1)) // nor this
+	c.Put(make([]byte, 10))                                 // not one of its own: dropped
+	c.Put(make([]byte, copyBufferSize+1))                   // nor this
+	c.Put(make([]byte, copyBufferSize, copyBufferSize+100)) // nor a window into a larger array
 	for range 3 {
 		assert.Len(t, c.Get(), copyBufferSize)
 	}
