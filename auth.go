@@ -1,6 +1,7 @@
 package keypool
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -29,27 +30,46 @@ func (a auth) value(secret string) []string {
 	return []string{a.prefix + secret}
 }
 
-// apply puts a key's value on r, a clone the caller owns, replacing any value
-// the request already had for the same header or parameter.
-func (a auth) apply(r *http.Request, value []string) {
+// outgoing returns the request one attempt sends: req under ctx, with the
+// key's value put on it in place of any the request had for the same header
+// or parameter, in any spelling. req is left as it was.
+//
+// It copies only what it changes, where Request.Clone copies every field
+// the request points to: the header map (each value's slice is shared, cut
+// to its length so that an append by whatever sends the request copies it),
+// and the URL for a key in the query. The rest — the trailer, the form, the
+// transfer encoding — is the caller's, which no RoundTripper may change.
+func (a auth) outgoing(req *http.Request, ctx context.Context, value []string) *http.Request {
+	out := req.WithContext(ctx)
 	if a.style == authQuery {
-		r.URL.RawQuery = withQuery(r.URL.RawQuery, a.name, value[0])
-		return
-	}
-	if r.Header == nil {
-		r.Header = make(http.Header, 1)
-	}
-	// A header set under a name that is not canonical (r.Header["x-api-key"])
-	// is sent too: remove every spelling, so the key is replaced, never
-	// doubled.
-	for name := range r.Header {
-		if len(name) == len(a.name) && name != a.name && strings.EqualFold(name, a.name) {
-			delete(r.Header, name)
+		out.Header = cloneHeader(req.Header, "", nil)
+		if req.URL != nil {
+			u := *req.URL
+			u.RawQuery = withQuery(u.RawQuery, a.name, value[0])
+			out.URL = &u
 		}
+		return out
 	}
-	// The slice is shared by every request of the key; the http package
-	// only reads it.
-	r.Header[a.name] = value
+	out.Header = cloneHeader(req.Header, a.name, value)
+	return out
+}
+
+// cloneHeader returns a new header with h's names and values, without any
+// spelling of name, and with name set to value when name is not "".
+func cloneHeader(h http.Header, name string, value []string) http.Header {
+	out := make(http.Header, len(h)+1)
+	for k, v := range h {
+		if name != "" && len(k) == len(name) && strings.EqualFold(k, name) {
+			continue
+		}
+		out[k] = v[:len(v):len(v)]
+	}
+	if name != "" {
+		// The slice is shared by every request of the key; the http
+		// package only reads it, and an append copies it.
+		out[name] = value[:len(value):len(value)]
+	}
+	return out
 }
 
 // strip removes from r, a clone the caller owns, the header or parameter a

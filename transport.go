@@ -122,7 +122,7 @@ func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again
 		return nil, false, err
 	}
 	actx, span := p.tel.startAttempt(ctx, l.key, r.model, attempt)
-	out := r.req.Clone(actx)
+	out := p.cfg.auth.outgoing(r.req, actx, l.key.auth)
 	if out.Body, err = r.body.next(); err != nil {
 		p.release(ctx, &l)
 		p.probed(&l, false)
@@ -130,7 +130,6 @@ func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again
 		return nil, false, err
 	}
 	out.GetBody = r.body.getBodyFunc()
-	p.cfg.auth.apply(out, l.key.auth)
 	l.key.sent.Add(1)
 	resp, err = t.base.RoundTrip(out)
 	if err == nil && resp == nil {

@@ -84,6 +84,9 @@ func TestTransportPutsKeyOnRequest(t *testing.T) {
 			var seen *http.Request
 			base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
 				seen = r
+				// A base that adds to a header the caller set must not
+				// write into the caller's values.
+				r.Header.Add("Accept", "from-base")
 				return okResponse(r), nil
 			})
 			pool, err := New("test", []Key{{Secret: "sk-a"}}, tt.opt)
@@ -95,13 +98,18 @@ func TestTransportPutsKeyOnRequest(t *testing.T) {
 			for k, v := range tt.raw {
 				req.Header[k] = []string{v}
 			}
+			accept := make([]string, 1, 4) // room an append would write into
+			accept[0] = "application/json"
+			req.Header["Accept"] = accept
 			before := req.Header.Clone()
 			beforeURL := req.URL.String()
 			resp, err := pool.Transport(base).RoundTrip(req)
 			require.NoError(t, err)
 			resp.Body.Close()
 			tt.check(t, seen)
+			assert.Equal(t, []string{"application/json", "from-base"}, seen.Header["Accept"])
 			assert.Equal(t, before, req.Header, "the caller's headers changed")
+			assert.Empty(t, accept[:2][1], "the caller's header values were written into")
 			assert.Equal(t, beforeURL, req.URL.String(), "the caller's URL changed")
 			assert.Same(t, req, resp.Request, "resp.Request is not the caller's request")
 		})
