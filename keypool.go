@@ -169,6 +169,11 @@ type Pool struct {
 	provider string
 	cfg      config
 	store    Store
+	// mem is the memory store's state, when store is the package's own
+	// memory or Badger store: the pool then takes and learns through the
+	// entries each key keeps (memEntries) and the reservation a request
+	// brings, looking nothing up.
+	mem      *memoryStore
 	keys     []*poolKey // in the order given
 	free     []*poolKey
 	paid     []*poolKey
@@ -204,6 +209,7 @@ type poolKey struct {
 	sent    atomic.Int64
 	answers [len(kindNames)]atomic.Int64
 	tel     keyTelemetry
+	entries memEntries // the key's and its account's entries in mem
 	// benchedUntil is the end of the latest bench this pool set on the key,
 	// for any model, in Unix nanoseconds.
 	benchedUntil atomic.Int64
@@ -232,6 +238,7 @@ func New(provider string, keys []Key, opts ...Option) (*Pool, error) {
 	if p.store == nil {
 		p.store = NewMemoryStore()
 	}
+	p.mem = ownMemory(p.store)
 	if h, ok := p.store.(interface{ Health() error }); ok {
 		p.health = h.Health
 	}
@@ -370,6 +377,10 @@ type call struct {
 	soonest  time.Time
 	waitEnds time.Time
 	unpriced bool // a key with a budget was passed over: the model has no price
+	// spare is where a take of the package's own store records the
+	// request, allocated with the request; nil once a take used it, or
+	// when the caller brings none.
+	spare *memReservation
 }
 
 func (c *call) sooner(t time.Time) {
@@ -441,7 +452,7 @@ func (p *Pool) scan(ctx context.Context, c *call, keys []*poolKey, cursor *atomi
 		if priced {
 			cl.Cost = price.cost(est)
 		}
-		g, err := p.store.Take(ctx, cl)
+		g, err := p.takeFrom(ctx, c, k, cl)
 		p.storeResult(opTake, err)
 		if err == nil && g.OK {
 			return lease{key: k, claim: cl, grant: g, probe: probe, price: price, priced: priced}, true, nil
@@ -455,6 +466,20 @@ func (p *Pool) scan(ctx context.Context, c *call, keys []*poolKey, cursor *atomi
 		c.sooner(g.RetryAt)
 	}
 	return lease{}, false, nil
+}
+
+// takeFrom asks the store to take cl for key k. The package's own stores
+// take from the entries k keeps, into the reservation c brings, if it
+// still has it.
+func (p *Pool) takeFrom(ctx context.Context, c *call, k *poolKey, cl Claim) (Grant, error) {
+	if p.mem == nil {
+		return p.store.Take(ctx, cl)
+	}
+	g, err := p.mem.takeAt(&k.entries, c.spare, cl)
+	if g.OK {
+		c.spare = nil
+	}
+	return g, err
 }
 
 // keySet is a set of key indexes: a bit mask for the first 64 keys, and a

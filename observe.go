@@ -80,17 +80,10 @@ func (p *Pool) learn(ctx context.Context, l *lease, s statedWindows, now time.Ti
 	}
 	p.tel.learned(ctx, l.key, s.limits)
 	var err error
-	if rl, ok := p.store.(reservationLearner); !ok || !rl.learnAt(l.grant.Reservation, st) {
+	if p.mem == nil || !p.mem.learnAt(l.grant.Reservation, st) {
 		err = p.store.Learn(ctx, st)
 	}
 	p.storeResult(opLearn, err)
-}
-
-// reservationLearner is a store that learns what an answer stated into the
-// entries its Take counted the request in, without looking them up again:
-// the package's memory and Badger stores.
-type reservationLearner interface {
-	learnAt(r Reservation, st Stated) bool
 }
 
 // succeeded sets the key's level for the model back to zero after a

@@ -266,7 +266,9 @@ func (t *telemetry) used(ctx context.Context, k *poolKey, tokens int64) {
 // changed.
 func (t *telemetry) learned(ctx context.Context, k *poolKey, l Limits) {
 	for i, v := range [...]int64{l.RPM, l.RPD, l.TPM, l.TPD} {
-		if v > 0 && k.tel.stated[i].Swap(v) != v {
+		// A vendor states the same limits on every answer: only a change
+		// writes, so the common answer reads.
+		if v > 0 && k.tel.stated[i].Load() != v && k.tel.stated[i].Swap(v) != v {
 			t.limit.Record(ctx, v, measurement(&k.tel.limits[i], k.tel.span, attrAxis.String(axisNames[i]))...)
 		}
 	}

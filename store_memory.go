@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"iter"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/keypool-go/keypool/internal/windowspec"
@@ -163,18 +164,67 @@ func (m *memModel) idle(now int64, c calendar) bool {
 
 // Take implements Store.
 func (s *memoryStore) Take(_ context.Context, t Claim) (Grant, error) {
+	return s.takeAt(nil, nil, t)
+}
+
+// memEntries is where a pool keeps, for one of its keys, the memory
+// store's entries of the key and of its account, found by the key's first
+// take: later takes look neither up. A store never replaces an entry, so
+// what an entry holds never goes stale.
+type memEntries struct {
+	own, account atomic.Pointer[memKey]
+}
+
+// ownMemory returns the memory store that keeps s's state when s is one of
+// the package's stores, exactly — a type that embeds one may change what
+// its methods do — else nil.
+func ownMemory(s Store) *memoryStore {
+	switch s := s.(type) {
+	case *memoryStore:
+		return s
+	case *BadgerStore:
+		return s.memoryStore
+	}
+	return nil
+}
+
+// entries returns the entries of t's key and account (nil when it names
+// none), from e when it holds them, else looked up and kept in e.
+func (s *memoryStore) entries(e *memEntries, t Claim) (own, account *memKey) {
+	if e != nil {
+		own, account = e.own.Load(), e.account.Load()
+	}
+	if own == nil {
+		own = s.key(t.Provider, t.KeyID)
+		if e != nil {
+			e.own.Store(own)
+		}
+	}
+	if account == nil && t.Account != "" {
+		account = s.account(t.Provider, t.Account)
+		if e != nil {
+			e.account.Store(account)
+		}
+	}
+	return own, account
+}
+
+// takeAt is Take, from the entries e keeps (nil: looked up), recording an
+// admitted request in r (nil: a reservation of its own). e must only ever
+// be given claims of one provider, key and account.
+func (s *memoryStore) takeAt(e *memEntries, r *memReservation, t Claim) (Grant, error) {
 	if err := windowspec.CheckModel(t.Model); err != nil {
 		return Grant{}, fmt.Errorf("keypool: memory store: %w", err)
 	}
 	// The key's entry holds its own benches and spend; its account's
 	// entry, when it names one, the windows and benches they share. A take
 	// holds both, always the key's first.
-	own := s.key(t.Provider, t.KeyID)
+	own, account := s.entries(e, t)
 	own.mu.Lock()
 	defer own.mu.Unlock()
 	k := own
-	if t.Account != "" {
-		k = s.account(t.Provider, t.Account)
+	if account != nil {
+		k = account
 		k.mu.Lock()
 		defer k.mu.Unlock()
 	}
@@ -200,7 +250,10 @@ func (s *memoryStore) Take(_ context.Context, t Claim) (Grant, error) {
 		}
 		return Grant{RetryAt: time.Unix(0, retryAt).UTC(), Reason: reason, Level: m.level}, nil
 	}
-	r := t.record(own, k, m, now, lim, tok, cal)
+	if r == nil {
+		r = new(memReservation)
+	}
+	t.record(r, own, k, m, now, lim, tok, cal)
 	return Grant{OK: true, Level: m.level, Reservation: r}, nil
 }
 
@@ -241,16 +294,16 @@ func (t Claim) room(own, k *memKey, m *memModel, now int64, lim Limits, tok int6
 }
 
 // record counts a claim that room admitted in the windows and budgets it
-// was checked against, and returns its reservation. Both keys' locks must
-// be held.
-func (t Claim) record(own, k *memKey, m *memModel, now int64, lim Limits, tok int64, cal calendar) *memReservation {
+// was checked against, into its reservation r. Both keys' locks must be
+// held.
+func (t Claim) record(r *memReservation, own, k *memKey, m *memModel, now int64, lim Limits, tok int64, cal calendar) {
 	if m.win != nil {
 		m.win.add(now, lim, 1, tok, cal)
 	}
 	if k.cap != nil {
 		k.cap.add(now, t.Cap, 1, tok, cal)
 	}
-	r := &memReservation{key: k, model: m, at: now, tokens: tok, limits: lim, cap: t.Cap, days: cal}
+	*r = memReservation{key: k, model: m, at: now, tokens: tok, limits: lim, cap: t.Cap, days: cal}
 	if t.Budget != (Budget{}) {
 		own.spend.add(now, t.Cost)
 		own.dirty = true
@@ -261,7 +314,6 @@ func (t Claim) record(own, k *memKey, m *memModel, now int64, lim Limits, tok in
 		r.shared, r.cost = k, t.Cost
 	}
 	k.dirty = true
-	return r
 }
 
 // clock returns the time to count a take or a statement at: the pool's

@@ -197,3 +197,69 @@ func TestMemoryStoreLearnAtIsLearn(t *testing.T) {
 	}
 	assert.False(t, newMemoryStore().learnAt(nil, Stated{}), "a reservation of another store is not learned into")
 }
+
+// TestMemoryStoreTakeAtIsTake holds that a take from the entries a pool
+// keeps for a key (takeAt, the pool's path with its own store) counts as
+// Take does, finds the key's and account's entries once and keeps them,
+// and records the request in the reservation it is given.
+func TestMemoryStoreTakeAtIsTake(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, account := range []string{"", "org"} {
+		t.Run("account="+account, func(t *testing.T) {
+			viaTake, viaEntries := newMemoryStore(), newMemoryStore()
+			claim := Claim{Provider: "p", KeyID: "k", Account: account, Model: "m", Limits: Limits{RPM: 2, TPM: 1000}, Tokens: 5, Now: now}
+			var e memEntries
+			var spare memReservation
+			for i := range 3 {
+				want, err := viaTake.Take(t.Context(), claim)
+				require.NoError(t, err)
+				r := &spare
+				if i > 0 {
+					r = nil // a take without a reservation of the caller's
+				}
+				got, err := viaEntries.takeAt(&e, r, claim)
+				require.NoError(t, err)
+				assert.Equal(t, want.OK, got.OK, "take %d", i)
+				assert.Equal(t, want.RetryAt, got.RetryAt, "take %d", i)
+				if i == 0 {
+					assert.Same(t, &spare, got.Reservation, "the request is recorded where the caller said")
+				}
+			}
+			assert.Same(t, viaEntries.key("p", "k"), e.own.Load(), "the key's entry is kept")
+			if account == "" {
+				assert.Nil(t, e.account.Load())
+			} else {
+				assert.Same(t, viaEntries.account("p", account), e.account.Load(), "the account's entry is kept")
+			}
+			id := "k"
+			if account != "" {
+				id = accountID(account)
+			}
+			want, err := viaTake.State(t.Context(), "p", id, now)
+			require.NoError(t, err)
+			got, err := viaEntries.State(t.Context(), "p", id, now)
+			require.NoError(t, err)
+			assert.Equal(t, want, got)
+			require.NoError(t, spare.Settle(t.Context(), 100, 0))
+			got, err = viaEntries.State(t.Context(), "p", id, now)
+			require.NoError(t, err)
+			assert.Equal(t, int64(105), got.Models[0].Usage.MinuteTokens, "the caller's reservation settles the entry it counted in")
+		})
+	}
+	_, err := newMemoryStore().takeAt(&memEntries{}, nil, Claim{Provider: "p", KeyID: "k", Model: "bad\x00model"})
+	assert.Error(t, err, "a model name no store may keep is refused as by Take")
+}
+
+// TestOwnMemory holds that the pool takes the fast path only into the
+// package's own stores, exactly: a type that embeds one may change what
+// its methods do, and is used through them.
+func TestOwnMemory(t *testing.T) {
+	mem := newMemoryStore()
+	assert.Same(t, mem, ownMemory(mem))
+	badger, err := OpenBadgerStore(t.TempDir())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = badger.Close() })
+	assert.Same(t, badger.memoryStore, ownMemory(badger))
+	assert.Nil(t, ownMemory(&failingStore{memoryStore: mem}), "a store that embeds the memory store")
+	assert.Nil(t, ownMemory(nil))
+}

@@ -80,7 +80,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := request{req: req, body: &x.body, metered: &x.metered, model: info.Model}
+	r := request{req: req, body: &x.body, metered: &x.metered, model: info.Model, call: call{spare: &x.res}}
 	if p.needTokens() {
 		r.estimate = estimateUse(info, max(p.cfg.estimator(info), 0))
 	}
@@ -93,11 +93,12 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // exchange is the state of one request that outlives RoundTrip's frame —
-// the body it sends on each attempt, and the metered body of its answer —
-// allocated at once.
+// the body it sends on each attempt, the metered body of its answer, and
+// what its first admitted attempt recorded — allocated at once.
 type exchange struct {
 	body    replay
 	metered meteredBody
+	res     memReservation // the first take's, in the package's own stores
 }
 
 // request is what one RoundTrip carries across its attempts.

@@ -1,0 +1,32 @@
+package keypool
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// TestTransportFootprint holds the allocations of a request through the
+// pool — 100 keys, all four limits, the vendor's rate-limit headers and a
+// usage body on every answer — to those of the floor, the least a
+// key-injecting transport does (clone the request, set the header): the
+// pool's own state for a request (its body, answer and reservation) is one
+// allocation, and its copy of the request costs two fewer than a clone's.
+func TestTransportFootprint(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates for itself")
+	}
+	base := newCannedBase()
+	var tb testing.B
+	pool := benchPool(&tb, 100).Transport(base)
+	floor := floor{base: base, auth: []string{"Bearer sk-1"}}
+	count := func(rt http.RoundTripper) float64 {
+		for range 300 { // every key's state is made at its first request
+			roundTrip(&tb, rt)
+		}
+		return testing.AllocsPerRun(200, func() { roundTrip(&tb, rt) })
+	}
+	floorAllocs, poolAllocs := count(floor), count(pool)
+	assert.LessOrEqual(t, poolAllocs, floorAllocs, "allocations a request: pool %v, floor %v", poolAllocs, floorAllocs)
+}
