@@ -70,7 +70,9 @@ type telemetry struct {
 // keyTelemetry is one key's attribute sets. Each is built at its first use,
 // once: measuring a request allocates nothing, and a key holds only the sets
 // it was measured with (building every set of every key in New cost a pool
-// of 100,000 keys 7 KiB and 24 µs a key).
+// of 100,000 keys 7 KiB and 24 µs a key). No set is built for an instrument
+// that records nothing (Enabled false: no SDK, or a view drops it), so a
+// pool without an SDK holds none.
 type keyTelemetry struct {
 	span        []attribute.KeyValue // provider, key ID, tier; the base of every set
 	requests    [len(kindNames)]atomic.Pointer[[]metric.AddOption]
@@ -243,7 +245,9 @@ func endAttempt(span trace.Span, status int, v verdict, bench time.Duration, err
 // answered counts one answer of a key and what it said.
 func (t *telemetry) answered(ctx context.Context, k *poolKey, v verdict) {
 	kt := &k.tel
-	t.requests.Add(ctx, 1, measurement(&kt.requests[v.kind], kt.span, attrOutcome.String(v.kind.String()))...)
+	if t.requests.Enabled(ctx) {
+		t.requests.Add(ctx, 1, measurement(&kt.requests[v.kind], kt.span, attrOutcome.String(v.kind.String()))...)
+	}
 	if v.reset.HasUtilization && t.utilization.Enabled(ctx) {
 		if i := slices.Index(measuredWindows[:], v.reset.Window); i >= 0 {
 			opts := measurement(&kt.utilization[i], kt.span, attrWindow.String(windowLabel(v.reset.Window)))
@@ -254,17 +258,26 @@ func (t *telemetry) answered(ctx context.Context, k *poolKey, v verdict) {
 
 // benched counts a bench of a key.
 func (t *telemetry) benched(ctx context.Context, k *poolKey, kind Kind) {
+	if !t.benches.Enabled(ctx) {
+		return
+	}
 	t.benches.Add(ctx, 1, measurement(&k.tel.benches[kind], k.tel.span, attrKind.String(kind.String()))...)
 }
 
 // used counts the tokens a key's answer reported.
 func (t *telemetry) used(ctx context.Context, k *poolKey, tokens int64) {
+	if !t.tokens.Enabled(ctx) {
+		return
+	}
 	t.tokens.Add(ctx, tokens, measurement(&k.tel.tokens, k.tel.span)...)
 }
 
 // learned records the limits an answer stated for a key, those that
-// changed.
+// changed since it last recorded them.
 func (t *telemetry) learned(ctx context.Context, k *poolKey, l Limits) {
+	if !t.limit.Enabled(ctx) {
+		return
+	}
 	for i, v := range [...]int64{l.RPM, l.RPD, l.TPM, l.TPD} {
 		// A vendor states the same limits on every answer: only a change
 		// writes, so the common answer reads.

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
+	noopmetric "go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -300,18 +301,6 @@ func TestTelemetryBuildsAKeysSetsAtFirstUse(t *testing.T) {
 	keys := []Key{{Secret: "sk-secret-a", ID: "a"}, {Secret: "sk-secret-b", ID: "b"}}
 	p, _, reader := telemetryPool(t, keys)
 	a, b := p.keys[0], p.keys[1]
-	built := func(k *poolKey) (n int) {
-		for i := range k.tel.requests {
-			n += btoi(k.tel.requests[i].Load() != nil) + btoi(k.tel.benches[i].Load() != nil)
-		}
-		for i := range k.tel.utilization {
-			n += btoi(k.tel.utilization[i].Load() != nil)
-		}
-		for i := range k.tel.limits {
-			n += btoi(k.tel.limits[i].Load() != nil)
-		}
-		return n + btoi(k.tel.tokens.Load() != nil)
-	}
 	assert.Zero(t, built(a)+built(b), "New builds no set")
 
 	done := make(chan struct{})
@@ -333,6 +322,52 @@ func TestTelemetryBuildsAKeysSetsAtFirstUse(t *testing.T) {
 	first := a.tel.requests[KindNone].Load()
 	p.tel.answered(t.Context(), a, verdict{})
 	assert.Same(t, first, a.tel.requests[KindNone].Load(), "a set is built once")
+}
+
+// built counts the attribute sets a key holds.
+func built(k *poolKey) (n int) {
+	for i := range k.tel.requests {
+		n += btoi(k.tel.requests[i].Load() != nil) + btoi(k.tel.benches[i].Load() != nil)
+	}
+	for i := range k.tel.utilization {
+		n += btoi(k.tel.utilization[i].Load() != nil)
+	}
+	for i := range k.tel.limits {
+		n += btoi(k.tel.limits[i].Load() != nil)
+	}
+	return n + btoi(k.tel.tokens.Load() != nil)
+}
+
+// Without an SDK, or with one that records nothing, no key holds an
+// attribute set: measuring costs no memory a key, whatever the keys
+// answered.
+func TestTelemetryWithoutSDKBuildsNoSet(t *testing.T) {
+	for name, opts := range map[string][]Option{
+		"global provider, no SDK": nil,
+		"no-op provider":          {WithMeterProvider(noopmetric.NewMeterProvider())},
+	} {
+		t.Run(name, func(t *testing.T) {
+			opts = append(opts, WithLimits(Limits{TPM: 1 << 30}))
+			f := newFixture(t, opts...)
+			f.vendor.on("sk-a", answer{status: 200, header: map[string]string{
+				"X-Ratelimit-Limit-Requests": "500", "X-Ratelimit-Remaining-Requests": "499",
+				"X-Ratelimit-Limit-Tokens": "30000", "X-Ratelimit-Remaining-Tokens": "29000"},
+				body: `{"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}`})
+			f.vendor.on("sk-b", answer{status: 429, header: map[string]string{"Retry-After": "30"}})
+			for range 4 {
+				_, err := get(t, f.client, f.url)
+				require.NoError(t, err)
+			}
+			answered := int64(0)
+			for _, k := range f.pool.keys {
+				assert.Zero(t, built(k), "key %s holds attribute sets", k.ID)
+				for i := range k.answers {
+					answered += k.answers[i].Load()
+				}
+			}
+			assert.Positive(t, answered, "the keys answered")
+		})
+	}
 }
 
 func btoi(b bool) int {
