@@ -39,7 +39,7 @@ func (a auth) value(secret string) []string {
 // to its length so that an append by whatever sends the request copies it),
 // and the URL for a key in the query. The rest — the trailer, the form, the
 // transfer encoding — is the caller's, which no RoundTripper may change.
-func (a auth) outgoing(req *http.Request, ctx context.Context, value []string) *http.Request {
+func (a auth) outgoing(ctx context.Context, req *http.Request, value []string) *http.Request {
 	out := req.WithContext(ctx)
 	if a.style == authQuery {
 		out.Header = cloneHeader(req.Header, "", nil)

@@ -123,7 +123,7 @@ func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again
 		return nil, false, err
 	}
 	actx, span := p.tel.startAttempt(ctx, l.key, r.model, attempt)
-	out := p.cfg.auth.outgoing(r.req, actx, l.key.auth)
+	out := p.cfg.auth.outgoing(actx, r.req, l.key.auth)
 	if out.Body, err = r.body.next(); err != nil {
 		p.release(ctx, &l)
 		p.probed(&l, false)
