@@ -163,38 +163,27 @@ func hasModel(st KeyStats, model string) bool {
 // account.
 func TestMemoryStoreLearnAtIsLearn(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	for _, account := range []string{"", "org"} {
-		t.Run("account="+account, func(t *testing.T) {
-			viaLearn, viaTake := newMemoryStore(), newMemoryStore()
-			claim := Claim{Provider: "p", KeyID: "k", Account: account, Model: "m", Limits: Limits{RPM: 10, TPM: 1000}, Tokens: 5, Now: now}
-			st := Stated{Provider: "p", KeyID: "k", Account: account, Model: "m",
-				Limits: Limits{RPM: 4, TPM: 800}, Used: Limits{RPM: 3, RPD: -1, TPM: 500, TPD: -1},
-				MinuteReset: now.Add(20 * time.Second), Now: now.Add(time.Second)}
-			for _, s := range []*memoryStore{viaLearn, viaTake} {
-				g, err := s.Take(t.Context(), claim)
-				require.NoError(t, err)
-				require.True(t, g.OK)
-				if s == viaTake {
-					require.True(t, s.learnAt(g.Reservation, st))
-					continue
-				}
-				require.NoError(t, s.Learn(t.Context(), st))
-			}
-			id := "k"
-			if account != "" {
-				id = accountID(account)
-			}
-			at := now.Add(2 * time.Second)
-			want, err := viaLearn.State(t.Context(), "p", id, at)
+	eachAccount(t, func(t *testing.T, account string) {
+		viaLearn, viaTake := newMemoryStore(), newMemoryStore()
+		claim := Claim{Provider: "p", KeyID: "k", Account: account, Model: "m", Limits: Limits{RPM: 10, TPM: 1000}, Tokens: 5, Now: now}
+		st := Stated{Provider: "p", KeyID: "k", Account: account, Model: "m",
+			Limits: Limits{RPM: 4, TPM: 800}, Used: Limits{RPM: 3, RPD: -1, TPM: 500, TPD: -1},
+			MinuteReset: now.Add(20 * time.Second), Now: now.Add(time.Second)}
+		for _, s := range []*memoryStore{viaLearn, viaTake} {
+			g, err := s.Take(t.Context(), claim)
 			require.NoError(t, err)
-			got, err := viaTake.State(t.Context(), "p", id, at)
-			require.NoError(t, err)
-			assert.Equal(t, want, got)
-			require.Len(t, got.Models, 1)
-			assert.Equal(t, Limits{RPM: 4, TPM: 800}, got.Models[0].Learned)
-			assert.Equal(t, Usage{MinuteRequests: 3, MinuteTokens: 500}, got.Models[0].Usage, "the minute window is raised to the vendor's count")
-		})
-	}
+			require.True(t, g.OK)
+			if s == viaTake {
+				require.True(t, s.learnAt(g.Reservation, st))
+				continue
+			}
+			require.NoError(t, s.Learn(t.Context(), st))
+		}
+		got := sameState(t, viaLearn, viaTake, entryOf("k", account), now.Add(2*time.Second))
+		require.Len(t, got.Models, 1)
+		assert.Equal(t, Limits{RPM: 4, TPM: 800}, got.Models[0].Learned)
+		assert.Equal(t, Usage{MinuteRequests: 3, MinuteTokens: 500}, got.Models[0].Usage, "the minute window is raised to the vendor's count")
+	})
 	assert.False(t, newMemoryStore().learnAt(nil, Stated{}), "a reservation of another store is not learned into")
 }
 
@@ -204,50 +193,54 @@ func TestMemoryStoreLearnAtIsLearn(t *testing.T) {
 // and records the request in the reservation it is given.
 func TestMemoryStoreTakeAtIsTake(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	for _, account := range []string{"", "org"} {
-		t.Run("account="+account, func(t *testing.T) {
-			viaTake, viaEntries := newMemoryStore(), newMemoryStore()
-			claim := Claim{Provider: "p", KeyID: "k", Account: account, Model: "m", Limits: Limits{RPM: 2, TPM: 1000}, Tokens: 5, Now: now}
-			var e memEntries
-			var spare memReservation
-			for i := range 3 {
-				want, err := viaTake.Take(t.Context(), claim)
-				require.NoError(t, err)
-				r := &spare
-				if i > 0 {
-					r = nil // a take without a reservation of the caller's
-				}
-				got, err := viaEntries.takeAt(&e, r, claim)
-				require.NoError(t, err)
-				assert.Equal(t, want.OK, got.OK, "take %d", i)
-				assert.Equal(t, want.RetryAt, got.RetryAt, "take %d", i)
-				if i == 0 {
-					assert.Same(t, &spare, got.Reservation, "the request is recorded where the caller said")
-				}
-			}
-			assert.Same(t, viaEntries.key("p", "k"), e.own.Load(), "the key's entry is kept")
-			if account == "" {
-				assert.Nil(t, e.account.Load())
-			} else {
-				assert.Same(t, viaEntries.account("p", account), e.account.Load(), "the account's entry is kept")
-			}
-			id := "k"
-			if account != "" {
-				id = accountID(account)
-			}
-			want, err := viaTake.State(t.Context(), "p", id, now)
+	eachAccount(t, func(t *testing.T, account string) {
+		viaTake, viaEntries := newMemoryStore(), newMemoryStore()
+		claim := Claim{Provider: "p", KeyID: "k", Account: account, Model: "m", Limits: Limits{RPM: 2, TPM: 1000}, Tokens: 5, Now: now}
+		var e memEntries
+		var spare memReservation
+		for i := range 3 {
+			want, err := viaTake.Take(t.Context(), claim)
 			require.NoError(t, err)
-			got, err := viaEntries.State(t.Context(), "p", id, now)
+			r := &spare
+			if i > 0 {
+				r = nil // a take without a reservation of the caller's
+			}
+			got, err := viaEntries.takeAt(&e, r, claim)
 			require.NoError(t, err)
-			assert.Equal(t, want, got)
-			require.NoError(t, spare.Settle(t.Context(), 100, 0))
-			got, err = viaEntries.State(t.Context(), "p", id, now)
-			require.NoError(t, err)
-			assert.Equal(t, int64(105), got.Models[0].Usage.MinuteTokens, "the caller's reservation settles the entry it counted in")
-		})
-	}
+			assert.Equal(t, want.OK, got.OK, "take %d", i)
+			assert.Equal(t, want.RetryAt, got.RetryAt, "take %d", i)
+			if i == 0 {
+				assert.Same(t, &spare, got.Reservation, "the request is recorded where the caller said")
+			}
+		}
+		assert.Same(t, viaEntries.key("p", "k"), e.own.Load(), "the key's entry is kept")
+		if account == "" {
+			assert.Nil(t, e.account.Load())
+		} else {
+			assert.Same(t, viaEntries.account("p", account), e.account.Load(), "the account's entry is kept")
+		}
+		id := entryOf("k", account)
+		sameState(t, viaTake, viaEntries, id, now)
+		require.NoError(t, spare.Settle(t.Context(), 100, 0))
+		got, err := viaEntries.State(t.Context(), "p", id, now)
+		require.NoError(t, err)
+		assert.Equal(t, int64(105), got.Models[0].Usage.MinuteTokens, "the caller's reservation settles the entry it counted in")
+	})
 	_, err := newMemoryStore().takeAt(&memEntries{}, nil, Claim{Provider: "p", KeyID: "k", Model: "bad\x00model"})
 	assert.Error(t, err, "a model name no store may keep is refused as by Take")
+
+	// Entries once found are not looked up again: a take counts in the
+	// entry e holds.
+	s := newMemoryStore()
+	held := &memKey{models: map[string]*memModel{}}
+	var e memEntries
+	e.own.Store(held)
+	g, err := s.takeAt(&e, nil, Claim{Provider: "p", KeyID: "k", Model: "m", Limits: Limits{RPM: 5}, Now: now})
+	require.NoError(t, err)
+	require.True(t, g.OK)
+	assert.NotNil(t, held.models["m"], "the take counted in the entry held")
+	_, looked := s.keys.Load(keyRef{"p", "k"})
+	assert.False(t, looked, "the store looked the key up")
 }
 
 // TestOwnMemory holds that the pool takes the fast path only into the
@@ -262,4 +255,32 @@ func TestOwnMemory(t *testing.T) {
 	assert.Same(t, badger.memoryStore, ownMemory(badger))
 	assert.Nil(t, ownMemory(&failingStore{memoryStore: mem}), "a store that embeds the memory store")
 	assert.Nil(t, ownMemory(nil))
+}
+
+// entryOf is the ID a memory store keeps a key's windows under: its
+// account's, when it names one.
+func entryOf(keyID, account string) string {
+	if account != "" {
+		return accountID(account)
+	}
+	return keyID
+}
+
+// sameState holds that two memory stores keep the same state for provider
+// "p"'s entry id at at, and returns it.
+func sameState(t *testing.T, want, got *memoryStore, id string, at time.Time) KeyStats {
+	t.Helper()
+	w, err := want.State(t.Context(), "p", id, at)
+	require.NoError(t, err)
+	g, err := got.State(t.Context(), "p", id, at)
+	require.NoError(t, err)
+	assert.Equal(t, w, g)
+	return g
+}
+
+// eachAccount runs test for a key alone and for a key of an account.
+func eachAccount(t *testing.T, test func(t *testing.T, account string)) {
+	for _, account := range []string{"", "org"} {
+		t.Run("account="+account, func(t *testing.T) { test(t, account) })
+	}
 }
