@@ -35,10 +35,9 @@ func (a auth) value(secret string) []string {
 // or parameter, in any spelling. req is left as it was.
 //
 // It copies only what it changes, where Request.Clone copies every field
-// the request points to: the header map (each value's slice is shared, cut
-// to its length so that an append by whatever sends the request copies it),
-// and the URL for a key in the query. The rest — the trailer, the form, the
-// transfer encoding — is the caller's, which no RoundTripper may change.
+// the request points to: the header, and the URL for a key in the query.
+// The rest — the trailer, the form, the transfer encoding — is the
+// caller's, which no RoundTripper may change.
 func (a auth) outgoing(ctx context.Context, req *http.Request, value []string) *http.Request {
 	out := req.WithContext(ctx)
 	if a.style == authQuery {
@@ -54,22 +53,35 @@ func (a auth) outgoing(ctx context.Context, req *http.Request, value []string) *
 	return out
 }
 
-// cloneHeader returns a new header with h's names and values, without any
-// spelling of name, and with name set to value when name is not "".
+// cloneHeader returns a copy of h without any spelling of name, and with
+// name set to value when name is not "". As Header.Clone does, it copies
+// the values into one array, each name's cut to its length: whatever sends
+// the request may write to them or append, and the caller's header, or
+// the key's value that later requests share, never sees it.
 func cloneHeader(h http.Header, name string, value []string) http.Header {
+	n := len(value)
+	for _, v := range h {
+		n += len(v)
+	}
+	values := make([]string, n)
 	out := make(http.Header, len(h)+1)
 	for k, v := range h {
 		if name != "" && len(k) == len(name) && strings.EqualFold(k, name) {
 			continue
 		}
-		out[k] = v[:len(v):len(v)]
+		out[k], values = cut(values, v)
 	}
 	if name != "" {
-		// The slice is shared by every request of the key; the http
-		// package only reads it, and an append copies it.
-		out[name] = value[:len(value):len(value)]
+		out[name], _ = cut(values, value)
 	}
 	return out
+}
+
+// cut copies v into the start of values and returns that copy, its
+// capacity its length, and the rest of values.
+func cut(values, v []string) (copied, rest []string) {
+	n := copy(values, v)
+	return values[:n:n], values[n:]
 }
 
 // strip removes from r, a clone the caller owns, the header or parameter a

@@ -237,7 +237,7 @@ func (r *fallbackRoute) benchedAt() int64 {
 // request builds the request for the route: its URL, and its model names in
 // the path and the body.
 func (r *fallbackRoute) request(req *http.Request, body *replay) (*http.Request, error) {
-	// A shallow copy: the route's pool clones it again before it puts a
+	// A shallow copy: the route's pool copies its header before it puts a
 	// key on it, so only what changes here is copied.
 	out := new(http.Request)
 	*out = *req

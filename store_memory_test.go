@@ -1,8 +1,10 @@
 package keypool
 
 import (
+	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -283,4 +285,42 @@ func eachAccount(t *testing.T, test func(t *testing.T, account string)) {
 	for _, account := range []string{"", "org"} {
 		t.Run("account="+account, func(t *testing.T) { test(t, account) })
 	}
+}
+
+// wrappedStore embeds the package's Badger store and counts the takes and
+// statements that reach its own methods.
+type wrappedStore struct {
+	*BadgerStore
+	takes, learns atomic.Int64
+}
+
+func (s *wrappedStore) Take(ctx context.Context, c Claim) (Grant, error) {
+	s.takes.Add(1)
+	return s.BadgerStore.Take(ctx, c)
+}
+
+func (s *wrappedStore) Learn(ctx context.Context, st Stated) error {
+	s.learns.Add(1)
+	return s.BadgerStore.Learn(ctx, st)
+}
+
+// A store that embeds one of the package's and has a Take and a Learn of its
+// own is used through them: the pool's fast paths are for the package's
+// stores alone.
+func TestPoolUsesAWrappedStoresMethods(t *testing.T) {
+	inner, err := OpenBadgerStore(t.TempDir())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = inner.Close() })
+	store := &wrappedStore{BadgerStore: inner}
+	f := newFixture(t, WithStore(store))
+	for _, k := range threeKeys() {
+		f.vendor.on(k.Secret, answer{status: 200, header: map[string]string{
+			"X-Ratelimit-Limit-Requests": "500", "X-Ratelimit-Remaining-Requests": "499"}})
+	}
+	for range 3 {
+		_, err := get(t, f.client, f.url)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, int64(3), store.takes.Load(), "takes through the store's own Take")
+	assert.Equal(t, int64(3), store.learns.Load(), "statements through the store's own Learn")
 }

@@ -81,12 +81,20 @@ func TestTransportPutsKeyOnRequest(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var seen *http.Request
+			var seen []*http.Request
 			base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
-				seen = r
-				// A base that adds to a header the caller set must not
-				// write into the caller's values.
+				// A base that adds to a header, or writes over its
+				// values, must not write into the caller's values, nor
+				// into the key's that later requests are sent with.
 				r.Header.Add("Accept", "from-base")
+				c := *r
+				c.Header = r.Header.Clone()
+				seen = append(seen, &c)
+				for _, vs := range r.Header {
+					for i := range vs {
+						vs[i] = "written over"
+					}
+				}
 				return okResponse(r), nil
 			})
 			pool, err := New("test", []Key{{Secret: "sk-a"}}, tt.opt)
@@ -103,15 +111,20 @@ func TestTransportPutsKeyOnRequest(t *testing.T) {
 			req.Header["Accept"] = accept
 			before := req.Header.Clone()
 			beforeURL := req.URL.String()
-			resp, err := pool.Transport(base).RoundTrip(req)
-			require.NoError(t, err)
-			resp.Body.Close()
-			tt.check(t, seen)
-			assert.Equal(t, []string{"application/json", "from-base"}, seen.Header["Accept"])
+			for range 2 {
+				resp, err := pool.Transport(base).RoundTrip(req)
+				require.NoError(t, err)
+				resp.Body.Close()
+				assert.Same(t, req, resp.Request, "resp.Request is not the caller's request")
+			}
+			require.Len(t, seen, 2)
+			for _, r := range seen {
+				tt.check(t, r)
+				assert.Equal(t, []string{"application/json", "from-base"}, r.Header["Accept"])
+			}
 			assert.Equal(t, before, req.Header, "the caller's headers changed")
 			assert.Empty(t, accept[:2][1], "the caller's header values were written into")
 			assert.Equal(t, beforeURL, req.URL.String(), "the caller's URL changed")
-			assert.Same(t, req, resp.Request, "resp.Request is not the caller's request")
 		})
 	}
 }
