@@ -51,7 +51,7 @@ func (p *Pool) Do(ctx context.Context, model string, fn func(ctx context.Context
 		err = fn(fctx, l.key.Key)
 		now := p.cfg.clock()
 		v := verdictOf(err, now)
-		c.sooner(p.observe(ctx, &l, v, now))
+		c.sooner(p.observe(ctx, &l, &v, now))
 		switch {
 		case v.kind != KindNone && !p.single():
 			p.settle(ctx, l.charge(), usageReport{})

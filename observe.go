@@ -10,11 +10,11 @@ import (
 // vendor's reading, the end of a climb up the quota levels on a success, a
 // bench on a failure or on a success that says its window is spent — and
 // returns when the key comes back if it was benched.
-func (p *Pool) observe(ctx context.Context, l *lease, v verdict, now time.Time) time.Time {
+func (p *Pool) observe(ctx context.Context, l *lease, v *verdict, now time.Time) time.Time {
 	l.key.answers[v.kind].Add(1)
 	p.tel.answered(ctx, l.key, v)
 	p.noteReading(l, v, now)
-	p.learn(ctx, l, v.stated, now)
+	p.learn(ctx, l, &v.stated, now)
 	if p.single() || v.oversized {
 		// One key is not a pool; a request too large for any key is no
 		// failure of this one.
@@ -23,11 +23,12 @@ func (p *Pool) observe(ctx context.Context, l *lease, v verdict, now time.Time) 
 	}
 	if v.kind == KindNone {
 		p.succeeded(ctx, l)
-		v = spentWindow(v, l.claim.Limits.over(v.stated.limits), now)
-		if v.kind == KindNone {
+		spent := spentWindow(v, l.claim.Limits.over(v.stated.limits), now)
+		if spent.kind == KindNone {
 			p.probed(l, true)
 			return time.Time{}
 		}
+		v = &spent
 	}
 	until := p.bench(ctx, l, v, now)
 	p.probed(l, false)
@@ -45,7 +46,7 @@ func (p *Pool) probed(l *lease, succeeded bool) {
 
 // noteReading keeps what an answer said of the key's windows as its last
 // reading, and tells OnRateLimit when the answer names a window.
-func (p *Pool) noteReading(l *lease, v verdict, now time.Time) {
+func (p *Pool) noteReading(l *lease, v *verdict, now time.Time) {
 	if !v.reset.HasUtilization && v.reset.ResetAt.IsZero() && v.stated.limits == (Limits{}) {
 		return
 	}
@@ -63,7 +64,7 @@ func (p *Pool) noteReading(l *lease, v verdict, now time.Time) {
 // vendor's limits and counts — so that they hold whatever the pool was told
 // (Store.Learn); a token limit the vendor states makes the pool count
 // tokens.
-func (p *Pool) learn(ctx context.Context, l *lease, s statedWindows, now time.Time) {
+func (p *Pool) learn(ctx context.Context, l *lease, s *statedWindows, now time.Time) {
 	if !s.any {
 		return
 	}
@@ -104,7 +105,7 @@ func (p *Pool) succeeded(ctx context.Context, l *lease) {
 // to the vendor's count, refuse until the next slot frees, where a vendor's
 // reset (OpenAI's: until the window is whole again) would idle it longer. A
 // spent window that lifts beyond longThrottle is benched all the same.
-func spentWindow(v verdict, limits Limits, now time.Time) verdict {
+func spentWindow(v *verdict, limits Limits, now time.Time) verdict {
 	if !v.reset.exhausted(now) || limits != (Limits{}) && v.reset.ResetAt.Sub(now) <= longThrottle {
 		return verdict{}
 	}
@@ -117,8 +118,8 @@ func spentWindow(v verdict, limits Limits, now time.Time) verdict {
 
 // bench sets the lease's key aside as verdict v says, reports it, and
 // returns when the key comes back.
-func (p *Pool) bench(ctx context.Context, l *lease, v verdict, now time.Time) time.Time {
-	d, climb := p.cfg.bench.benchFor(v, l.grant.Level, now)
+func (p *Pool) bench(ctx context.Context, l *lease, v *verdict, now time.Time) time.Time {
+	d, climb := p.cfg.bench.benchFor(*v, l.grant.Level, now)
 	level := l.grant.Level
 	if climb {
 		level++

@@ -226,9 +226,9 @@ func (t *telemetry) startAttempt(ctx context.Context, k *poolKey, model string, 
 }
 
 // endAttempt ends an attempt's span with its outcome.
-func endAttempt(span trace.Span, status int, v verdict, bench time.Duration, err error) {
+func endAttempt(span trace.Span, status int, kind Kind, bench time.Duration, err error) {
 	if span.IsRecording() {
-		span.SetAttributes(attrOutcome.String(v.kind.String()))
+		span.SetAttributes(attrOutcome.String(kind.String()))
 		if status != 0 {
 			span.SetAttributes(attrStatus.Int(status))
 		}
@@ -243,7 +243,7 @@ func endAttempt(span trace.Span, status int, v verdict, bench time.Duration, err
 }
 
 // answered counts one answer of a key and what it said.
-func (t *telemetry) answered(ctx context.Context, k *poolKey, v verdict) {
+func (t *telemetry) answered(ctx context.Context, k *poolKey, v *verdict) {
 	kt := &k.tel
 	if t.requests.Enabled(ctx) {
 		t.requests.Add(ctx, 1, measurement(&kt.requests[v.kind], kt.span, attrOutcome.String(v.kind.String()))...)

@@ -181,8 +181,8 @@ func BenchmarkTelemetryWithoutSDK(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		_, span := p.tel.startAttempt(ctx, k, "m", 0)
-		p.tel.answered(ctx, k, v)
-		endAttempt(span, 200, v, 0, nil)
+		p.tel.answered(ctx, k, &v)
+		endAttempt(span, 200, v.kind, 0, nil)
 	}
 }
 
@@ -212,7 +212,7 @@ func (t *countingTracer) Start(ctx context.Context, name string, opts ...trace.S
 // quietAttempt starts and ends the span of one attempt of p's first key.
 func quietAttempt(p *Pool) {
 	_, span := p.tel.startAttempt(context.Background(), p.keys[0], "m", 0)
-	endAttempt(span, 200, verdict{}, 0, nil)
+	endAttempt(span, 200, KindNone, 0, nil)
 }
 
 // TestTelemetryQuietWithoutSDK holds the quiet spell of a tracer whose spans
@@ -308,7 +308,7 @@ func TestTelemetryBuildsAKeysSetsAtFirstUse(t *testing.T) {
 		go func() {
 			defer func() { done <- struct{}{} }()
 			p.tel.used(t.Context(), a, 1) // a set of the key's attributes alone: base must not be sorted in place
-			p.tel.answered(t.Context(), a, verdict{})
+			p.tel.answered(t.Context(), a, &verdict{})
 		}()
 	}
 	for range 8 {
@@ -320,7 +320,7 @@ func TestTelemetryBuildsAKeysSetsAtFirstUse(t *testing.T) {
 		"keypool.key.id=a,keypool.key.tier=free,keypool.outcome=none,keypool.provider=openai": 8,
 	}, points(t, reader, "keypool.requests"))
 	first := a.tel.requests[KindNone].Load()
-	p.tel.answered(t.Context(), a, verdict{})
+	p.tel.answered(t.Context(), a, &verdict{})
 	assert.Same(t, first, a.tel.requests[KindNone].Load(), "a set is built once")
 }
 

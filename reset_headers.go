@@ -551,6 +551,9 @@ func first(h http.Header, key string) string {
 // leadingNumber reads the number that starts a field, before any list
 // separator or parameter ("0, 15;w=20" gives 0).
 func leadingNumber(field string) (float64, bool) {
+	if n, ok := parseWhole(field); ok && field != "" {
+		return float64(n), true // the common field: digits alone, read in one pass
+	}
 	for i := 0; i < len(field); i++ {
 		if field[i] == ',' || field[i] == ';' {
 			field = field[:i]

@@ -127,7 +127,7 @@ func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again
 	if out.Body, err = r.body.next(); err != nil {
 		p.release(ctx, &l)
 		p.probed(&l, false)
-		endAttempt(span, 0, verdict{}, 0, err)
+		endAttempt(span, 0, KindNone, 0, err)
 		return nil, false, err
 	}
 	out.GetBody = r.body.getBodyFunc()
@@ -144,9 +144,9 @@ func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again
 	p.cfg.auth.unechoed(resp.Header, l.key.Secret)
 	now := p.cfg.clock()
 	v := classifyAnswer(resp, now)
-	until := p.observe(ctx, &l, v, now)
+	until := p.observe(ctx, &l, &v, now)
 	r.sooner(until)
-	endAttempt(span, resp.StatusCode, v, max(until.Sub(now), 0), nil)
+	endAttempt(span, resp.StatusCode, v.kind, max(until.Sub(now), 0), nil)
 	if v.kind == KindNone || v.oversized || p.single() || !r.body.replayable() {
 		p.meter(&l, resp, r.metered)
 		return resp, false, nil
@@ -177,9 +177,9 @@ func (t *transport) noAnswer(r *request, l *lease, span trace.Span, err error) (
 		// The key itself could not go on a request: it is the key's
 		// fault, as a revoked key is.
 		v.kind = KindAuth
-		r.sooner(p.observe(ctx, l, v, p.cfg.clock()))
+		r.sooner(p.observe(ctx, l, &v, p.cfg.clock()))
 	}
-	endAttempt(span, 0, v, 0, err)
+	endAttempt(span, 0, v.kind, 0, err)
 	if v.kind != KindNone && !p.single() && r.body.replayable() {
 		r.tried.add(l.key.index)
 		return true, nil
