@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/keypool-go/keypool/internal/windowspec"
 )
 
 // A key's state is kept outside memory as two records: its windows and the
@@ -126,7 +128,7 @@ func (k *memKey) decodeWindows(b []byte) error {
 		k.cap.decode(&r, f)
 	}
 	for n := r.uvarint(); n > 0 && r.err == nil; n-- {
-		m := k.model(r.string(), k.last, true)
+		m := k.recordModel(r.string())
 		if f == 2 || r.byte() != 0 {
 			m.win = &windows{}
 			m.win.decode(&r, f)
@@ -191,11 +193,23 @@ func (k *memKey) decodeBenches(b []byte) error {
 	k.benchVer = r.uvarint()
 	k.bench.decode(&r)
 	for n := r.uvarint(); n > 0 && r.err == nil; n-- {
-		m := k.model(r.string(), k.last, true)
+		m := k.recordModel(r.string())
 		m.bench.decode(&r)
 		m.level = int(r.uvarint())
 	}
 	return r.err
+}
+
+// recordModel returns the entry a record's model name is read into. A
+// name no store takes (one written before names were bounded, or a corrupt
+// one) is read into an entry the key does not keep: no request could reach
+// it, and the rest of the record still counts. The entry models beyond the
+// bound share is kept under its own name.
+func (k *memKey) recordModel(name string) *memModel {
+	if name != overflowModel && windowspec.CheckModel(name) != nil {
+		return &memModel{}
+	}
+	return k.model(name, k.last, true)
 }
 
 func (b benchState) encode(buf []byte) []byte {
