@@ -38,8 +38,8 @@ func (p *Pool) Do(ctx context.Context, model string, fn func(ctx context.Context
 	used := &doUsage{}
 	fctx := context.WithValue(ctx, doUsageKey{}, used)
 	for {
-		l, err := p.take(ctx, &c, model, est)
-		if err != nil {
+		var l lease
+		if err := p.take(ctx, &c, model, est, &l); err != nil {
 			var na *NoAvailableKeyError
 			if errors.As(err, &na) && last != nil {
 				na.last = last
@@ -48,7 +48,7 @@ func (p *Pool) Do(ctx context.Context, model string, fn func(ctx context.Context
 		}
 		l.key.sent.Add(1)
 		*used = doUsage{}
-		err = fn(fctx, l.key.Key)
+		err := fn(fctx, l.key.Key)
 		now := p.cfg.clock()
 		v := verdictOf(err, now)
 		c.sooner(p.observe(ctx, &l, &v, now))

@@ -389,38 +389,40 @@ func (c *call) sooner(t time.Time) {
 	}
 }
 
-// acquire takes the first key in order that can take a request for model
-// estimated at est: free keys round-robin, then paid keys round-robin, each
-// only if c has not tried it. When none can, it returns a
+// acquire takes into l the first key in order that can take a request for
+// model estimated at est: free keys round-robin, then paid keys
+// round-robin, each only if c has not tried it. When none can, it returns a
 // *NoAvailableKeyError — or, when only keys with a budget could have taken
-// it and the model has no price, an error naming the model.
-func (p *Pool) acquire(ctx context.Context, c *call, model string, est usageReport) (lease, error) {
+// it and the model has no price, an error naming the model — and l holds
+// nothing of use. The model must be one a store may keep
+// (windowspec.CheckModel): the pool checks it before.
+func (p *Pool) acquire(ctx context.Context, c *call, model string, est usageReport, l *lease) error {
 	if err := p.usable(); err != nil {
-		return lease{}, err
+		return err
 	}
 	if err := ctx.Err(); err != nil {
-		return lease{}, err
+		return err
 	}
 	now := p.cfg.clock()
-	l, ok, err := p.scan(ctx, c, p.free, &p.freeNext, model, est, now)
-	if ok || err != nil {
-		return l, err
+	if ok, err := p.scan(ctx, c, p.free, &p.freeNext, model, est, now, l); ok || err != nil {
+		return err
 	}
-	l, ok, err = p.scan(ctx, c, p.paid, &p.paidNext, model, est, now)
-	if ok || err != nil {
-		return l, err
+	if ok, err := p.scan(ctx, c, p.paid, &p.paidNext, model, est, now, l); ok || err != nil {
+		return err
 	}
 	if c.unpriced && c.soonest.IsZero() {
-		return lease{}, fmt.Errorf("keypool: %s: model %q %w", p.provider, truncate(model, 64), errNoPrice)
+		return fmt.Errorf("keypool: %s: model %q %w", p.provider, truncate(model, 64), errNoPrice)
 	}
-	return lease{}, noKeyError(p.provider, c.soonest, now)
+	return noKeyError(p.provider, c.soonest, now)
 }
 
-// scan offers the request to the keys of one tier, starting at the cursor.
-func (p *Pool) scan(ctx context.Context, c *call, keys []*poolKey, cursor *atomic.Uint64, model string, est usageReport, now time.Time) (lease, bool, error) {
+// scan offers the request to the keys of one tier, starting at the cursor,
+// and reports whether one took it into l. Each key's claim is built in l,
+// which a request holds on its stack: a lease is never copied on the way.
+func (p *Pool) scan(ctx context.Context, c *call, keys []*poolKey, cursor *atomic.Uint64, model string, est usageReport, now time.Time, l *lease) (bool, error) {
 	n := uint64(len(keys))
 	if n == 0 {
-		return lease{}, false, nil
+		return false, nil
 	}
 	start := cursor.Add(1) - 1
 	for i := range n {
@@ -433,7 +435,8 @@ func (p *Pool) scan(ctx context.Context, c *call, keys []*poolKey, cursor *atomi
 			c.sooner(now.Add(probeRetry))
 			continue
 		}
-		cl := Claim{Provider: p.provider, KeyID: k.ID, Account: k.Account, Model: model, Limits: p.limits(k, model),
+		cl := &l.claim
+		*cl = Claim{Provider: p.provider, KeyID: k.ID, Account: k.Account, Model: model, Limits: p.limits(k, model),
 			Cap: p.cfg.keyCap, DayZone: p.cfg.days.loc, DayHour: p.cfg.days.hour, Now: now, Budget: k.Budget, AccountBudget: p.cfg.accountBudgets[k.Account]}
 		_, cl.Named = p.cfg.modelLimits[model]
 		cl.Tokens = est.total()
@@ -452,34 +455,37 @@ func (p *Pool) scan(ctx context.Context, c *call, keys []*poolKey, cursor *atomi
 		if priced {
 			cl.Cost = price.cost(est)
 		}
-		g, err := p.takeFrom(ctx, c, k, cl)
+		err := p.takeFrom(ctx, c, k, cl, &l.grant)
 		p.storeResult(opTake, err)
-		if err == nil && g.OK {
-			return lease{key: k, claim: cl, grant: g, probe: probe, price: price, priced: priced}, true, nil
+		if err == nil && l.grant.OK {
+			l.key, l.probe, l.price, l.priced = k, probe, price, priced
+			return true, nil
 		}
 		if probe {
 			k.returns.done(model, false)
 		}
 		if err != nil {
-			return lease{}, false, fmt.Errorf("keypool: %s: store: %w", p.provider, err)
+			return false, fmt.Errorf("keypool: %s: store: %w", p.provider, err)
 		}
-		c.sooner(g.RetryAt)
+		c.sooner(l.grant.RetryAt)
 	}
-	return lease{}, false, nil
+	return false, nil
 }
 
-// takeFrom asks the store to take cl for key k. The package's own stores
-// take from the entries k keeps, into the reservation c brings, if it
-// still has it.
-func (p *Pool) takeFrom(ctx context.Context, c *call, k *poolKey, cl Claim) (Grant, error) {
+// takeFrom asks the store to take cl for key k, into g. The package's own
+// stores take from the entries k keeps, into the reservation c brings, if
+// it still has it.
+func (p *Pool) takeFrom(ctx context.Context, c *call, k *poolKey, cl *Claim, g *Grant) error {
+	var err error
 	if p.mem == nil {
-		return p.store.Take(ctx, cl)
+		*g, err = p.store.Take(ctx, *cl)
+		return err
 	}
-	g, err := p.mem.takeAt(&k.entries, c.spare, cl)
+	*g, err = p.mem.takeAt(&k.entries, c.spare, cl)
 	if g.OK {
 		c.spare = nil
 	}
-	return g, err
+	return err
 }
 
 // keySet is a set of key indexes: a bit mask for the first 64 keys, and a

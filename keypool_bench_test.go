@@ -50,8 +50,8 @@ func BenchmarkAcquire(b *testing.B) {
 				i := 0
 				for b.Loop() {
 					var c call
-					l, err := p.acquire(ctx, &c, names[i%models], usageReport{input: 400, output: 100})
-					if err != nil {
+					var l lease
+					if err := p.acquire(ctx, &c, names[i%models], usageReport{input: 400, output: 100}, &l); err != nil {
 						b.Fatal(err)
 					}
 					_ = l.grant.Reservation.Settle(ctx, 400, 0)
@@ -87,8 +87,8 @@ func BenchmarkStores(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				var c call
-				l, err := p.acquire(ctx, &c, "m", usageReport{input: 400, output: 100})
-				if err != nil {
+				var l lease
+				if err := p.acquire(ctx, &c, "m", usageReport{input: 400, output: 100}, &l); err != nil {
 					b.Fatal(err)
 				}
 				_ = l.grant.Reservation.Settle(ctx, 400, 0)

@@ -38,7 +38,14 @@ type memKey struct {
 	days   calendar // as the last take counted days
 	last   int64    // the latest time a take was recorded, Unix nanoseconds
 	models map[string]*memModel
-	spend  spend // what the key (or account) spent, by calendar day and month
+	// recent is the entry of models the last call of model found, named
+	// recentName: most requests name the model the one before named, and
+	// find its entry without a lookup. It is never an entry models no
+	// longer holds: an entry is evicted only on the way to a new one, which
+	// then is recent.
+	recent     *memModel
+	recentName string
+	spend      spend // what the key (or account) spent, by calendar day and month
 	// dirty reports that the windows changed since a store that persists
 	// them last wrote them; benchVer counts changes of benches and levels.
 	dirty    bool
@@ -121,17 +128,31 @@ func (s *memoryStore) account(provider, account string) *memKey {
 // the pool was configured for, which always has an entry of its own. k.mu
 // must be held.
 func (k *memKey) model(name string, now int64, named bool) *memModel {
-	if m := k.models[name]; m != nil {
-		return m
+	if k.recent != nil && k.recentName == name {
+		return k.recent
 	}
-	if len(k.models) >= maxModelsPerKey && !named && !k.evictIdle(now) {
-		name = overflowModel
-		if m := k.models[name]; m != nil {
-			return m
-		}
+	m := k.models[name]
+	if m == nil && len(k.models) >= maxModelsPerKey && !named && !k.evictIdle(now) {
+		// The shared entry is not kept as the model's: its next request
+		// looks again for an entry of its own.
+		return k.overflow()
 	}
-	m := &memModel{}
-	k.models[name] = m
+	if m == nil {
+		m = &memModel{}
+		k.models[name] = m
+	}
+	k.recent, k.recentName = m, name
+	return m
+}
+
+// overflow returns the entry models beyond the bound share, adding it when
+// new. k.mu must be held.
+func (k *memKey) overflow() *memModel {
+	m := k.models[overflowModel]
+	if m == nil {
+		m = &memModel{}
+		k.models[overflowModel] = m
+	}
 	return m
 }
 
@@ -164,7 +185,10 @@ func (m *memModel) idle(now int64, c calendar) bool {
 
 // Take implements Store.
 func (s *memoryStore) Take(_ context.Context, t Claim) (Grant, error) {
-	return s.takeAt(nil, nil, t)
+	if err := windowspec.CheckModel(t.Model); err != nil {
+		return Grant{}, fmt.Errorf("keypool: memory store: %w", err)
+	}
+	return s.takeAt(nil, nil, &t)
 }
 
 // memEntries is where a pool keeps, for one of its keys, the memory
@@ -190,7 +214,7 @@ func ownMemory(s Store) *memoryStore {
 
 // entries returns the entries of t's key and account (nil when it names
 // none), from e when it holds them, else looked up and kept in e.
-func (s *memoryStore) entries(e *memEntries, t Claim) (own, account *memKey) {
+func (s *memoryStore) entries(e *memEntries, t *Claim) (own, account *memKey) {
 	if e != nil {
 		own, account = e.own.Load(), e.account.Load()
 	}
@@ -209,13 +233,12 @@ func (s *memoryStore) entries(e *memEntries, t Claim) (own, account *memKey) {
 	return own, account
 }
 
-// takeAt is Take, from the entries e keeps (nil: looked up), recording an
-// admitted request in r (nil: a reservation of its own). e must only ever
-// be given claims of one provider, key and account.
-func (s *memoryStore) takeAt(e *memEntries, r *memReservation, t Claim) (Grant, error) {
-	if err := windowspec.CheckModel(t.Model); err != nil {
-		return Grant{}, fmt.Errorf("keypool: memory store: %w", err)
-	}
+// takeAt is Take for a claim whose model is one a store may keep (the
+// caller checked it: windowspec.CheckModel), from the entries e keeps (nil:
+// looked up), recording an admitted request in r (nil: a reservation of
+// its own). e must only ever be given claims of one provider, key and
+// account.
+func (s *memoryStore) takeAt(e *memEntries, r *memReservation, t *Claim) (Grant, error) {
 	// The key's entry holds its own benches and spend; its account's
 	// entry, when it names one, the windows and benches they share. A take
 	// holds both, always the key's first.
@@ -262,7 +285,7 @@ func (s *memoryStore) takeAt(e *memEntries, r *memReservation, t Claim) (Grant, 
 // (own) and of its account (k, own when it has none); when it does not,
 // when it would (retryAt) and whether a day's window or budget is what is
 // full. It makes the windows a limit needs. Both keys' locks must be held.
-func (t Claim) room(own, k *memKey, m *memModel, now int64, lim Limits, tok int64, cal calendar) (ok bool, retryAt int64, dayFull bool) {
+func (t *Claim) room(own, k *memKey, m *memModel, now int64, lim Limits, tok int64, cal calendar) (ok bool, retryAt int64, dayFull bool) {
 	if lim != (Limits{}) && m.win == nil {
 		m.win = &windows{}
 	}
@@ -296,7 +319,7 @@ func (t Claim) room(own, k *memKey, m *memModel, now int64, lim Limits, tok int6
 // record counts a claim that room admitted in the windows and budgets it
 // was checked against, into its reservation r. Both keys' locks must be
 // held.
-func (t Claim) record(r *memReservation, own, k *memKey, m *memModel, now int64, lim Limits, tok int64, cal calendar) {
+func (t *Claim) record(r *memReservation, own, k *memKey, m *memModel, now int64, lim Limits, tok int64, cal calendar) {
 	if m.win != nil {
 		m.win.add(now, lim, 1, tok, cal)
 	}

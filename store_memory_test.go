@@ -3,6 +3,7 @@ package keypool
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -141,6 +142,43 @@ func TestMemoryStoreEvictsIdleModels(t *testing.T) {
 	assert.LessOrEqual(t, len(st.Models), maxModelsPerKey+2, "the bound holds: the overflow entry and the named model beyond it")
 }
 
+// TestMemKeyRecentModel holds that the entry a key keeps of the model it
+// last found is the one its map holds: an evicted entry is never found
+// again, and a model that shares the overflow entry looks again, at its
+// next request, for an entry of its own.
+func TestMemKeyRecentModel(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	rng := rand.New(rand.NewPCG(1, 2))
+	k := &memKey{models: map[string]*memModel{}}
+	for i := range 20_000 {
+		name := fmt.Sprint("m-", rng.IntN(maxModelsPerKey+maxModelsPerKey/4))
+		m := k.model(name, now, false)
+		if own := k.models[name]; own != nil {
+			require.Same(t, own, m, "step %d: %s's entry", i, name)
+		} else {
+			require.Same(t, k.models[overflowModel], m, "step %d: %s, without an entry, shares the overflow entry", i, name)
+		}
+		// Some entries are in force, some idle, so that the bound both
+		// evicts and overflows.
+		m.bench.until = now + int64(rng.IntN(2))
+	}
+
+	k = &memKey{models: map[string]*memModel{}}
+	for i := range maxModelsPerKey {
+		k.model(fmt.Sprint("busy-", i), now, false).bench.until = now + 1
+	}
+	shared := k.model("x", now, false)
+	assert.Same(t, k.models[overflowModel], shared, "beyond the bound, with no entry idle, x shares the overflow entry")
+	for name, m := range k.models {
+		if name != overflowModel {
+			m.bench.until = 0
+		}
+	}
+	own := k.model("x", now, false)
+	assert.NotSame(t, shared, own, "once entries are idle, x gets one of its own")
+	assert.Same(t, own, k.models["x"])
+}
+
 func TestMemoryStoreRefusesModelNamesItCannotKeep(t *testing.T) {
 	s := newMemoryStore()
 	for _, name := range []string{strings.Repeat("m", 257), "bad\x00name", "\xff"} {
@@ -207,7 +245,7 @@ func TestMemoryStoreTakeAtIsTake(t *testing.T) {
 			if i > 0 {
 				r = nil // a take without a reservation of the caller's
 			}
-			got, err := viaEntries.takeAt(&e, r, claim)
+			got, err := viaEntries.takeAt(&e, r, &claim)
 			require.NoError(t, err)
 			assert.Equal(t, want.OK, got.OK, "take %d", i)
 			assert.Equal(t, want.RetryAt, got.RetryAt, "take %d", i)
@@ -228,8 +266,6 @@ func TestMemoryStoreTakeAtIsTake(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, int64(105), got.Models[0].Usage.MinuteTokens, "the caller's reservation settles the entry it counted in")
 	})
-	_, err := newMemoryStore().takeAt(&memEntries{}, nil, Claim{Provider: "p", KeyID: "k", Model: "bad\x00model"})
-	assert.Error(t, err, "a model name no store may keep is refused as by Take")
 
 	// Entries once found are not looked up again: a take counts in the
 	// entry e holds.
@@ -237,7 +273,7 @@ func TestMemoryStoreTakeAtIsTake(t *testing.T) {
 	held := &memKey{models: map[string]*memModel{}}
 	var e memEntries
 	e.own.Store(held)
-	g, err := s.takeAt(&e, nil, Claim{Provider: "p", KeyID: "k", Model: "m", Limits: Limits{RPM: 5}, Now: now})
+	g, err := s.takeAt(&e, nil, &Claim{Provider: "p", KeyID: "k", Model: "m", Limits: Limits{RPM: 5}, Now: now})
 	require.NoError(t, err)
 	require.True(t, g.OK)
 	assert.NotNil(t, held.models["m"], "the take counted in the entry held")

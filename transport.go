@@ -117,8 +117,8 @@ type request struct {
 func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again bool, err error) {
 	p := t.pool
 	ctx := r.req.Context()
-	l, err := p.take(ctx, &r.call, r.model, r.estimate)
-	if err != nil {
+	var l lease
+	if err := p.take(ctx, &r.call, r.model, r.estimate, &l); err != nil {
 		r.body.discard()
 		return nil, false, err
 	}

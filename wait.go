@@ -95,20 +95,19 @@ func (w *waitLines) queued(model string) bool {
 // key: no wait ever turns into a loop that does not sleep.
 const minPause = 10 * time.Millisecond
 
-// take acquires a key as acquire does and, when the pool waits for keys
-// (WaitForKey), waits in line for one when none is free.
-func (p *Pool) take(ctx context.Context, c *call, model string, est usageReport) (lease, error) {
+// take acquires a key into l as acquire does and, when the pool waits for
+// keys (WaitForKey), waits in line for one when none is free.
+func (p *Pool) take(ctx context.Context, c *call, model string, est usageReport, l *lease) error {
 	if p.cfg.wait <= 0 {
-		return p.acquire(ctx, c, model, est)
+		return p.acquire(ctx, c, model, est, l)
 	}
 	var err error
 	if !p.lines.queued(model) {
-		var l lease
-		if l, err = p.acquire(ctx, c, model, est); !isNoKey(err) {
-			return l, err
+		if err = p.acquire(ctx, c, model, est, l); !isNoKey(err) {
+			return err
 		}
 	}
-	return p.wait(ctx, c, model, est, err)
+	return p.wait(ctx, c, model, est, err, l)
 }
 
 // wait waits in line for a key. At its turn it sleeps until the soonest key
@@ -118,7 +117,7 @@ func (p *Pool) take(ctx context.Context, c *call, model string, est usageReport)
 // the pool's wait or the context's deadline; it leaves at once when the
 // context ends or the pool is closed. Every try after the first sleeps at
 // least minPause.
-func (p *Pool) wait(ctx context.Context, c *call, model string, est usageReport, last error) (lease, error) {
+func (p *Pool) wait(ctx context.Context, c *call, model string, est usageReport, last error, l *lease) error {
 	start := time.Now()
 	if c.waitEnds.IsZero() {
 		// The bound is the request's, whatever it tried since it began to
@@ -133,32 +132,32 @@ func (p *Pool) wait(ctx context.Context, c *call, model string, est usageReport,
 	}
 	if err := sleepUntil(ctx, closed, turn, deadline, p.provider); err != nil {
 		if errors.Is(err, errWaitOver) {
-			return lease{}, last
+			return last
 		}
-		return lease{}, err
+		return err
 	}
 	for {
 		c.forget()
-		l, err := p.acquire(ctx, c, model, est)
+		err := p.acquire(ctx, c, model, est, l)
 		var na *NoAvailableKeyError
 		if !errors.As(err, &na) {
 			if err == nil {
 				p.tel.wait(ctx, time.Since(start))
 			}
-			return l, err
+			return err
 		}
 		if na.RetryAt.IsZero() {
-			return lease{}, err
+			return err
 		}
 		wake := time.Now().Add(max(na.RetryAt.Sub(p.cfg.clock()), minPause))
 		if wake.After(deadline) {
-			return lease{}, err
+			return err
 		}
 		if d, ok := ctx.Deadline(); ok && wake.After(d) {
-			return lease{}, err
+			return err
 		}
 		if err := sleepUntil(ctx, closed, nil, wake, p.provider); err != nil && !errors.Is(err, errWaitOver) {
-			return lease{}, err
+			return err
 		}
 	}
 }
