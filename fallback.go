@@ -335,7 +335,7 @@ func modelSpan(body []byte) (start, end int, ok bool) {
 		tok, i = lex.next(body, i)
 		switch {
 		case tok == tokKey:
-			model = lex.depth == 1 && string(lex.keyBytes()) == "model"
+			model = lex.depth == 1 && string(lex.keyIn(body)) == "model"
 		case tok == tokString && model && lex.depth == 1 && lex.done:
 			start, end, ok = lex.start, lex.end, true
 			model = false

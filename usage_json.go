@@ -17,7 +17,7 @@ const (
 	tokEndObject
 	tokBeginArray
 	tokEndArray
-	// tokKey is a complete object key; jsonLexer.keyBytes returns it.
+	// tokKey is a complete object key; jsonLexer.keyIn returns it.
 	tokKey
 	// tokString is a piece of a string value: the raw bytes in[start:end]
 	// of the last input, escapes not decoded. A string that spans inputs
@@ -72,11 +72,14 @@ type jsonLexer struct {
 
 	key    [maxKeyLen]byte
 	keyLen int // bytes of the current key; above maxKeyLen when cut
+	// keyWhole is set when the last key was read whole from one input:
+	// it is in[start:end] of that input, not copied into key.
+	keyWhole bool
 
 	num   int64 // the number read, saturated at math.MaxInt64
 	numOK bool  // the number is a non-negative integer
 
-	start, end int  // the bounds of a tokString piece in the last input
+	start, end int  // the bounds of a tokString piece, or of a key read whole, in the last input
 	done       bool // the tokString piece closes its string
 
 	// skipFrom is the depth of the container read past; inNumber is set
@@ -93,10 +96,14 @@ func (l *jsonLexer) inObject() bool {
 	return l.depth > 0 && l.depth <= maxTrackedDepth && l.objects&(1<<(l.depth-1)) != 0
 }
 
-// keyBytes returns the last key read, or nil when it was longer than
-// maxKeyLen.
-func (l *jsonLexer) keyBytes() []byte {
-	if l.keyLen > maxKeyLen {
+// keyIn returns the last key read, in being the input the lexer reported
+// it from, or nil when it was longer than maxKeyLen: no key the package
+// looks for is.
+func (l *jsonLexer) keyIn(in []byte) []byte {
+	switch {
+	case l.keyWhole && l.end-l.start <= maxKeyLen:
+		return in[l.start:l.end]
+	case l.keyWhole || l.keyLen > maxKeyLen:
 		return nil
 	}
 	return l.key[:l.keyLen]
@@ -126,14 +133,28 @@ func (l *jsonLexer) next(in []byte, i int) (jsonToken, int) {
 		switch c := in[i]; c {
 		case ' ', '\t', '\n', '\r':
 		case '"':
+			// Most strings are short and plain, and end in the input:
+			// they are read here, where the loop holds the lexer's state,
+			// without a call. The rest — an escape, a long string, one
+			// the input cuts — go to string.
+			start := i + 1
+			j := plainRun(in, start, min(len(in), start+shortString))
+			if j < len(in) && in[j] == '"' {
+				if l.wantKey {
+					l.wantKey, l.keyWhole, l.start, l.end = false, true, start, j
+					return tokKey, j + 1
+				}
+				l.start, l.end, l.done = start, j, true
+				return tokString, j + 1
+			}
 			l.state, l.escaped = lexString, false
 			if l.wantKey {
-				l.state, l.keyLen = lexKey, 0
+				l.state, l.keyLen, l.keyWhole = lexKey, 0, false
 			}
-			if i+1 == len(in) {
+			if start == len(in) {
 				return tokMore, len(in)
 			}
-			return l.string(in, i+1)
+			return l.string(in, start)
 		case ',':
 			l.wantKey = l.inObject()
 		case ':':
@@ -165,6 +186,17 @@ func (l *jsonLexer) next(in []byte, i int) (jsonToken, int) {
 			}
 			return tokEndArray, i + 1
 		case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+			// A whole number of up to 18 digits (no overflow) that ends in
+			// the input is read here; any other goes to number.
+			n, j := int64(0), i
+			for j < len(in) && j-i < 18 && isDigit(in[j]) {
+				n = n*10 + int64(in[j]-'0')
+				j++
+			}
+			if j > i && j < len(in) && !inNumber(in[j]) {
+				l.num, l.numOK = n, true
+				return tokNumber, j
+			}
 			l.state, l.num, l.numOK = lexNumber, 0, true
 			return l.number(in, i)
 		default:
@@ -211,6 +243,7 @@ func (l *jsonLexer) string(in []byte, i int) (jsonToken, int) {
 	}
 	if isKey {
 		l.appendKey(in[start:end])
+		l.keyWhole = false
 		if !closed {
 			return tokMore, i
 		}
@@ -250,20 +283,26 @@ const (
 
 // plainRun returns the offset of the first quote or backslash in
 // in[i:limit], or limit when there is none. It reads eight bytes at a time
-// while eight remain.
+// while eight remain. It is small enough to be inlined.
 func plainRun(in []byte, i, limit int) int {
 	for ; i+8 <= limit; i += 8 {
-		w := binary.LittleEndian.Uint64(in[i:])
-		q, b := w^quotes, w^backslashes
-		// A byte of q or b is zero where w holds a quote or a backslash;
-		// the lowest byte flagged is exact.
-		if found := ((q-lowBits)&^q | (b-lowBits)&^b) & highBits; found != 0 {
+		if found := quoteOrBackslash(binary.LittleEndian.Uint64(in[i:])); found != 0 {
 			return i + bits.TrailingZeros64(found)/8
 		}
 	}
-	for ; i < limit && in[i] != '"' && in[i] != '\\'; i++ {
+	for i < limit && in[i] != '"' && in[i] != '\\' {
+		i++
 	}
 	return i
+}
+
+// quoteOrBackslash returns w with the high bit set of its first byte that
+// is a quote or a backslash (and perhaps of later ones), or 0 when none is.
+func quoteOrBackslash(w uint64) uint64 {
+	q, b := w^quotes, w^backslashes
+	// A byte of q or b is zero where w holds a quote or a backslash; the
+	// lowest byte flagged is exact.
+	return ((q-lowBits)&^q | (b-lowBits)&^b) & highBits
 }
 
 // stringEnd finds the closing quote of a string in in[i:], stepping over
@@ -305,6 +344,12 @@ func (l *jsonLexer) appendKey(b []byte) {
 		copy(l.key[l.keyLen:], b)
 		l.keyLen += min(len(b), maxKeyLen+1)
 	}
+}
+
+// inNumber reports whether c goes on a number: a digit, a sign, a
+// fraction's dot or an exponent's E.
+func inNumber(c byte) bool {
+	return isDigit(c) || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E'
 }
 
 // number reads the rest of a number from in[i:]. It reports the number at

@@ -23,11 +23,17 @@ type lexView struct {
 // replaced.
 type tokenSource interface {
 	next(in []byte, i int) (jsonToken, int)
-	view() lexView
+	view(in []byte, tok jsonToken) lexView
 }
 
-func (l *jsonLexer) view() lexView {
-	return lexView{string(l.keyBytes()), l.start, l.end, l.done, l.num, l.numOK}
+// view returns what l exposes after it read tok from in: the key only
+// after a key, as the lexer's readers ask for it.
+func (l *jsonLexer) view(in []byte, tok jsonToken) lexView {
+	v := lexView{start: l.start, end: l.end, done: l.done, num: l.num, numOK: l.numOK}
+	if tok == tokKey {
+		v.key = string(l.keyIn(in))
+	}
+	return v
 }
 
 // lexChunks runs a jsonLexer over chunks, fed one after another, and renders
@@ -45,7 +51,7 @@ func lexWith(l tokenSource, chunks []string) []string {
 		for i := 0; i < len(in); {
 			var tok jsonToken
 			tok, i = l.next(in, i)
-			v := l.view()
+			v := l.view(in, tok)
 			switch tok {
 			case tokBeginObject:
 				out = append(out, "{")

@@ -78,7 +78,7 @@ func (s *requestScanner) take(tok jsonToken, body []byte) {
 	switch tok {
 	case tokKey:
 		if d <= maxTrackedDepth {
-			s.keys[d] = classifyRequestKey(s.lex.keyBytes(), d)
+			s.keys[d] = classifyRequestKey(s.lex.keyIn(body), d)
 			if s.keys[d] == keyModel {
 				s.model = nil // the last "model" names the model, as in JSON
 			}

@@ -335,7 +335,7 @@ func (s *usageScanner) feed(p []byte) {
 	for i := 0; i < len(p); {
 		var tok jsonToken
 		tok, i = s.lex.next(p, i)
-		s.take(tok)
+		s.take(tok, p)
 		if (tok == tokBeginObject || tok == tokBeginArray) && !s.looksInto(tok) {
 			s.lex.skip()
 		}
@@ -357,8 +357,8 @@ func (s *usageScanner) looksInto(tok jsonToken) bool {
 	return d == s.root+1 && tok == tokBeginObject && s.top == usageKeyHolder
 }
 
-// take records one token of the text.
-func (s *usageScanner) take(tok jsonToken) {
+// take records one token of the text, read from the piece p.
+func (s *usageScanner) take(tok jsonToken, p []byte) {
 	d := s.lex.depth
 	switch tok {
 	case tokBeginObject, tokBeginArray:
@@ -389,7 +389,7 @@ func (s *usageScanner) take(tok jsonToken) {
 			s.inUsage, s.details = 0, false
 		}
 	case tokKey:
-		key := s.lex.keyBytes()
+		key := s.lex.keyIn(p)
 		switch {
 		case s.inUsage != 0:
 			switch d {

@@ -725,7 +725,7 @@ func feedEveryToken(s *usageScanner, p []byte) {
 	for i := 0; i < len(p); {
 		var tok jsonToken
 		tok, i = s.lex.next(p, i)
-		s.take(tok)
+		s.take(tok, p)
 	}
 }
 
