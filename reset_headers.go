@@ -1,6 +1,7 @@
 package keypool
 
 import (
+	"math/bits"
 	"net/http"
 	"strings"
 	"time"
@@ -60,9 +61,15 @@ type answerHeaders struct {
 	groq   bool
 	// counted has bit i set when counter i has a header in the answer.
 	counted uint16
-	// values holds the first value of each counter's headers, by
-	// counter and field ("" where the answer has none).
-	values [len(counters)][counterFields]string
+	// values holds the first value of each counter's headers, by id (see
+	// counterNames): counter*counterFields + field ("" where the answer
+	// has none).
+	values [len(counters) * counterFields]string
+}
+
+// counterValues returns the values of counter i's headers.
+func (a *answerHeaders) counterValues(i int) *[counterFields]string {
+	return (*[counterFields]string)(a.values[i*counterFields:])
 }
 
 // This fails to compile when answerHeaders.counted has no bit for a counter.
@@ -97,13 +104,14 @@ var counterNamesByLen = func() [][]uint8 {
 }()
 
 // counterHeader returns the id (see counterNames) of the counter header named
-// k, or false.
+// k, or false. The names of one length differ within their last bytes
+// (-Requests and -Tokens, -Limit- and -Reset-), which are compared first.
 func counterHeader(k string) (uint8, bool) {
 	if len(k) >= len(counterNamesByLen) {
 		return 0, false
 	}
 	for _, id := range counterNamesByLen[len(k)] {
-		if counterNames[id] == k {
+		if name := counterNames[id]; name[len(name)-1] == k[len(k)-1] && name[len(name)/2] == k[len(k)/2] && name == k {
 			return id, true
 		}
 	}
@@ -154,7 +162,7 @@ func scanHeaders(h http.Header, a *answerHeaders) {
 			continue
 		}
 		if id, ok := counterHeader(k); ok {
-			a.values[id/counterFields][id%counterFields] = v[0]
+			a.values[id] = v[0]
 			a.counted |= 1 << (id / counterFields)
 		}
 	}
@@ -167,11 +175,11 @@ func readHeaders(h http.Header, a *answerHeaders, now time.Time, e *evidence) {
 	if g&groupRetryAfter != 0 {
 		e.retryAfter, e.hasRetryAfter = RetryAfterFromHeaders(h, now)
 	}
-	for i := range counters {
-		if a.counted&(1<<i) == 0 {
-			continue // a counter without headers reads as nothing
-		}
-		c, values := &counters[i], &a.values[i]
+	// A counter without headers reads as nothing: only those with some
+	// are read.
+	for m := a.counted; m != 0; m &= m - 1 {
+		i := bits.TrailingZeros16(m)
+		c, values := &counters[i], a.counterValues(i)
 		if l, ok := c.read(values, now, a.groq); ok {
 			e.add(l)
 			if l.limit > 0 || l.spent {

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // maxHorizon caps every wait and every horizon a reading reports: a vendor
@@ -35,7 +36,7 @@ const (
 // It is the one place the package turns a time value into a wait: every
 // header and body field goes through it, so every wait is capped alike.
 func parseWait(v string, now time.Time) (time.Duration, bool) {
-	v = strings.TrimSpace(v)
+	v = trimSpace(v)
 	switch {
 	case v == "":
 		return 0, false
@@ -66,11 +67,15 @@ func parseWait(v string, now time.Time) (time.Duration, bool) {
 	return waitOf(f, time.Second), true
 }
 
-// durationUnits are the units of a Go duration that simpleDuration reads.
-var durationUnits = [...]struct {
-	name string
-	unit time.Duration
-}{{"ms", time.Millisecond}, {"s", time.Second}, {"m", time.Minute}, {"h", time.Hour}, {"us", time.Microsecond}, {"ns", time.Nanosecond}}
+// trimSpace is strings.TrimSpace for a header value, which seldom has
+// space around it: a value that starts and ends with ASCII that is no
+// space is returned as it is.
+func trimSpace(v string) string {
+	if v != "" && v[0] > ' ' && v[0] < utf8.RuneSelf && v[len(v)-1] > ' ' && v[len(v)-1] < utf8.RuneSelf {
+		return v
+	}
+	return strings.TrimSpace(v)
+}
 
 // simpleDuration reads a Go duration of one whole number and one unit
 // ("6ms", "0s", "30m"), the reset OpenAI sends on most answers, as
@@ -85,13 +90,20 @@ func simpleDuration(v string) (time.Duration, bool) {
 		return 0, false
 	}
 	var unit time.Duration
-	for _, u := range durationUnits {
-		if v[digits:] == u.name {
-			unit = u.unit
-			break
-		}
-	}
-	if unit == 0 {
+	switch v[digits:] {
+	case "ms":
+		unit = time.Millisecond
+	case "s":
+		unit = time.Second
+	case "m":
+		unit = time.Minute
+	case "h":
+		unit = time.Hour
+	case "us":
+		unit = time.Microsecond
+	case "ns":
+		unit = time.Nanosecond
+	default:
 		return 0, false
 	}
 	n, _ := parseWhole(v[:digits])
@@ -105,7 +117,7 @@ func simpleDuration(v string) (time.Duration, bool) {
 // x-ms-retry-after-ms carry it, capped at maxHorizon. It reports false for
 // an empty, negative, NaN, infinite or unreadable value.
 func parseMillis(v string) (time.Duration, bool) {
-	f, ok := parseNumber(strings.TrimSpace(v))
+	f, ok := parseNumber(trimSpace(v))
 	if !ok {
 		return 0, false
 	}
@@ -135,10 +147,11 @@ func parseWhole(v string) (int64, bool) {
 	}
 	var n int64
 	for i := 0; i < len(v); i++ {
-		if !isDigit(v[i]) {
+		d := v[i] - '0' // a byte below '0' wraps above 9
+		if d > 9 {
 			return 0, false
 		}
-		n = n*10 + int64(v[i]-'0')
+		n = n*10 + int64(d)
 	}
 	return n, true
 }

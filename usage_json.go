@@ -186,17 +186,6 @@ func (l *jsonLexer) next(in []byte, i int) (jsonToken, int) {
 			}
 			return tokEndArray, i + 1
 		case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
-			// A whole number of up to 18 digits (no overflow) that ends in
-			// the input is read here; any other goes to number.
-			n, j := int64(0), i
-			for j < len(in) && j-i < 18 && isDigit(in[j]) {
-				n = n*10 + int64(in[j]-'0')
-				j++
-			}
-			if j > i && j < len(in) && !inNumber(in[j]) {
-				l.num, l.numOK = n, true
-				return tokNumber, j
-			}
 			l.state, l.num, l.numOK = lexNumber, 0, true
 			return l.number(in, i)
 		default:
@@ -263,14 +252,24 @@ func (l *jsonLexer) closingQuote(in []byte, i int) (int, bool) {
 		l.escaped = false
 		i++
 	}
+	end, closed, escaped := closingQuoteOf(in, i)
+	l.escaped = escaped
+	return end, closed
+}
+
+// closingQuoteOf finds the closing quote of the string whose body goes on
+// at in[i:], i within in. It returns the quote's offset and true, or
+// len(in) and false when in ends first — escaped when it ends on a
+// backslash, whose escaped byte is the next input's first.
+func closingQuoteOf(in []byte, i int) (end int, closed, escaped bool) {
 	i = plainRun(in, i, min(len(in), i+shortString))
 	switch {
 	case i >= len(in):
-		return len(in), false
+		return len(in), false, false
 	case in[i] == '"':
-		return i, true
+		return i, true, false
 	}
-	return l.stringEnd(in, i)
+	return stringEnd(in, i)
 }
 
 // The bytes plainRun looks for, in each of a word's bytes.
@@ -307,9 +306,9 @@ func quoteOrBackslash(w uint64) uint64 {
 
 // stringEnd finds the closing quote of a string in in[i:], stepping over
 // escapes, with bytes.IndexByte. It returns the offset of the quote and
-// true, or len(in) and false when in ends first (setting escaped when it
-// ends on a backslash).
-func (l *jsonLexer) stringEnd(in []byte, i int) (int, bool) {
+// true, or len(in) and false when in ends first (escaped when it ends on a
+// backslash).
+func stringEnd(in []byte, i int) (end int, closed, escaped bool) {
 	for i < len(in) {
 		q := bytes.IndexByte(in[i:], '"')
 		if q < 0 {
@@ -328,14 +327,13 @@ func (l *jsonLexer) stringEnd(in []byte, i int) (int, bool) {
 		}
 		if i > q {
 			if i > len(in) {
-				l.escaped = true
-				i = len(in)
+				return len(in), false, true
 			}
 			continue
 		}
-		return q, q < len(in)
+		return q, q < len(in), false
 	}
-	return len(in), false
+	return len(in), false, false
 }
 
 // appendKey adds b to the key being read.
@@ -346,33 +344,40 @@ func (l *jsonLexer) appendKey(b []byte) {
 	}
 }
 
-// inNumber reports whether c goes on a number: a digit, a sign, a
-// fraction's dot or an exponent's E.
-func inNumber(c byte) bool {
-	return isDigit(c) || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E'
-}
-
 // number reads the rest of a number from in[i:]. It reports the number at
 // the first byte after it, which it leaves for the next call.
 func (l *jsonLexer) number(in []byte, i int) (jsonToken, int) {
+	i, l.num, l.numOK = readNumber(in, i, l.num, l.numOK)
+	if i == len(in) {
+		return tokMore, i
+	}
+	l.state = lexBetween
+	return tokNumber, i
+}
+
+// readNumber reads on a number from in[i:], having read n so far (ok: a
+// non-negative integer so far; a number starts at 0, ok): its digits make
+// n, saturated at math.MaxInt64, and a sign, a fraction's dot or an
+// exponent's E makes it no non-negative integer. It returns the offset of
+// the first byte after the number, or len(in) when in ends first.
+func readNumber(in []byte, i int, n int64, ok bool) (end int, _ int64, _ bool) {
 	for ; i < len(in); i++ {
 		c := in[i]
 		switch {
 		case c >= '0' && c <= '9':
 			d := int64(c - '0')
-			if l.num > (math.MaxInt64-d)/10 {
-				l.num = math.MaxInt64
+			if n > (math.MaxInt64-d)/10 {
+				n = math.MaxInt64
 			} else {
-				l.num = l.num*10 + d
+				n = n*10 + d
 			}
 		case c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E':
-			l.numOK = false
+			ok = false
 		default:
-			l.state = lexBetween
-			return tokNumber, i
+			return i, n, ok
 		}
 	}
-	return tokMore, i
+	return len(in), n, ok
 }
 
 // skip makes the lexer read past the container it has just reported the

@@ -31,11 +31,17 @@ const (
 	flagText
 )
 
-// requestScanner reads a request body in one pass. It holds no locks.
+// requestScanner reads a request body in one pass. Its lexing is its own
+// (scan); what each token means to the pool is in its methods — key, open,
+// close, number and text — which the tests drive from jsonLexer's tokens
+// too, holding the two readings to one another. It holds no locks.
 type requestScanner struct {
-	lex   jsonLexer
 	info  RequestInfo
 	model []byte // the last top-level "model", a slice of the body
+	// depth counts the containers open; objects has bit d-1 set when the
+	// container at depth d is an object, as jsonLexer keeps them.
+	depth   int
+	objects uint64
 	// keys holds the meaning of the last key read at each depth; flags
 	// the image evidence of each open container. Index 0 is the top level,
 	// outside any container.
@@ -53,12 +59,14 @@ type requestScanner struct {
 // names already holds it (names may be nil).
 func scanRequest(body []byte, in *names) RequestInfo {
 	var s requestScanner
-	for i := 0; i < len(body); {
-		var tok jsonToken
-		tok, i = s.lex.next(body, i)
-		s.take(tok, body)
-	}
-	for d := min(s.lex.depth, maxTrackedDepth); d >= 1; d-- {
+	s.scan(body)
+	return s.finish(in)
+}
+
+// finish ends the scan: the containers left open close, and the model is
+// named.
+func (s *requestScanner) finish(in *names) RequestInfo {
+	for d := min(s.depth, maxTrackedDepth); d >= 1; d-- {
 		s.close(d)
 	}
 	if len(s.model) > windowspec.MaxModelName {
@@ -72,34 +80,105 @@ func scanRequest(body []byte, in *names) RequestInfo {
 	return s.info
 }
 
-// take records one token of the body.
-func (s *requestScanner) take(tok jsonToken, body []byte) {
-	d := s.lex.depth
-	switch tok {
-	case tokKey:
-		if d <= maxTrackedDepth {
-			s.keys[d] = classifyRequestKey(s.lex.keyIn(body), d)
-			if s.keys[d] == keyModel {
-				s.model = nil // the last "model" names the model, as in JSON
+// scan reads the whole of in as jsonLexer reads a text it is given whole —
+// the same tokens, as leniently, stopping where it breaks — with the
+// lexer's state in the loop's variables rather than in a struct that a
+// call per token goes through: a request body is always read whole.
+func (s *requestScanner) scan(in []byte) {
+	wantKey := false // the next string is an object key
+	for i := 0; i < len(in); i++ {
+		switch c := in[i]; c {
+		case ' ', '\t', '\n', '\r':
+		case '"':
+			start := i + 1
+			if start == len(in) {
+				return
+			}
+			end, closed, _ := closingQuoteOf(in, start)
+			switch {
+			case wantKey && !closed:
+				return // a key the body cuts is no key
+			case wantKey:
+				s.key(in[start:end])
+				wantKey = false
+			default:
+				s.text(in[start:end], closed)
+			}
+			i = end
+		case ',':
+			wantKey = s.inObject()
+		case ':':
+			wantKey = false
+		case '{', '[':
+			s.open(c == '{')
+			wantKey = s.inObject()
+		case '}', ']':
+			if s.depth == 0 {
+				return // no JSON text closes more than it opened
+			}
+			s.depth--
+			wantKey = false
+			s.close(s.depth + 1)
+		case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+			end, n, ok := readNumber(in, i, 0, true)
+			if end == len(in) {
+				return // a number the body cuts is no number
+			}
+			s.number(n, ok)
+			i = end - 1
+		default:
+			if c < 'a' || c > 'z' {
+				return // a byte no JSON text holds there: the rest is ignored
+			}
+			for i+1 < len(in) && in[i+1] >= 'a' && in[i+1] <= 'z' {
+				i++ // true, false or null: nothing the pool reads
 			}
 		}
-	case tokBeginObject, tokBeginArray:
-		if d <= maxTrackedDepth {
-			s.keys[d], s.flags[d] = keyOther, 0
-		}
-	case tokEndObject, tokEndArray:
-		s.close(d + 1)
-	case tokNumber:
-		if d <= maxTrackedDepth && s.keys[d] == keyMaxOutput && s.lex.numOK {
-			s.info.MaxOutput = max(s.info.MaxOutput, s.lex.num)
-		}
-	case tokString:
-		s.text(body[s.lex.start:s.lex.end], d)
 	}
 }
 
-// text records a string value of the container at depth d.
-func (s *requestScanner) text(v []byte, d int) {
+// inObject reports whether the innermost open container is an object.
+func (s *requestScanner) inObject() bool {
+	return s.depth > 0 && s.depth <= maxTrackedDepth && s.objects&(1<<(s.depth-1)) != 0
+}
+
+// open records the beginning of a container, an object when object.
+func (s *requestScanner) open(object bool) {
+	s.depth++
+	if d := s.depth; d <= maxTrackedDepth {
+		bit := uint64(1) << (d - 1)
+		if object {
+			s.objects |= bit
+		} else {
+			s.objects &^= bit
+		}
+		s.keys[d], s.flags[d] = keyOther, 0
+	}
+}
+
+// key records an object key of the container at the current depth.
+func (s *requestScanner) key(k []byte) {
+	if d := s.depth; d <= maxTrackedDepth {
+		s.keys[d] = classifyRequestKey(k, d)
+		if s.keys[d] == keyModel {
+			s.model = nil // the last "model" names the model, as in JSON
+		}
+	}
+}
+
+// number records a number of the container at the current depth: n when
+// ok, else one that is no non-negative integer.
+func (s *requestScanner) number(n int64, ok bool) {
+	if d := s.depth; d <= maxTrackedDepth && s.keys[d] == keyMaxOutput && ok {
+		s.info.MaxOutput = max(s.info.MaxOutput, n)
+	}
+}
+
+// text records a string value of the container at the current depth: v
+// is all of it, or, when not done, what the body holds of it before its
+// end.
+func (s *requestScanner) text(v []byte, done bool) {
+	d := s.depth
 	key := keyOther
 	if d <= maxTrackedDepth {
 		key = s.keys[d]
@@ -108,7 +187,7 @@ func (s *requestScanner) text(v []byte, d int) {
 	case key == keyModel:
 		// A name the prefix cuts is unknown, unless what the prefix
 		// holds of it is already too long to be a name.
-		if s.lex.done || len(v) > windowspec.MaxModelName {
+		if done || len(v) > windowspec.MaxModelName {
 			s.model = v
 		}
 	case bytes.HasPrefix(v, []byte("data:")):
@@ -135,7 +214,7 @@ func (s *requestScanner) text(v []byte, d int) {
 // In an object it marks the object as an image, counted when it closes
 // (once, whatever else marks it); elsewhere it counts at once.
 func (s *requestScanner) dataImage(d int) {
-	if s.lex.inObject() {
+	if s.inObject() {
 		s.flags[d] |= flagImage
 		return
 	}

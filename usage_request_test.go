@@ -202,6 +202,7 @@ func TestScanRequest(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			got := scanRequest([]byte(tt.body), nil)
 			assert.Equal(t, tt.want, got, "scanRequest(%s)", tt.body)
+			assert.Equal(t, tt.want, refScanRequest([]byte(tt.body), nil), "read from jsonLexer's tokens")
 		})
 	}
 }
@@ -362,6 +363,9 @@ func FuzzScanRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		info := scanRequest(body, nil)
 		checkRequestInfo(t, body, info)
+		if want := refScanRequest(body, nil); info != want {
+			t.Fatalf("scanRequest(%q) = %+v, want %+v as read from jsonLexer's tokens", body, info, want)
+		}
 		// Where encoding/json reads the same text, the model must agree.
 		if !utf8.Valid(body) || bytes.IndexByte(body, '\\') >= 0 {
 			return
