@@ -315,9 +315,11 @@ func bodyLength(req *http.Request) int64 {
 
 // inspect reads what the pool needs of a request before sending it — the
 // model, and what a token estimate needs — without consuming the body, and
-// sets b to send the body on each attempt.
+// sets b, which must be zero, to send the body on each attempt.
 func (p *Pool) inspect(req *http.Request, b *replay) (RequestInfo, error) {
-	*b = replay{orig: req.Body, getBody: req.GetBody}
+	// Fields set one by one: a struct written whole into the heap goes
+	// through the collector's bulk barrier while it marks.
+	b.orig, b.getBody = req.Body, req.GetBody
 	var info RequestInfo
 	if p.cfg.modelFunc != nil {
 		info.Model = p.cfg.modelFunc(req)

@@ -57,7 +57,9 @@ func isEventStream(contentType string) bool {
 }
 
 // usageScan is the scanners' state of one body: usage scans a JSON body;
-// sse scans an event stream and feeds each event's data to usage.
+// sse scans an event stream and feeds each event's data to usage. It holds
+// no pointers (TestUsageScanHoldsNoPointers): the collector never scans it,
+// and clearing it needs no write barrier.
 type usageScan struct {
 	usage usageScanner
 	sse   sseScanner
@@ -70,8 +72,7 @@ var scans = sync.Pool{New: func() any { return new(usageScan) }}
 // feed scans the next bytes of a body, an event stream when events.
 func (u *usageScan) feed(p []byte, events bool) {
 	if events {
-		u.sse.usage = &u.usage
-		u.sse.feed(p)
+		u.sse.feed(p, &u.usage)
 	} else {
 		u.usage.feed(p)
 	}
@@ -177,10 +178,10 @@ var lineFeed = []byte{'\n'}
 // sseScanner reads usage from server-sent events. It never buffers a line:
 // the value of each data field goes, as it arrives, to a streaming JSON
 // usage scanner, reset at each event's end, so lines of any length take
-// constant memory. Lines end with LF, CRLF or CR. It holds no locks.
+// constant memory. Lines end with LF, CRLF or CR. It holds no locks, and
+// no pointers: the scanners' state is cleared and pooled without the
+// collector's write barriers.
 type sseScanner struct {
-	usage *usageScanner
-
 	state sseState
 	name  [4]byte // the first bytes of the field name
 	// nameLen counts the field name's bytes, up to len(name)+1.
@@ -190,8 +191,8 @@ type sseScanner struct {
 	dataLines int
 }
 
-// feed scans the next bytes of the stream.
-func (s *sseScanner) feed(p []byte) {
+// feed scans the next bytes of the stream, each event's data with usage.
+func (s *sseScanner) feed(p []byte, usage *usageScanner) {
 	for len(p) > 0 {
 		switch s.state {
 		case sseLineStart:
@@ -204,7 +205,7 @@ func (s *sseScanner) feed(p []byte) {
 			s.afterCR = false
 			if c == '\r' || c == '\n' {
 				// A blank line ends the event.
-				s.usage.zero()
+				usage.zero()
 				s.dataLines = 0
 				s.endLine(c)
 				p = p[1:]
@@ -225,7 +226,7 @@ func (s *sseScanner) feed(p []byte) {
 			}
 			isData := s.nameLen == len(s.name) && string(s.name[:]) == "data"
 			if isData {
-				s.startData()
+				s.startData(usage)
 			}
 			if p[0] == ':' {
 				s.state = sseSkip
@@ -245,7 +246,7 @@ func (s *sseScanner) feed(p []byte) {
 		default: // sseData, sseSkip
 			eol := lineEnd(p)
 			if s.state == sseData {
-				s.usage.feed(p[:eol])
+				usage.feed(p[:eol])
 			}
 			if eol == len(p) {
 				return
@@ -256,10 +257,10 @@ func (s *sseScanner) feed(p []byte) {
 	}
 }
 
-// startData begins a data line of the current event.
-func (s *sseScanner) startData() {
+// startData begins a data line of the current event, read by usage.
+func (s *sseScanner) startData(usage *usageScanner) {
 	if s.dataLines > 0 {
-		s.usage.feed(lineFeed)
+		usage.feed(lineFeed)
 	}
 	s.dataLines++
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -746,4 +747,32 @@ func FuzzUsageReadPast(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestUsageScanHoldsNoPointers holds the scanners' state free of pointers,
+// as usageScan's doc says: the collector never scans it, and clearing it
+// for the pool needs no write barrier.
+func TestUsageScanHoldsNoPointers(t *testing.T) {
+	assert.False(t, holdsPointers(reflect.TypeFor[usageScan]()), "usageScan holds a pointer")
+}
+
+// holdsPointers reports whether a value of type t holds a pointer the
+// collector follows.
+func holdsPointers(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Array:
+		return t.Len() > 0 && holdsPointers(t.Elem())
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if holdsPointers(t.Field(i).Type) {
+				return true
+			}
+		}
+		return false
+	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
+		reflect.Float32, reflect.Float64, reflect.Complex64, reflect.Complex128:
+		return false
+	}
+	return true
 }
