@@ -55,6 +55,33 @@ type buckets struct {
 	requests, tokens []uint32
 }
 
+// bucketOf returns the bucket, of width nanoseconds, that holds time t:
+// t / width. The two widths the windows have are divided by as constants,
+// which the compiler turns into a multiplication; a division of a variable
+// costs several times as much, and a request makes a score of them.
+func bucketOf(t, width int64) int64 {
+	switch width {
+	case minuteWidth:
+		return t / minuteWidth
+	case dayWidth:
+		return t / dayWidth
+	}
+	return t / width
+}
+
+// slotOf returns the slot that holds bucket i in a window of n slots, i
+// mod n, dividing by the two lengths the windows have as constants (see
+// bucketOf).
+func slotOf(i, n int64) int64 {
+	switch n {
+	case minuteBuckets:
+		return i % minuteBuckets
+	case dayBuckets:
+		return i % dayBuckets
+	}
+	return i % n
+}
+
 // advance drops the buckets that have left the window by bucket c. A c
 // before head keeps head: the window never moves back.
 func (s *sliding) advance(b buckets, c int64) {
@@ -69,7 +96,7 @@ func (s *sliding) advance(b buckets, c int64) {
 		return
 	}
 	for i := s.head + 1; i <= c; i++ {
-		slot := i % n
+		slot := slotOf(i, n)
 		s.sumReq -= int64(b.requests[slot])
 		s.sumTok -= int64(b.tokens[slot])
 		b.requests[slot], b.tokens[slot] = 0, 0
@@ -120,13 +147,13 @@ func (s *sliding) room(b buckets, now, width int64, lim axis, tok int64) (ok boo
 		return s.roomExact(b, now, width, lim, tok)
 	}
 	n := int64(len(b.requests))
-	s.advance(b, now/width)
+	s.advance(b, bucketOf(now, width))
 	if s.fits(lim, tok, 0, 0) {
 		return true, 0
 	}
 	var freedReq, freedTok int64
 	for i := max(s.head-n+1, 0); i <= s.head; i++ {
-		slot := i % n
+		slot := slotOf(i, n)
 		freedReq += int64(b.requests[slot])
 		freedTok += int64(b.tokens[slot])
 		if s.fits(lim, tok, freedReq, freedTok) {
@@ -145,12 +172,12 @@ func (s *sliding) add(b buckets, at, width int64, req, tok int64) {
 		return
 	}
 	n := int64(len(b.requests))
-	s.advance(b, at/width)
-	i := at / width
+	i := bucketOf(at, width)
+	s.advance(b, i)
 	if i > s.head || i <= s.head-n {
 		return
 	}
-	slot := i % n
+	slot := slotOf(i, n)
 	r := min(max(int64(b.requests[slot])+req, 0), math.MaxUint32)
 	t := min(max(int64(b.tokens[slot])+tok, 0), math.MaxUint32)
 	s.sumReq += r - int64(b.requests[slot])
@@ -164,13 +191,13 @@ func (s *sliding) used(b buckets, now, width int64) (requests, tokens int64) {
 		return s.usedExact(b, now, width)
 	}
 	n := int64(len(b.requests))
-	c := now / width
+	c := bucketOf(now, width)
 	if c-s.head >= n {
 		return 0, 0
 	}
 	requests, tokens = s.sumReq, s.sumTok
 	for i := s.head + 1; i <= c; i++ {
-		slot := i % n
+		slot := slotOf(i, n)
 		requests -= int64(b.requests[slot])
 		tokens -= int64(b.tokens[slot])
 	}
@@ -324,7 +351,7 @@ func (w *windows) add(at int64, lim Limits, req, tok int64, c calendar) {
 func (w *windows) raise(now int64, used Limits, minuteLeaves, dayLeaves int64, c calendar) {
 	if used.RPM >= 0 || used.TPM >= 0 {
 		b := w.minuteBuckets()
-		w.minute.advance(b, now/minuteWidth)
+		w.minute.advance(b, bucketOf(now, minuteWidth))
 		r, t := w.minute.used(b, now, minuteWidth)
 		at := w.minute.takenAt(now, minuteLeaves, minuteSpan, minuteWidth, minuteBuckets)
 		w.minute.raiseAt(b, at, now, minuteWidth, above(used.RPM, r), above(used.TPM, t))
@@ -337,7 +364,7 @@ func (w *windows) raise(now int64, used Limits, minuteLeaves, dayLeaves int64, c
 			return
 		}
 		b := w.dayBuckets()
-		w.day.advance(b, now/dayWidth)
+		w.day.advance(b, bucketOf(now, dayWidth))
 		r, t := w.day.used(b, now, dayWidth)
 		at := w.day.takenAt(now, dayLeaves, daySpan, dayWidth, dayBuckets)
 		w.day.raiseAt(b, at, now, dayWidth, above(used.RPD, r), above(used.TPD, t))
@@ -365,7 +392,7 @@ func (s *sliding) takenAt(now, leaves int64, span time.Duration, width int64, n 
 	if leaves == 0 {
 		return now
 	}
-	earliest := (now/width - int64(n) + 2) * width // the oldest bucket that still counts a whole span
+	earliest := (bucketOf(now, width) - int64(n) + 2) * width // the oldest bucket that still counts a whole span
 	if s.exact {
 		earliest = now - int64(span) + nsPerMs
 	}

@@ -220,7 +220,7 @@ func (s *sliding) use(b buckets, exact bool, now, width int64) {
 	n := int64(len(b.requests))
 	span := spanMs(b, width)
 	if exact {
-		s.advance(b, now/width)
+		s.advance(b, bucketOf(now, width))
 		head := s.head
 		var req, tok [minuteBuckets]uint32
 		copy(req[:], b.requests)
@@ -229,7 +229,7 @@ func (s *sliding) use(b buckets, exact bool, now, width int64) {
 		clear(b.tokens)
 		*s = sliding{exact: true, head: ceilMs(now) - math.MaxUint32/4}
 		for i := max(head-n+1, 0); i <= head; i++ {
-			slot := i % n
+			slot := slotOf(i, n)
 			last := min(ceilMs((i+1)*width-1), ceilMs(now)) // never in the future
 			reqs := min(req[slot], uint32(n))               // no more than the slots can matter
 			for r := range reqs {
@@ -251,7 +251,7 @@ func (s *sliding) use(b buckets, exact bool, now, width int64) {
 	live := s.entries(b, buf[:0])
 	clear(b.requests)
 	clear(b.tokens)
-	*s = sliding{head: now / width}
+	*s = sliding{head: bucketOf(now, width)}
 	for _, e := range live {
 		s.add(b, e.ms*nsPerMs, width, 1, e.tok)
 	}
