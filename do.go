@@ -52,16 +52,17 @@ func (p *Pool) Do(ctx context.Context, model string, fn func(ctx context.Context
 		now := p.cfg.clock()
 		v := verdictOf(err, now)
 		c.sooner(p.observe(ctx, &l, &v, now))
+		ch := l.charge()
 		switch {
 		case v.kind != KindNone && !p.single():
-			p.settle(ctx, l.charge(), usageReport{})
+			p.settle(ctx, &ch, usageReport{})
 			c.tried.add(l.key.index)
 			last = err
 			continue
 		case v.kind != KindNone:
-			p.settle(ctx, l.charge(), usageReport{})
+			p.settle(ctx, &ch, usageReport{})
 		case used.settled:
-			p.settle(ctx, l.charge(), used.usageReport)
+			p.settle(ctx, &ch, used.usageReport)
 			if p.needTokens() {
 				p.tel.used(ctx, l.key, used.total())
 			}

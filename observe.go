@@ -81,7 +81,7 @@ func (p *Pool) learn(ctx context.Context, l *lease, s *statedWindows, now time.T
 	}
 	p.tel.learned(ctx, l.key, s.limits)
 	var err error
-	if p.mem == nil || !p.mem.learnAt(l.grant.Reservation, st) {
+	if p.mem == nil || !p.mem.learnAt(l.grant.Reservation, &st) {
 		err = p.store.Learn(ctx, st)
 	}
 	p.storeResult(opLearn, err)

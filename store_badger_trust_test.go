@@ -71,7 +71,7 @@ func TestBadgerStoreRecordOverLimit(t *testing.T) {
 				defer k.mu.Unlock()
 				for i := range maxModelsPerKey {
 					w := &windows{}
-					w.add(now.UnixNano(), Limits{RPM: 1}, 1, 0, calendar{})
+					w.add(now.UnixNano(), Limits{RPM: 1}.spans(), 1, 0, calendar{})
 					k.models[fmt.Sprintf("%04d-%s", i, strings.Repeat("m", 1100))] = &memModel{win: w}
 				}
 				k.dirty = true

@@ -15,7 +15,7 @@ import (
 func TestRecordKeepsTheModelsAStoreTakes(t *testing.T) {
 	const now = int64(1772366400) * 1e9
 	w := &windows{}
-	w.add(now, Limits{RPM: 10}, 3, 30, calendar{})
+	w.add(now, Limits{RPM: 10}.spans(), 3, 30, calendar{})
 	written := &memKey{models: map[string]*memModel{}, last: now}
 	for _, name := range []string{"gpt-4o", overflowModel, "a\x01b", strings.Repeat("m", 257), "bad\xff"} {
 		written.models[name] = &memModel{win: w, level: 2, bench: benchState{kind: KindQuota, until: now + 1e9}}

@@ -18,6 +18,9 @@ const (
 // can fail between calls (writing behind, or losing its server) says so
 // through a Health method, read here after each call.
 func (p *Pool) storeResult(op storeOp, err error) {
+	if err == nil && p.health == nil && p.storeFailing.Load() == 0 {
+		return // the common call: nothing failed, nothing was failing
+	}
 	p.noteStore(op, err)
 	if p.health != nil {
 		p.noteStore(opHealth, p.health())

@@ -317,16 +317,19 @@ func (t *Claim) room(own, k *memKey, m *memModel, now int64, lim Limits, tok int
 }
 
 // record counts a claim that room admitted in the windows and budgets it
-// was checked against, into its reservation r. Both keys' locks must be
-// held.
+// was checked against, into its reservation r, which must be zero. Both
+// keys' locks must be held.
 func (t *Claim) record(r *memReservation, own, k *memKey, m *memModel, now int64, lim Limits, tok int64, cal calendar) {
+	r.spans, r.capSpans = lim.spans(), t.Cap.spans()
 	if m.win != nil {
-		m.win.add(now, lim, 1, tok, cal)
+		m.win.add(now, r.spans, 1, tok, cal)
 	}
 	if k.cap != nil {
-		k.cap.add(now, t.Cap, 1, tok, cal)
+		k.cap.add(now, r.capSpans, 1, tok, cal)
 	}
-	*r = memReservation{key: k, model: m, at: now, tokens: tok, limits: lim, cap: t.Cap, days: cal}
+	// Fields set one by one: a struct written whole into the heap goes
+	// through the collector's bulk barrier while it marks.
+	r.key, r.model, r.at, r.tokens, r.days = k, m, now, tok, cal
 	if t.Budget != (Budget{}) {
 		own.spend.add(now, t.Cost)
 		own.dirty = true
@@ -376,7 +379,7 @@ func (s *memoryStore) Learn(_ context.Context, st Stated) error {
 	defer k.mu.Unlock()
 	cal := days(st.DayZone, st.DayHour)
 	now := k.clock(st.Now, cal)
-	k.learn(k.model(st.Model, now, false), st, now, cal)
+	k.learn(k.model(st.Model, now, false), &st, now, cal)
 	return nil
 }
 
@@ -384,7 +387,7 @@ func (s *memoryStore) Learn(_ context.Context, st Stated) error {
 // returned for st's key, account and model: it learns into the entries the
 // take counted in, without looking them up (or checking the model) again.
 // It reports false, learning nothing, for a reservation of another store.
-func (s *memoryStore) learnAt(res Reservation, st Stated) bool {
+func (s *memoryStore) learnAt(res Reservation, st *Stated) bool {
 	r, ok := res.(*memReservation)
 	if !ok {
 		return false
@@ -398,7 +401,7 @@ func (s *memoryStore) learnAt(res Reservation, st Stated) bool {
 
 // learn records in m, the key's entry for st's model, what st states at
 // now. k.mu must be held.
-func (k *memKey) learn(m *memModel, st Stated, now int64, cal calendar) {
+func (k *memKey) learn(m *memModel, st *Stated, now int64, cal calendar) {
 	m.learned = m.learned.over(st.Limits)
 	k.dirty = true
 	if st.Used.RPM < 0 && st.Used.RPD < 0 && st.Used.TPM < 0 && st.Used.TPD < 0 {
@@ -430,18 +433,19 @@ func latestBench(a, b benchState) benchState {
 // the key's and the model's state, so that settling looks nothing up, and
 // what the take counted.
 type memReservation struct {
-	key      *memKey
-	model    *memModel
-	at       int64 // when the take was recorded, Unix nanoseconds
-	tokens   int64 // the tokens it counts now
-	cost     int64 // the cost it counts now, in millionths of a dollar
-	released bool
-	limits   Limits
-	cap      Limits
-	days     calendar
+	key   *memKey
+	model *memModel
 	// own and shared are the entries whose spend counts the cost: the
 	// key's, for its budget, and its account's; nil where no budget is.
 	own, shared *memKey
+	days        calendar
+	at          int64 // when the take was recorded, Unix nanoseconds
+	tokens      int64 // the tokens it counts now
+	cost        int64 // the cost it counts now, in millionths of a dollar
+	// spans and capSpans are the windows the take counted in: of the
+	// model's set, and of the key's cap across models.
+	spans, capSpans spans
+	released        bool
 }
 
 // Settle implements Reservation.
@@ -498,10 +502,10 @@ func (r *memReservation) add(req, tok, cost int64) {
 		return
 	}
 	if r.model.win != nil {
-		r.model.win.add(r.at, r.limits, req, tok, r.days)
+		r.model.win.add(r.at, r.spans, req, tok, r.days)
 	}
 	if r.key.cap != nil {
-		r.key.cap.add(r.at, r.cap, req, tok, r.days)
+		r.key.cap.add(r.at, r.capSpans, req, tok, r.days)
 	}
 	r.key.dirty = true
 }

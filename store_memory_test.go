@@ -214,7 +214,7 @@ func TestMemoryStoreLearnAtIsLearn(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, g.OK)
 			if s == viaTake {
-				require.True(t, s.learnAt(g.Reservation, st))
+				require.True(t, s.learnAt(g.Reservation, &st))
 				continue
 			}
 			require.NoError(t, s.Learn(t.Context(), st))
@@ -224,7 +224,7 @@ func TestMemoryStoreLearnAtIsLearn(t *testing.T) {
 		assert.Equal(t, Limits{RPM: 4, TPM: 800}, got.Models[0].Learned)
 		assert.Equal(t, Usage{MinuteRequests: 3, MinuteTokens: 500}, got.Models[0].Usage, "the minute window is raised to the vendor's count")
 	})
-	assert.False(t, newMemoryStore().learnAt(nil, Stated{}), "a reservation of another store is not learned into")
+	assert.False(t, newMemoryStore().learnAt(nil, &Stated{}), "a reservation of another store is not learned into")
 }
 
 // TestMemoryStoreTakeAtIsTake holds that a take from the entries a pool

@@ -153,7 +153,8 @@ func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again
 	}
 	// A key-scoped failure: the vendor refused the request, so it used
 	// no tokens. Try the next key.
-	p.settle(ctx, l.charge(), usageReport{})
+	c := l.charge()
+	p.settle(ctx, &c, usageReport{})
 	r.tried.add(l.key.index)
 	drain(resp.Body)
 	return nil, true, nil
@@ -216,7 +217,7 @@ func (p *Pool) release(ctx context.Context, l *lease) {
 
 // settle settles a lease's charge at what its request used — tokens, and
 // their cost where the model has a price — when the pool counts either.
-func (p *Pool) settle(ctx context.Context, c charge, u usageReport) {
+func (p *Pool) settle(ctx context.Context, c *charge, u usageReport) {
 	if !p.needTokens() && !c.priced {
 		return
 	}
@@ -236,10 +237,13 @@ func (p *Pool) meter(l *lease, resp *http.Response, m *meteredBody) {
 		return
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		p.settle(resp.Request.Context(), l.charge(), usageReport{})
+		c := l.charge()
+		p.settle(resp.Request.Context(), &c, usageReport{})
 		return
 	}
-	*m = meteredBody{pool: p, charge: l.charge()}
+	// Fields set one by one, m being zero: a struct written whole into the
+	// heap goes through the collector's bulk barrier while it marks.
+	m.pool, m.charge = p, l.charge()
 	m.start(resp.Body, resp.Header, m)
 	resp.Body = m
 }
@@ -257,7 +261,7 @@ func (m *meteredBody) settle(u usageReport, ok bool) {
 		return // the estimate stands
 	}
 	ctx := context.Background() // the request's context may be over by now
-	m.pool.settle(ctx, m.charge, u)
+	m.pool.settle(ctx, &m.charge, u)
 	m.pool.tel.used(ctx, m.charge.key, u.total())
 }
 

@@ -327,13 +327,34 @@ func (w *windows) shiftBack(d, now int64, c calendar) {
 	w.cal.shiftBack(now, c)
 }
 
-// add records req requests and tok tokens as taken at time at in every
-// window lim sets; negative counts give back what an earlier add recorded.
-func (w *windows) add(at int64, lim Limits, req, tok int64, c calendar) {
-	if lim.RPM != 0 || lim.TPM != 0 {
+// spans says which windows of a set a limit sets: the minute's (RPM or
+// TPM) and the day's (RPD or TPD).
+type spans uint8
+
+const (
+	spanMinute spans = 1 << iota
+	spanDay
+)
+
+// spans returns the windows l sets.
+func (l Limits) spans() spans {
+	var s spans
+	if l.RPM != 0 || l.TPM != 0 {
+		s |= spanMinute
+	}
+	if l.RPD != 0 || l.TPD != 0 {
+		s |= spanDay
+	}
+	return s
+}
+
+// add records req requests and tok tokens as taken at time at in the
+// windows of s; negative counts give back what an earlier add recorded.
+func (w *windows) add(at int64, s spans, req, tok int64, c calendar) {
+	if s&spanMinute != 0 {
 		w.minute.add(w.minuteBuckets(), at, minuteWidth, req, tok)
 	}
-	if lim.RPD != 0 || lim.TPD != 0 {
+	if s&spanDay != 0 {
 		if c.loc != nil {
 			w.cal.add(at, req, tok)
 		} else {

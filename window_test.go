@@ -47,7 +47,7 @@ func simulate(rng *rand.Rand, lim Limits, span, gap time.Duration, maxTok int64,
 			tok = 1 + rng.Int64N(maxTok)
 		}
 		if ok, _, _ := w.room(now, lim, tok, cal); ok {
-			w.add(now, lim, 1, tok, cal)
+			w.add(now, lim.spans(), 1, tok, cal)
 			got = append(got, event{now, tok})
 		}
 	}
@@ -115,7 +115,7 @@ func TestWindowRetryAtIsExact(t *testing.T) {
 			tok := 1 + rng.Int64N(300)
 			ok, at, _ := w.room(now, lim, tok, calendar{})
 			if ok {
-				w.add(now, lim, 1, tok, calendar{})
+				w.add(now, lim.spans(), 1, tok, calendar{})
 				continue
 			}
 			require.Greater(t, at, now, "seed %d: RetryAt not after now", seed)
@@ -136,7 +136,7 @@ func TestWindowRoomReportsWhichWindowIsFull(t *testing.T) {
 	for range 2 {
 		ok, _, _ := w.room(now, lim, 0, calendar{})
 		require.True(t, ok)
-		w.add(now, lim, 1, 0, calendar{})
+		w.add(now, lim.spans(), 1, 0, calendar{})
 	}
 	ok, at, dayFull := w.room(now, lim, 0, calendar{})
 	assert.False(t, ok)
@@ -150,15 +150,15 @@ func TestWindowAddGivesBack(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
 	ok, _, _ := w.room(now, lim, 80, calendar{})
 	require.True(t, ok)
-	w.add(now, lim, 1, 80, calendar{})
+	w.add(now, lim.spans(), 1, 80, calendar{})
 	later := now + int64(10*time.Second)
 	ok, _, _ = w.room(later, lim, 10, calendar{})
 	assert.False(t, ok, "the minute is full")
-	w.add(now, lim, -1, -80, calendar{}) // the request never reached the vendor
+	w.add(now, lim.spans(), -1, -80, calendar{}) // the request never reached the vendor
 	ok, _, _ = w.room(later, lim, 100, calendar{})
 	assert.True(t, ok, "the minute is free again")
 	assert.Equal(t, Usage{}, w.usage(later, calendar{}))
-	w.add(now, lim, -1, -1000, calendar{})
+	w.add(now, lim.spans(), -1, -1000, calendar{})
 	assert.Equal(t, Usage{}, w.usage(later, calendar{}), "a bucket never goes below zero")
 }
 
@@ -167,13 +167,13 @@ func TestWindowSettlesIntoTheBucketOfTheTake(t *testing.T) {
 	lim := Limits{TPM: 1000}
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
 	w.room(now, lim, 500, calendar{})
-	w.add(now, lim, 1, 500, calendar{})
+	w.add(now, lim.spans(), 1, 500, calendar{})
 	// 30 s later the answer says it used 120 tokens.
-	w.add(now, lim, 0, 120-500, calendar{})
+	w.add(now, lim.spans(), 0, 120-500, calendar{})
 	u := w.usage(now+int64(30*time.Second), calendar{})
 	assert.Equal(t, int64(120), u.MinuteTokens)
 	// After the minute the settlement of the old take is dropped.
-	w.add(now, lim, 0, 1000, calendar{})
+	w.add(now, lim.spans(), 0, 1000, calendar{})
 	u = w.usage(now+int64(2*time.Minute), calendar{})
 	assert.Zero(t, u.MinuteTokens)
 }
@@ -186,7 +186,7 @@ func TestWindowCalendarDayResetsAtBoundary(t *testing.T) {
 	for range 3 {
 		ok, _, _ := w.room(day.UnixNano(), lim, 0, cal)
 		require.True(t, ok)
-		w.add(day.UnixNano(), lim, 1, 0, cal)
+		w.add(day.UnixNano(), lim.spans(), 1, 0, cal)
 	}
 	ok, at, dayFull := w.room(day.Add(time.Hour).UnixNano(), lim, 0, cal)
 	assert.False(t, ok)
@@ -221,7 +221,7 @@ func TestWindowShiftBackProperty(t *testing.T) {
 		now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
 		for range rng.IntN(200) {
 			now += rng.Int64N(int64(3 * time.Second))
-			w.add(now, lim, 1, rng.Int64N(100), calendar{})
+			w.add(now, lim.spans(), 1, rng.Int64N(100), calendar{})
 		}
 		before := w // the arrays are values: a copy
 		d := rng.Int64N(int64(5 * 365 * 24 * time.Hour))
@@ -266,7 +266,7 @@ func TestWindowChangingLimitsProperty(t *testing.T) {
 			if !ok {
 				continue
 			}
-			w.add(now, lim, 1, tok, calendar{})
+			w.add(now, lim.spans(), 1, tok, calendar{})
 			got = append(got, event{now, tok})
 			var req, toks int64
 			for _, e := range got {
