@@ -146,7 +146,11 @@ func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again
 	v := classifyAnswer(resp, now)
 	until := p.observe(ctx, &l, &v, now)
 	r.sooner(until)
-	endAttempt(span, resp.StatusCode, v.kind, max(until.Sub(now), 0), nil)
+	var benched time.Duration // most answers bench nothing, and time.Sub is no small sum
+	if !until.IsZero() {
+		benched = max(until.Sub(now), 0)
+	}
+	endAttempt(span, resp.StatusCode, v.kind, benched, nil)
 	if v.kind == KindNone || v.oversized || p.single() || !r.body.replayable() {
 		p.meter(&l, resp, r.metered)
 		return resp, false, nil

@@ -94,7 +94,14 @@ func (s *requestScanner) scan(in []byte) {
 			if start == len(in) {
 				return
 			}
-			end, closed, _ := closingQuoteOf(in, start)
+			// Most strings are short and plain: their end is found here,
+			// the rest from where the plain run stops.
+			end, closed := plainRun(in, start, min(len(in), start+shortString)), false
+			if end < len(in) && in[end] == '"' {
+				closed = true
+			} else {
+				end, closed, _ = closingQuoteOf(in, end)
+			}
 			switch {
 			case wantKey && !closed:
 				return // a key the body cuts is no key
