@@ -210,6 +210,9 @@ type poolKey struct {
 	answers [len(kindNames)]atomic.Int64
 	tel     keyTelemetry
 	entries memEntries // the key's and its account's entries in mem
+	// claim is what every claim of the key holds before its request's
+	// own fields (see Pool.scan): the key's, its account's and the pool's.
+	claim Claim
 	// benchedUntil is the end of the latest bench this pool set on the key,
 	// for any model, in Unix nanoseconds.
 	benchedUntil atomic.Int64
@@ -248,6 +251,8 @@ func New(provider string, keys []Key, opts ...Option) (*Pool, error) {
 	p.tel = newTelemetry(p)
 	for _, k := range p.keys {
 		k.tel.span = keyAttributes(provider, k)
+		k.claim = Claim{Provider: provider, KeyID: k.ID, Account: k.Account, Limits: p.limits(k, ""),
+			Cap: cfg.keyCap, DayZone: cfg.days.loc, DayHour: cfg.days.hour, Budget: k.Budget, AccountBudget: cfg.accountBudgets[k.Account]}
 	}
 	tokens := cfg.limits.hasTokens() || cfg.keyCap.hasTokens()
 	for _, l := range cfg.modelLimits {
@@ -436,9 +441,12 @@ func (p *Pool) scan(ctx context.Context, c *call, keys []*poolKey, cursor *atomi
 			continue
 		}
 		cl := &l.claim
-		*cl = Claim{Provider: p.provider, KeyID: k.ID, Account: k.Account, Model: model, Limits: p.limits(k, model),
-			Cap: p.cfg.keyCap, DayZone: p.cfg.days.loc, DayHour: p.cfg.days.hour, Now: now, Budget: k.Budget, AccountBudget: p.cfg.accountBudgets[k.Account]}
-		_, cl.Named = p.cfg.modelLimits[model]
+		*cl = k.claim
+		cl.Model, cl.Now = model, now
+		if len(p.cfg.modelLimits) != 0 {
+			cl.Limits = p.limits(k, model)
+			_, cl.Named = p.cfg.modelLimits[model]
+		}
 		cl.Tokens = est.total()
 		if limit := windowspec.Tighter(cl.Limits.tokenCap(), cl.Cap.tokenCap()); limit > 0 {
 			cl.Tokens = min(cl.Tokens, limit)

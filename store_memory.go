@@ -300,6 +300,9 @@ func (t *Claim) room(own, k *memKey, m *memModel, now int64, lim Limits, tok int
 		okCap, atCap, dayCap := k.cap.room(now, t.Cap, tok, cal)
 		ok, retryAt, dayFull = ok && okCap, max(retryAt, atCap), dayFull || dayCap
 	}
+	if t.Budget == (Budget{}) && t.AccountBudget == (Budget{}) {
+		return ok, retryAt, dayFull
+	}
 	budget := budgetDays(cal)
 	for _, b := range [...]struct {
 		k      *memKey
@@ -348,12 +351,15 @@ func (t *Claim) record(r *memReservation, own, k *memKey, m *memModel, now int64
 // is a clock put right after running ahead: the key's windows and benches,
 // dated by the wrong clock, move back with it. k.mu must be held.
 func (k *memKey) clock(t time.Time, days calendar) int64 {
-	if k.last-t.UnixNano() > int64(maxStepBack) {
-		k.shiftBack(k.last-t.UnixNano(), t.UnixNano(), days)
+	n := t.UnixNano()
+	if k.last-n > int64(maxStepBack) {
+		k.shiftBack(k.last-n, n, days)
 	}
-	now := max(t.UnixNano(), k.last)
+	now := max(n, k.last)
 	k.last = now
-	k.days = days
+	if k.days != days {
+		k.days = days // seldom changes: the write of its zone is spared
+	}
 	return now
 }
 
