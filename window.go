@@ -367,15 +367,18 @@ func (w *windows) add(at int64, s spans, req, tok int64, c calendar) {
 // a negative field unknown), as of now: the difference counts as taken at a
 // moment chosen so that it leaves a sliding window no sooner than
 // minuteLeaves or dayLeaves (Unix nanoseconds; 0 is a whole window from
-// now), and a calendar day at its end. Each window stays in its mode (exact
-// times or buckets) until a take's limit says otherwise.
+// now), and a calendar day at its end. A window that counts as much as the
+// vendor already, as most do, is left as it is. Each window stays in its
+// mode (exact times or buckets) until a take's limit says otherwise.
 func (w *windows) raise(now int64, used Limits, minuteLeaves, dayLeaves int64, c calendar) {
 	if used.RPM >= 0 || used.TPM >= 0 {
 		b := w.minuteBuckets()
 		w.minute.advance(b, bucketOf(now, minuteWidth))
 		r, t := w.minute.used(b, now, minuteWidth)
-		at := w.minute.takenAt(now, minuteLeaves, minuteSpan, minuteWidth, minuteBuckets)
-		w.minute.raiseAt(b, at, now, minuteWidth, above(used.RPM, r), above(used.TPM, t))
+		if req, tok := above(used.RPM, r), above(used.TPM, t); req > 0 || tok > 0 {
+			at := w.minute.takenAt(now, minuteLeaves, minuteSpan, minuteWidth, minuteBuckets)
+			w.minute.raiseAt(b, at, now, minuteWidth, req, tok)
+		}
 	}
 	if used.RPD >= 0 || used.TPD >= 0 {
 		if c.loc != nil {
@@ -387,8 +390,10 @@ func (w *windows) raise(now int64, used Limits, minuteLeaves, dayLeaves int64, c
 		b := w.dayBuckets()
 		w.day.advance(b, bucketOf(now, dayWidth))
 		r, t := w.day.used(b, now, dayWidth)
-		at := w.day.takenAt(now, dayLeaves, daySpan, dayWidth, dayBuckets)
-		w.day.raiseAt(b, at, now, dayWidth, above(used.RPD, r), above(used.TPD, t))
+		if req, tok := above(used.RPD, r), above(used.TPD, t); req > 0 || tok > 0 {
+			at := w.day.takenAt(now, dayLeaves, daySpan, dayWidth, dayBuckets)
+			w.day.raiseAt(b, at, now, dayWidth, req, tok)
+		}
 	}
 }
 
