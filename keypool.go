@@ -197,10 +197,15 @@ type Pool struct {
 	models       names     // the model names requests have named
 }
 
-// poolKey is a key as the pool holds it.
+// poolKey is a key as the pool holds it. The fields every request reads
+// or writes come first, together: a pool of many keys touches another
+// key's state at each request, in as few cache lines as it can.
 type poolKey struct {
-	Key
-	index int
+	// claim is what every claim of the key holds before its request's
+	// own fields (see Pool.scan): the key's, its account's and the pool's.
+	claim   Claim
+	entries memEntries // the key's and its account's entries in mem
+	index   int
 	// auth is the value the key is put on a request with, built once: a
 	// header value as a one-element slice, or "param=secret" for a query.
 	auth []string
@@ -208,20 +213,17 @@ type poolKey struct {
 	// answers by kind.
 	sent    atomic.Int64
 	answers [len(kindNames)]atomic.Int64
-	tel     keyTelemetry
-	entries memEntries // the key's and its account's entries in mem
-	// claim is what every claim of the key holds before its request's
-	// own fields (see Pool.scan): the key's, its account's and the pool's.
-	claim Claim
-	// benchedUntil is the end of the latest bench this pool set on the key,
-	// for any model, in Unix nanoseconds.
-	benchedUntil atomic.Int64
-
 	returns returns // the models the key returns to carefully after a bench
 
 	lastMu sync.Mutex // guards last and lastAt
 	last   Reading    // what the vendor last said of the key's windows
 	lastAt time.Time
+
+	Key
+	tel keyTelemetry
+	// benchedUntil is the end of the latest bench this pool set on the key,
+	// for any model, in Unix nanoseconds.
+	benchedUntil atomic.Int64
 }
 
 // New returns a pool over keys for provider, a name used in stats, errors,
