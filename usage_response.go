@@ -330,88 +330,174 @@ func (s *usageScanner) zero() {
 	s.details, s.inDetails = false, 0
 }
 
-// feed scans the next piece of the text. A container that cannot hold
-// usage — OpenAI's "choices", most of an answer — is read past.
+// feed scans the next piece of the text. It lexes the piece in its own
+// loop, the lexer's depth and wantKey in the loop's variables, to the
+// tokens jsonLexer reads (FuzzUsageFeed holds the two readings to one
+// tally), and records each through open, close, key and number. The lexer
+// itself reads only what the loop leaves to it: a token the piece cuts,
+// which it holds until the next piece ends it, and a byte no JSON text
+// holds there, on which the text breaks.
 func (s *usageScanner) feed(p []byte) {
-	for i := 0; i < len(p); {
+	l := &s.lex
+	i := 0
+	for i < len(p) && l.state != lexBetween {
+		// The rest of a token the last piece cut, or a broken text.
 		var tok jsonToken
-		tok, i = s.lex.next(p, i)
-		s.take(tok, p)
-		if (tok == tokBeginObject || tok == tokBeginArray) && !s.looksInto(tok) {
-			s.lex.skip()
+		tok, i = l.next(p, i)
+		switch tok {
+		case tokKey:
+			s.key(l.keyIn(p), l.depth)
+		case tokNumber:
+			s.number(l.num, l.numOK, l.depth)
 		}
 	}
-}
-
-// looksInto reports whether the container whose beginning take has just
-// recorded may hold usage: a top-level one, the usage object, its details,
-// or an object that holds the usage. Nothing in any other changes the
-// scanner's state.
-func (s *usageScanner) looksInto(tok jsonToken) bool {
-	d := s.lex.depth
-	switch {
-	case d <= s.root:
-		return true
-	case s.inUsage != 0:
-		return d == s.inUsage || d == s.inDetails
-	}
-	return d == s.root+1 && tok == tokBeginObject && s.top == usageKeyHolder
-}
-
-// take records one token of the text, read from the piece p.
-func (s *usageScanner) take(tok jsonToken, p []byte) {
-	d := s.lex.depth
-	switch tok {
-	case tokBeginObject, tokBeginArray:
+	depth, wantKey := l.depth, l.wantKey
+loop:
+	for i < len(p) {
+		c := p[i]
 		switch {
-		case d == 1:
-			s.root = 1
-			if tok == tokBeginArray {
-				s.root = 2
+		case c == '"':
+			// Most strings are short and plain, and end in the piece:
+			// they are read here, without a call.
+			start := i + 1
+			end := plainRun(p, start, min(len(p), start+shortString))
+			if end == len(p) {
+				break loop
 			}
-			s.top = usageKeyOther
-		case s.inUsage != 0:
-			if tok == tokBeginObject && d == s.inUsage+1 && s.details {
-				s.inDetails = d
-			}
-		case tok == tokBeginObject && d == s.root+1 && s.top == usageKeyUsage,
-			tok == tokBeginObject && d == s.root+2 && s.top == usageKeyHolder && s.holderUsage:
-			s.inUsage = d
-		case d == s.root:
-			s.top = usageKeyOther
-		case d == s.root+1:
-			s.holderUsage = false
-		}
-	case tokEndObject, tokEndArray:
-		switch d + 1 {
-		case s.inDetails:
-			s.inDetails, s.field = 0, usageFieldNone
-		case s.inUsage:
-			s.inUsage, s.details = 0, false
-		}
-	case tokKey:
-		key := s.lex.keyIn(p)
-		switch {
-		case s.inUsage != 0:
-			switch d {
-			case s.inUsage:
-				s.field = usageFieldOf(key)
-				s.details = isInputDetails(key)
-			case s.inDetails:
-				s.field = usageFieldNone
-				if string(key) == "cached_tokens" {
-					s.field = usageFieldCached
+			if p[end] != '"' {
+				var closed bool
+				if end, closed, _ = stringEnd(p, end); !closed {
+					break loop
 				}
 			}
-		case d == s.root:
-			s.top = usageKeyOf(key)
-		case d == s.root+1 && s.top == usageKeyHolder:
-			s.holderUsage = string(key) == "usage"
+			i = end + 1
+			if wantKey {
+				s.key(p[start:end], depth)
+				wantKey = false
+				if i < len(p) && p[i] == ':' {
+					i++ // the colon that most keys are followed by
+				}
+			}
+		case c >= '0' && c <= '9' || c == '-':
+			end, n, ok := readNumber(p, i, 0, true)
+			if end == len(p) {
+				break loop // the number may go on in the next piece
+			}
+			s.number(n, ok, depth)
+			i = end
+		case c == ',':
+			wantKey = depth > 0 && depth <= maxTrackedDepth && l.objects&(1<<(depth-1)) != 0
+			i++
+		case c == '{' || c == '[':
+			depth++
+			if depth <= maxTrackedDepth {
+				bit := uint64(1) << (depth - 1)
+				if c == '{' {
+					l.objects |= bit
+				} else {
+					l.objects &^= bit
+				}
+			}
+			wantKey = c == '{' && depth <= maxTrackedDepth
+			s.open(depth, c == '{')
+			i++
+		case c == '}' || c == ']':
+			if depth == 0 {
+				break loop
+			}
+			s.close(depth)
+			depth--
+			wantKey = false
+			i++
+		case c == ':':
+			wantKey = false
+			i++
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+			i++
+		case c >= 'a' && c <= 'z':
+			end := i + 1
+			for end < len(p) && p[end] >= 'a' && p[end] <= 'z' {
+				end++ // true, false or null: nothing the scanner reads
+			}
+			if end == len(p) {
+				break loop // the literal may go on in the next piece
+			}
+			i = end
+		default:
+			break loop
 		}
-	case tokNumber:
-		if s.inUsage != 0 && (d == s.inUsage || d == s.inDetails) && s.lex.numOK {
-			s.tally.set(s.field, s.lex.num)
+	}
+	l.depth, l.wantKey = depth, wantKey
+	if i < len(p) {
+		// The token at i runs to the end of the piece, or the text breaks
+		// at i: the lexer reads the rest of the piece, and reports no token
+		// whole.
+		l.next(p, i)
+	}
+}
+
+// open records the beginning of the container at depth d, an object when
+// object.
+func (s *usageScanner) open(d int, object bool) {
+	switch {
+	case d == 1:
+		s.root = 1
+		if !object {
+			s.root = 2
 		}
+		s.top = usageKeyOther
+	case s.inUsage != 0:
+		if object && d == s.inUsage+1 && s.details {
+			s.inDetails = d
+		}
+	case object && d == s.root+1 && s.top == usageKeyUsage,
+		object && d == s.root+2 && s.top == usageKeyHolder && s.holderUsage:
+		s.inUsage = d
+	case d == s.root:
+		s.top = usageKeyOther
+	case d == s.root+1:
+		s.holderUsage = false
+	}
+}
+
+// close records the end of the container at depth d.
+func (s *usageScanner) close(d int) {
+	switch d {
+	case s.inDetails:
+		s.inDetails, s.field = 0, usageFieldNone
+	case s.inUsage:
+		s.inUsage, s.details = 0, false
+	}
+}
+
+// key records a key of the object at depth d, its raw bytes: a key longer
+// than maxKeyLen, whole or nil as keyIn gives it, matches nothing key looks
+// for.
+func (s *usageScanner) key(key []byte, d int) {
+	switch {
+	case s.inUsage != 0:
+		switch d {
+		case s.inUsage:
+			s.field = usageFieldOf(key)
+			s.details = isInputDetails(key)
+		case s.inDetails:
+			s.field = usageFieldNone
+			if string(key) == "cached_tokens" {
+				s.field = usageFieldCached
+			}
+		}
+	case d == s.root:
+		s.top = usageKeyOf(key)
+	case d == s.root+1 && s.top == usageKeyHolder:
+		s.holderUsage = string(key) == "usage"
+	}
+}
+
+// number records a number in the container at depth d: n when ok, else one
+// that is no non-negative integer.
+func (s *usageScanner) number(n int64, ok bool, d int) {
+	if s.inUsage != 0 && (d == s.inUsage || d == s.inDetails) && ok {
+		s.tally.set(s.field, n)
 	}
 }
 

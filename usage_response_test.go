@@ -720,33 +720,43 @@ func newUsageBodyOf(body io.ReadCloser, h http.Header, settle func(u usageReport
 	return b
 }
 
-// feedEveryToken scans p as usageScanner.feed does, but hands take every
-// token: it reads past no container.
-func feedEveryToken(s *usageScanner, p []byte) {
-	for i := 0; i < len(p); {
-		var tok jsonToken
-		tok, i = s.lex.next(p, i)
-		s.take(tok, p)
-	}
-}
-
-// FuzzUsageReadPast holds usageScanner, which reads past the containers
-// that cannot hold usage, to the tally it keeps when it reads every token,
-// after each piece of a text cut anywhere; and to the same depth, broken or
-// not.
-func FuzzUsageReadPast(f *testing.F) {
+// FuzzUsageFeed holds usageScanner, which lexes each piece in its own loop,
+// to refScanner, which records every token of jsonLexer, after each piece
+// of a text cut anywhere: the same tally, the same scanner's state, and the
+// same lexer's state carried to the next piece.
+func FuzzUsageFeed(f *testing.F) {
 	addUsageSeeds(f, ".json", jsonType)
+	// An object deeper than the lexer tracks, cut after its brace: its
+	// keys read as strings.
+	f.Add([]byte(strings.Repeat("[", maxTrackedDepth)+`{"a":1}`), uint8(4))
 	f.Fuzz(func(t *testing.T, data []byte, chunk uint8) {
-		var fast, every usageScanner
-		for _, piece := range splitEvery(string(data), int(chunk%64)+1) {
+		n := int(chunk%64) + 1
+		var fast usageScanner
+		var ref refScanner
+		for _, piece := range splitEvery(string(data), n) {
 			fast.feed([]byte(piece))
-			feedEveryToken(&every, []byte(piece))
-			if fast.tally != every.tally || fast.lex.depth != every.lex.depth || (fast.lex.state == lexBroken) != (every.lex.state == lexBroken) {
-				t.Fatalf("%q in pieces of %d: read past, tally %+v at depth %d, broken %t; every token, %+v at depth %d, broken %t", data, int(chunk%64)+1,
-					fast.tally, fast.lex.depth, fast.lex.state == lexBroken, every.tally, every.lex.depth, every.lex.state == lexBroken)
+			ref.feed([]byte(piece))
+			if got, want := carried(fast), carried(ref.usageScanner); got != want {
+				t.Fatalf("%q in pieces of %d: after %q, feed left %+v, want %+v", data, n, piece, got, want)
 			}
 		}
 	})
+}
+
+// carried returns what of s matters to the next piece: the scanner's state,
+// and of the lexer's what it keeps between tokens and of the token a piece
+// cut.
+func carried(s usageScanner) usageScanner {
+	l := s.lex
+	s.lex = jsonLexer{state: l.state, depth: l.depth, objects: l.objects, wantKey: l.wantKey, escaped: l.escaped}
+	switch l.state {
+	case lexKey:
+		s.lex.keyLen = l.keyLen
+		copy(s.lex.key[:], l.key[:min(l.keyLen, maxKeyLen)])
+	case lexNumber:
+		s.lex.num, s.lex.numOK = l.num, l.numOK
+	}
+	return s
 }
 
 // TestUsageScanHoldsNoPointers holds the scanners' state free of pointers,
