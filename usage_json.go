@@ -346,6 +346,11 @@ func (l *jsonLexer) number(in []byte, i int) (jsonToken, int) {
 	return tokNumber, i
 }
 
+// maxUnsaturated bounds the numbers that take one more digit without
+// reaching math.MaxInt64, whatever the digit: readNumber checks a number
+// below it with one compare, not a division.
+const maxUnsaturated = (math.MaxInt64 - 9) / 10
+
 // readNumber reads on a number from in[i:], having read n so far (ok: a
 // non-negative integer so far; a number starts at 0, ok): its digits make
 // n, saturated at math.MaxInt64, and a sign, a fraction's dot or an
@@ -357,9 +362,12 @@ func readNumber(in []byte, i int, n int64, ok bool) (end int, _ int64, _ bool) {
 		switch {
 		case c >= '0' && c <= '9':
 			d := int64(c - '0')
-			if n > (math.MaxInt64-d)/10 {
+			switch {
+			case n < maxUnsaturated:
+				n = n*10 + d
+			case n > (math.MaxInt64-d)/10:
 				n = math.MaxInt64
-			} else {
+			default:
 				n = n*10 + d
 			}
 		case c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E':

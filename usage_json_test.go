@@ -112,6 +112,8 @@ func TestJSONLexer(t *testing.T) {
 		{"key longer than kept", `{"` + strings.Repeat("k", maxKeyLen+1) + `":1}`, []string{"{", "key:", "num:1", "}"}},
 		{"key as long as kept", `{"` + strings.Repeat("k", maxKeyLen) + `":1}`, []string{"{", "key:" + strings.Repeat("k", maxKeyLen), "num:1", "}"}},
 		{"number saturates", `[99999999999999999999]`, []string{"[", "num:9223372036854775807", "]"}},
+		{"numbers at the bound", `[9223372036854775799,9223372036854775807,9223372036854775809]`,
+			[]string{"[", "num:9223372036854775799", "num:9223372036854775807", "num:9223372036854775807", "]"}},
 		{"sequence of values", `{} [] "x"`, []string{"{", "}", "[", "]", "str:x"}},
 		{"stops at a stray byte", `{"a":1}#{"b":2}`, []string{"{", "key:a", "num:1", "}"}},
 		{"stops at an unmatched close", `]{"a":1}`, nil},
