@@ -52,6 +52,14 @@ func (b *usageBody) start(body io.ReadCloser, h http.Header, s settler) {
 
 // isEventStream reports whether a Content-Type is text/event-stream.
 func isEventStream(contentType string) bool {
+	if contentType == "" {
+		return false
+	}
+	if c := contentType[0] | 0x20; c >= 'a' && c <= 'z' && c != 't' {
+		// Most answers are JSON: a type that starts with a letter other
+		// than t is refused without a look at the rest.
+		return false
+	}
 	mediaType, _, _ := strings.Cut(contentType, ";")
 	return strings.EqualFold(strings.TrimSpace(mediaType), "text/event-stream")
 }

@@ -1,5 +1,7 @@
 package keypool
 
+import "strings"
+
 // refScanner is usageScanner with the take it had before its feed lexed
 // each piece in its own loop: every token of jsonLexer, recorded by one
 // switch over the token and the scanner's state — a plainer reading of the
@@ -70,4 +72,12 @@ func (s *refScanner) take(tok jsonToken, p []byte) {
 			s.tally.set(s.field, s.lex.num)
 		}
 	}
+}
+
+// refIsEventStream is isEventStream without its refusal of a type that
+// starts with another letter: the definition it is held to
+// (FuzzIsEventStream).
+func refIsEventStream(contentType string) bool {
+	mediaType, _, _ := strings.Cut(contentType, ";")
+	return strings.EqualFold(strings.TrimSpace(mediaType), "text/event-stream")
 }

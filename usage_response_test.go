@@ -353,6 +353,42 @@ func TestUsageBody(t *testing.T) {
 	}
 }
 
+func TestIsEventStream(t *testing.T) {
+	for _, tt := range []struct {
+		contentType string
+		want        bool
+	}{
+		{"text/event-stream", true},
+		{"text/event-stream; charset=utf-8", true},
+		{" Text/Event-Stream ;charset=UTF-8", true},
+		{"\u00a0text/event-stream", true}, // TrimSpace trims Unicode space too
+		{"TEXT/EVENT-STREAM", true},
+		{"", false},
+		{"application/json", false},
+		{"Application/json; charset=utf-8", false},
+		{"text/plain", false},
+		{"text/event-streams", false},
+		{"x text/event-stream", false},
+	} {
+		if got := isEventStream(tt.contentType); got != tt.want {
+			t.Errorf("isEventStream(%q) = %t, want %t", tt.contentType, got, tt.want)
+		}
+	}
+}
+
+// FuzzIsEventStream holds isEventStream to refIsEventStream, its
+// definition.
+func FuzzIsEventStream(f *testing.F) {
+	for _, seed := range []string{"text/event-stream", " Text/Event-Stream; x", "application/json", "\u00a0text/event-stream", ""} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, contentType string) {
+		if got, want := isEventStream(contentType), refIsEventStream(contentType); got != want {
+			t.Fatalf("isEventStream(%q) = %t, want %t", contentType, got, want)
+		}
+	})
+}
+
 func TestUsageBodySettlesOnce(t *testing.T) {
 	stream, err := os.ReadFile(filepath.Join("testdata", "usage", "anthropic_messages_stream.sse"))
 	require.NoError(t, err)
