@@ -118,10 +118,14 @@ func (b *usageBody) Read(p []byte) (int, error) {
 	n, err := b.body.Read(p)
 	if n > 0 && n <= len(p) && b.state.CompareAndSwap(0, bodyScanning) {
 		b.scan.feed(p[:n], b.events)
-		if !b.state.CompareAndSwap(bodyScanning, 0) {
-			// A Close came while this scan went on: settle now.
+		if err != nil || !b.state.CompareAndSwap(bodyScanning, 0) {
+			// The body ended with these bytes (as net/http's does when it
+			// knows its length), or a Close came while this scan went
+			// on: settle now. Holding bodyScanning, no other call
+			// settles.
 			b.state.Store(bodySettled)
 			b.settle()
+			return n, err
 		}
 	}
 	if err != nil {

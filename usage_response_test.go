@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -446,6 +447,25 @@ func TestUsageBodySettlesOnce(t *testing.T) {
 			assert.Equal(t, tt.want, got, "settled usage")
 		})
 	}
+
+	t.Run("at a read that ends the body with its last bytes", func(t *testing.T) {
+		s := &settlement{}
+		body := newUsageBody(io.NopCloser(iotest.DataErrReader(bytes.NewReader(stream))), streamType, s.settle)
+		buf := make([]byte, len(stream))
+		n, err := io.ReadFull(body, buf)
+		require.NoError(t, err)
+		require.Equal(t, len(stream), n)
+		calls, got, ok := s.get()
+		assert.Equal(t, 1, calls, "settle calls before Close")
+		assert.True(t, ok, "settle ok")
+		assert.Equal(t, split(11, 0, 6, 17), got, "settled usage")
+		n, err = body.Read(buf)
+		assert.Zero(t, n, "Read after the end")
+		assert.ErrorIs(t, err, io.EOF, "Read after the end")
+		assert.NoError(t, body.Close())
+		calls, _, _ = s.get()
+		assert.Equal(t, 1, calls, "settle calls")
+	})
 
 	for _, tt := range []struct {
 		name   string
