@@ -85,8 +85,12 @@ type jsonLexer struct {
 func (l *jsonLexer) zero() { *l = jsonLexer{} }
 
 // inObject reports whether the innermost open container is an object.
-func (l *jsonLexer) inObject() bool {
-	return l.depth > 0 && l.depth <= maxTrackedDepth && l.objects&(1<<(l.depth-1)) != 0
+func (l *jsonLexer) inObject() bool { return l.objectAt(l.depth) }
+
+// objectAt reports whether the container open at depth d is an object; a
+// container deeper than maxTrackedDepth reads as an array.
+func (l *jsonLexer) objectAt(d int) bool {
+	return d > 0 && d <= maxTrackedDepth && l.objects&(1<<(d-1)) != 0
 }
 
 // keyIn returns the last key read, in being the input the lexer reported

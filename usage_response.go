@@ -77,15 +77,6 @@ type usageScan struct {
 // the next bodies: a body costs no allocation for them.
 var scans = sync.Pool{New: func() any { return new(usageScan) }}
 
-// feed scans the next bytes of a body, an event stream when events.
-func (u *usageScan) feed(p []byte, events bool) {
-	if events {
-		u.sse.feed(p, &u.usage)
-	} else {
-		u.usage.feed(p)
-	}
-}
-
 // The states of a usageBody (see usageBody.state).
 const (
 	// bodyScanning: a Read is scanning what it read; it holds scan.
@@ -117,7 +108,11 @@ type usageBody struct {
 func (b *usageBody) Read(p []byte) (int, error) {
 	n, err := b.body.Read(p)
 	if n > 0 && n <= len(p) && b.state.CompareAndSwap(0, bodyScanning) {
-		b.scan.feed(p[:n], b.events)
+		if u := b.scan; b.events {
+			u.sse.feed(p[:n], &u.usage)
+		} else {
+			u.usage.feed(p[:n])
+		}
 		if err != nil || !b.state.CompareAndSwap(bodyScanning, 0) {
 			// The body ended with these bytes (as net/http's does when it
 			// knows its length), or a Close came while this scan went
@@ -389,16 +384,34 @@ loop:
 				if i < len(p) && p[i] == ':' {
 					i++ // the colon that most keys are followed by
 				}
+			} else if i < len(p) && p[i] == ',' {
+				wantKey = l.objectAt(depth)
+				i++ // the comma that most values are followed by
 			}
 		case c >= '0' && c <= '9' || c == '-':
-			end, n, ok := readNumber(p, i, 0, true)
+			// Most numbers are small integers followed by a comma or a
+			// closing bracket: they are read here, without a call.
+			// readNumber reads on the rest — a sign, a fraction, an
+			// exponent, a digit that may saturate, a number the piece cuts.
+			end, n, ok := i, int64(0), true
+			for end < len(p) && p[end] >= '0' && p[end] <= '9' && n < maxUnsaturated {
+				n = n*10 + int64(p[end]-'0')
+				end++
+			}
+			if end == len(p) || p[end] != ',' && p[end] != '}' && p[end] != ']' {
+				end, n, ok = readNumber(p, end, n, true)
+			}
 			if end == len(p) {
 				break loop // the number may go on in the next piece
 			}
 			s.number(n, ok, depth)
 			i = end
+			if p[i] == ',' {
+				wantKey = l.objectAt(depth)
+				i++ // the comma that most values are followed by
+			}
 		case c == ',':
-			wantKey = depth > 0 && depth <= maxTrackedDepth && l.objects&(1<<(depth-1)) != 0
+			wantKey = l.objectAt(depth)
 			i++
 		case c == '{' || c == '[':
 			depth++

@@ -266,6 +266,7 @@ var usageCases = []struct {
 	{"json details ignored", jsonType, `{"usage":{"total_tokens":5,"prompt_tokens_details":{"total_tokens":99}}}`, split(0, 0, 0, 5), true},
 	{"json members that are no non-negative integers", jsonType,
 		`{"usage":{"input_tokens":-5,"output_tokens":2.5,"total_tokens":"7"}}`, usageReport{}, false},
+	{"json count saturates", jsonType, `{"usage":{"total_tokens":99999999999999999999}}`, split(0, 0, 0, math.MaxInt64), true},
 	{"json sum saturates", jsonType,
 		`{"usage":{"input_tokens":9223372036854775807,"output_tokens":5}}`, split(math.MaxInt64, 0, 5, math.MaxInt64), true},
 	{"json gemini array stream, last wins", jsonType,
