@@ -33,14 +33,12 @@ const (
 type lexState uint8
 
 const (
-	lexBetween    lexState = iota // between tokens
-	lexKey                        // inside an object key
-	lexString                     // inside a string value
-	lexNumber                     // inside a number
-	lexLiteral                    // inside true, false or null
-	lexBroken                     // after a byte no JSON text holds: the rest is ignored
-	lexSkip                       // inside a container read past (see skip)
-	lexSkipString                 // inside a string in a container read past
+	lexBetween lexState = iota // between tokens
+	lexKey                     // inside an object key
+	lexString                  // inside a string value
+	lexNumber                  // inside a number
+	lexLiteral                 // inside true, false or null
+	lexBroken                  // after a byte no JSON text holds: the rest is ignored
 )
 
 // maxKeyLen is the longest key, in bytes, that jsonLexer keeps; longer
@@ -81,19 +79,18 @@ type jsonLexer struct {
 
 	start, end int  // the bounds of a tokString piece, or of a key read whole, in the last input
 	done       bool // the tokString piece closes its string
-
-	// skipFrom is the depth of the container read past; inNumber is set
-	// when the last byte read in it was part of a number.
-	skipFrom int
-	inNumber bool
 }
 
 // zero readies l for a new JSON text.
 func (l *jsonLexer) zero() { *l = jsonLexer{} }
 
 // inObject reports whether the innermost open container is an object.
-func (l *jsonLexer) inObject() bool {
-	return l.depth > 0 && l.depth <= maxTrackedDepth && l.objects&(1<<(l.depth-1)) != 0
+func (l *jsonLexer) inObject() bool { return l.objectAt(l.depth) }
+
+// objectAt reports whether the container open at depth d is an object; a
+// container deeper than maxTrackedDepth reads as an array.
+func (l *jsonLexer) objectAt(d int) bool {
+	return d > 0 && d <= maxTrackedDepth && l.objects&(1<<(d-1)) != 0
 }
 
 // keyIn returns the last key read, in being the input the lexer reported
@@ -124,8 +121,6 @@ func (l *jsonLexer) next(in []byte, i int) (jsonToken, int) {
 		return l.number(in, i)
 	case lexLiteral:
 		return l.literal(in, i)
-	case lexSkip, lexSkipString:
-		return l.skipped(in, i)
 	}
 	for ; i < len(in); i++ {
 		// Each token is read by the code its first byte dispatches to,
@@ -355,6 +350,11 @@ func (l *jsonLexer) number(in []byte, i int) (jsonToken, int) {
 	return tokNumber, i
 }
 
+// maxUnsaturated bounds the numbers that take one more digit without
+// reaching math.MaxInt64, whatever the digit: readNumber checks a number
+// below it with one compare, not a division.
+const maxUnsaturated = (math.MaxInt64 - 9) / 10
+
 // readNumber reads on a number from in[i:], having read n so far (ok: a
 // non-negative integer so far; a number starts at 0, ok): its digits make
 // n, saturated at math.MaxInt64, and a sign, a fraction's dot or an
@@ -366,9 +366,12 @@ func readNumber(in []byte, i int, n int64, ok bool) (end int, _ int64, _ bool) {
 		switch {
 		case c >= '0' && c <= '9':
 			d := int64(c - '0')
-			if n > (math.MaxInt64-d)/10 {
+			switch {
+			case n < maxUnsaturated:
+				n = n*10 + d
+			case n > (math.MaxInt64-d)/10:
 				n = math.MaxInt64
-			} else {
+			default:
 				n = n*10 + d
 			}
 		case c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E':
@@ -378,93 +381,4 @@ func readNumber(in []byte, i int, n int64, ok bool) (end int, _ int64, _ bool) {
 		}
 	}
 	return len(in), n, ok
-}
-
-// skip makes the lexer read past the container it has just reported the
-// beginning of: the next token is that container's end. It reads the
-// container's bytes as next would, to the same depth and breaking on the
-// same bytes, only without reporting their tokens, for a reader that
-// knows the container holds nothing it looks for.
-func (l *jsonLexer) skip() {
-	l.state, l.skipFrom, l.inNumber = lexSkip, l.depth, false
-}
-
-// What a byte is to a container read past, outside its strings.
-const (
-	skipBad    uint8 = iota // no JSON text holds it there: the text breaks
-	skipSpace               // white space, ',' or ':'
-	skipLetter              // a letter of a literal, 'e' left out
-	skipE                   // 'e': a letter of a literal, or an exponent
-	skipDigit               // a digit or '-', which starts or goes on a number
-	skipInNum               // '+', '.' or 'E', which only go on a number
-	skipQuote
-	skipOpen
-	skipClose
-)
-
-// skipClasses maps each byte to what it is to a container read past.
-var skipClasses = func() (c [256]uint8) {
-	for _, b := range []byte(" \t\n\r,:") {
-		c[b] = skipSpace
-	}
-	for b := 'a'; b <= 'z'; b++ {
-		c[b] = skipLetter
-	}
-	c['e'] = skipE
-	for _, b := range []byte("0123456789-") {
-		c[b] = skipDigit
-	}
-	for _, b := range []byte("+.E") {
-		c[b] = skipInNum
-	}
-	c['"'], c['{'], c['['], c['}'], c[']'] = skipQuote, skipOpen, skipOpen, skipClose, skipClose
-	return c
-}()
-
-// skipped reads a container read past from in[i:], up to and including its
-// end, which it reports.
-func (l *jsonLexer) skipped(in []byte, i int) (jsonToken, int) {
-	for i < len(in) {
-		if l.state == lexSkipString {
-			q, closed := l.closingQuote(in, i)
-			if !closed {
-				return tokMore, len(in)
-			}
-			i, l.state = q+1, lexSkip
-			continue
-		}
-		c := in[i]
-		switch skipClasses[c] {
-		case skipSpace, skipLetter:
-			l.inNumber = false
-		case skipE:
-		case skipDigit:
-			l.inNumber = true
-		case skipInNum:
-			if !l.inNumber {
-				l.state = lexBroken
-				return tokMore, len(in)
-			}
-		case skipQuote:
-			l.state, l.inNumber = lexSkipString, false
-		case skipOpen:
-			l.depth++
-			l.inNumber = false
-		case skipClose:
-			l.depth--
-			l.inNumber = false
-			if l.depth < l.skipFrom {
-				l.state, l.wantKey = lexBetween, false
-				if c == '}' {
-					return tokEndObject, i + 1
-				}
-				return tokEndArray, i + 1
-			}
-		default:
-			l.state = lexBroken
-			return tokMore, len(in)
-		}
-		i++
-	}
-	return tokMore, i
 }

@@ -52,6 +52,14 @@ func (b *usageBody) start(body io.ReadCloser, h http.Header, s settler) {
 
 // isEventStream reports whether a Content-Type is text/event-stream.
 func isEventStream(contentType string) bool {
+	if contentType == "" {
+		return false
+	}
+	if c := contentType[0] | 0x20; c >= 'a' && c <= 'z' && c != 't' {
+		// Most answers are JSON: a type that starts with a letter other
+		// than t is refused without a look at the rest.
+		return false
+	}
 	mediaType, _, _ := strings.Cut(contentType, ";")
 	return strings.EqualFold(strings.TrimSpace(mediaType), "text/event-stream")
 }
@@ -68,15 +76,6 @@ type usageScan struct {
 // scans holds the scanners' states of bodies that have settled, zeroed, for
 // the next bodies: a body costs no allocation for them.
 var scans = sync.Pool{New: func() any { return new(usageScan) }}
-
-// feed scans the next bytes of a body, an event stream when events.
-func (u *usageScan) feed(p []byte, events bool) {
-	if events {
-		u.sse.feed(p, &u.usage)
-	} else {
-		u.usage.feed(p)
-	}
-}
 
 // The states of a usageBody (see usageBody.state).
 const (
@@ -109,11 +108,19 @@ type usageBody struct {
 func (b *usageBody) Read(p []byte) (int, error) {
 	n, err := b.body.Read(p)
 	if n > 0 && n <= len(p) && b.state.CompareAndSwap(0, bodyScanning) {
-		b.scan.feed(p[:n], b.events)
-		if !b.state.CompareAndSwap(bodyScanning, 0) {
-			// A Close came while this scan went on: settle now.
+		if u := b.scan; b.events {
+			u.sse.feed(p[:n], &u.usage)
+		} else {
+			u.usage.feed(p[:n])
+		}
+		if err != nil || !b.state.CompareAndSwap(bodyScanning, 0) {
+			// The body ended with these bytes (as net/http's does when it
+			// knows its length), or a Close came while this scan went
+			// on: settle now. Holding bodyScanning, no other call
+			// settles.
 			b.state.Store(bodySettled)
 			b.settle()
+			return n, err
 		}
 	}
 	if err != nil {
@@ -330,88 +337,192 @@ func (s *usageScanner) zero() {
 	s.details, s.inDetails = false, 0
 }
 
-// feed scans the next piece of the text. A container that cannot hold
-// usage — OpenAI's "choices", most of an answer — is read past.
+// feed scans the next piece of the text. It lexes the piece in its own
+// loop, the lexer's depth and wantKey in the loop's variables, to the
+// tokens jsonLexer reads (FuzzUsageFeed holds the two readings to one
+// tally), and records each through open, close, key and number. The lexer
+// itself reads only what the loop leaves to it: a token the piece cuts,
+// which it holds until the next piece ends it, and a byte no JSON text
+// holds there, on which the text breaks.
 func (s *usageScanner) feed(p []byte) {
-	for i := 0; i < len(p); {
+	l := &s.lex
+	i := 0
+	for i < len(p) && l.state != lexBetween {
+		// The rest of a token the last piece cut, or a broken text.
 		var tok jsonToken
-		tok, i = s.lex.next(p, i)
-		s.take(tok, p)
-		if (tok == tokBeginObject || tok == tokBeginArray) && !s.looksInto(tok) {
-			s.lex.skip()
+		tok, i = l.next(p, i)
+		switch tok {
+		case tokKey:
+			s.key(l.keyIn(p), l.depth)
+		case tokNumber:
+			s.number(l.num, l.numOK, l.depth)
 		}
 	}
-}
-
-// looksInto reports whether the container whose beginning take has just
-// recorded may hold usage: a top-level one, the usage object, its details,
-// or an object that holds the usage. Nothing in any other changes the
-// scanner's state.
-func (s *usageScanner) looksInto(tok jsonToken) bool {
-	d := s.lex.depth
-	switch {
-	case d <= s.root:
-		return true
-	case s.inUsage != 0:
-		return d == s.inUsage || d == s.inDetails
-	}
-	return d == s.root+1 && tok == tokBeginObject && s.top == usageKeyHolder
-}
-
-// take records one token of the text, read from the piece p.
-func (s *usageScanner) take(tok jsonToken, p []byte) {
-	d := s.lex.depth
-	switch tok {
-	case tokBeginObject, tokBeginArray:
+	depth, wantKey := l.depth, l.wantKey
+loop:
+	for i < len(p) {
+		c := p[i]
 		switch {
-		case d == 1:
-			s.root = 1
-			if tok == tokBeginArray {
-				s.root = 2
+		case c == '"':
+			// Most strings are short and plain, and end in the piece:
+			// they are read here, without a call.
+			start := i + 1
+			end := plainRun(p, start, min(len(p), start+shortString))
+			if end == len(p) {
+				break loop
 			}
-			s.top = usageKeyOther
-		case s.inUsage != 0:
-			if tok == tokBeginObject && d == s.inUsage+1 && s.details {
-				s.inDetails = d
-			}
-		case tok == tokBeginObject && d == s.root+1 && s.top == usageKeyUsage,
-			tok == tokBeginObject && d == s.root+2 && s.top == usageKeyHolder && s.holderUsage:
-			s.inUsage = d
-		case d == s.root:
-			s.top = usageKeyOther
-		case d == s.root+1:
-			s.holderUsage = false
-		}
-	case tokEndObject, tokEndArray:
-		switch d + 1 {
-		case s.inDetails:
-			s.inDetails, s.field = 0, usageFieldNone
-		case s.inUsage:
-			s.inUsage, s.details = 0, false
-		}
-	case tokKey:
-		key := s.lex.keyIn(p)
-		switch {
-		case s.inUsage != 0:
-			switch d {
-			case s.inUsage:
-				s.field = usageFieldOf(key)
-				s.details = isInputDetails(key)
-			case s.inDetails:
-				s.field = usageFieldNone
-				if string(key) == "cached_tokens" {
-					s.field = usageFieldCached
+			if p[end] != '"' {
+				var closed bool
+				if end, closed, _ = stringEnd(p, end); !closed {
+					break loop
 				}
 			}
-		case d == s.root:
-			s.top = usageKeyOf(key)
-		case d == s.root+1 && s.top == usageKeyHolder:
-			s.holderUsage = string(key) == "usage"
+			i = end + 1
+			if wantKey {
+				s.key(p[start:end], depth)
+				wantKey = false
+				if i < len(p) && p[i] == ':' {
+					i++ // the colon that most keys are followed by
+				}
+			} else if i < len(p) && p[i] == ',' {
+				wantKey = l.objectAt(depth)
+				i++ // the comma that most values are followed by
+			}
+		case c >= '0' && c <= '9' || c == '-':
+			// Most numbers are small integers followed by a comma or a
+			// closing bracket: they are read here, without a call.
+			// readNumber reads on the rest — a sign, a fraction, an
+			// exponent, a digit that may saturate, a number the piece cuts.
+			end, n, ok := i, int64(0), true
+			for end < len(p) && p[end] >= '0' && p[end] <= '9' && n < maxUnsaturated {
+				n = n*10 + int64(p[end]-'0')
+				end++
+			}
+			if end == len(p) || p[end] != ',' && p[end] != '}' && p[end] != ']' {
+				end, n, ok = readNumber(p, end, n, true)
+			}
+			if end == len(p) {
+				break loop // the number may go on in the next piece
+			}
+			s.number(n, ok, depth)
+			i = end
+			if p[i] == ',' {
+				wantKey = l.objectAt(depth)
+				i++ // the comma that most values are followed by
+			}
+		case c == ',':
+			wantKey = l.objectAt(depth)
+			i++
+		case c == '{' || c == '[':
+			depth++
+			if depth <= maxTrackedDepth {
+				bit := uint64(1) << (depth - 1)
+				if c == '{' {
+					l.objects |= bit
+				} else {
+					l.objects &^= bit
+				}
+			}
+			wantKey = c == '{' && depth <= maxTrackedDepth
+			s.open(depth, c == '{')
+			i++
+		case c == '}' || c == ']':
+			if depth == 0 {
+				break loop
+			}
+			s.close(depth)
+			depth--
+			wantKey = false
+			i++
+		case c == ':':
+			wantKey = false
+			i++
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+			i++
+		case c >= 'a' && c <= 'z':
+			end := i + 1
+			for end < len(p) && p[end] >= 'a' && p[end] <= 'z' {
+				end++ // true, false or null: nothing the scanner reads
+			}
+			if end == len(p) {
+				break loop // the literal may go on in the next piece
+			}
+			i = end
+		default:
+			break loop
 		}
-	case tokNumber:
-		if s.inUsage != 0 && (d == s.inUsage || d == s.inDetails) && s.lex.numOK {
-			s.tally.set(s.field, s.lex.num)
+	}
+	l.depth, l.wantKey = depth, wantKey
+	if i < len(p) {
+		// The token at i runs to the end of the piece, or the text breaks
+		// at i: the lexer reads the rest of the piece, and reports no token
+		// whole.
+		l.next(p, i)
+	}
+}
+
+// open records the beginning of the container at depth d, an object when
+// object.
+func (s *usageScanner) open(d int, object bool) {
+	switch {
+	case d == 1:
+		s.root = 1
+		if !object {
+			s.root = 2
 		}
+		s.top = usageKeyOther
+	case s.inUsage != 0:
+		if object && d == s.inUsage+1 && s.details {
+			s.inDetails = d
+		}
+	case object && d == s.root+1 && s.top == usageKeyUsage,
+		object && d == s.root+2 && s.top == usageKeyHolder && s.holderUsage:
+		s.inUsage = d
+	case d == s.root:
+		s.top = usageKeyOther
+	case d == s.root+1:
+		s.holderUsage = false
+	}
+}
+
+// close records the end of the container at depth d.
+func (s *usageScanner) close(d int) {
+	switch d {
+	case s.inDetails:
+		s.inDetails, s.field = 0, usageFieldNone
+	case s.inUsage:
+		s.inUsage, s.details = 0, false
+	}
+}
+
+// key records a key of the object at depth d, its raw bytes: a key longer
+// than maxKeyLen, whole or nil as keyIn gives it, matches nothing key looks
+// for.
+func (s *usageScanner) key(key []byte, d int) {
+	switch {
+	case s.inUsage != 0:
+		switch d {
+		case s.inUsage:
+			s.field = usageFieldOf(key)
+			s.details = isInputDetails(key)
+		case s.inDetails:
+			s.field = usageFieldNone
+			if string(key) == "cached_tokens" {
+				s.field = usageFieldCached
+			}
+		}
+	case d == s.root:
+		s.top = usageKeyOf(key)
+	case d == s.root+1 && s.top == usageKeyHolder:
+		s.holderUsage = string(key) == "usage"
+	}
+}
+
+// number records a number in the container at depth d: n when ok, else one
+// that is no non-negative integer.
+func (s *usageScanner) number(n int64, ok bool, d int) {
+	if s.inUsage != 0 && (d == s.inUsage || d == s.inDetails) && ok {
+		s.tally.set(s.field, n)
 	}
 }
 

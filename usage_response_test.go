@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -265,6 +266,7 @@ var usageCases = []struct {
 	{"json details ignored", jsonType, `{"usage":{"total_tokens":5,"prompt_tokens_details":{"total_tokens":99}}}`, split(0, 0, 0, 5), true},
 	{"json members that are no non-negative integers", jsonType,
 		`{"usage":{"input_tokens":-5,"output_tokens":2.5,"total_tokens":"7"}}`, usageReport{}, false},
+	{"json count saturates", jsonType, `{"usage":{"total_tokens":99999999999999999999}}`, split(0, 0, 0, math.MaxInt64), true},
 	{"json sum saturates", jsonType,
 		`{"usage":{"input_tokens":9223372036854775807,"output_tokens":5}}`, split(math.MaxInt64, 0, 5, math.MaxInt64), true},
 	{"json gemini array stream, last wins", jsonType,
@@ -353,6 +355,42 @@ func TestUsageBody(t *testing.T) {
 	}
 }
 
+func TestIsEventStream(t *testing.T) {
+	for _, tt := range []struct {
+		contentType string
+		want        bool
+	}{
+		{"text/event-stream", true},
+		{"text/event-stream; charset=utf-8", true},
+		{" Text/Event-Stream ;charset=UTF-8", true},
+		{"\u00a0text/event-stream", true}, // TrimSpace trims Unicode space too
+		{"TEXT/EVENT-STREAM", true},
+		{"", false},
+		{"application/json", false},
+		{"Application/json; charset=utf-8", false},
+		{"text/plain", false},
+		{"text/event-streams", false},
+		{"x text/event-stream", false},
+	} {
+		if got := isEventStream(tt.contentType); got != tt.want {
+			t.Errorf("isEventStream(%q) = %t, want %t", tt.contentType, got, tt.want)
+		}
+	}
+}
+
+// FuzzIsEventStream holds isEventStream to refIsEventStream, its
+// definition.
+func FuzzIsEventStream(f *testing.F) {
+	for _, seed := range []string{"text/event-stream", " Text/Event-Stream; x", "application/json", "\u00a0text/event-stream", ""} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, contentType string) {
+		if got, want := isEventStream(contentType), refIsEventStream(contentType); got != want {
+			t.Fatalf("isEventStream(%q) = %t, want %t", contentType, got, want)
+		}
+	})
+}
+
 func TestUsageBodySettlesOnce(t *testing.T) {
 	stream, err := os.ReadFile(filepath.Join("testdata", "usage", "anthropic_messages_stream.sse"))
 	require.NoError(t, err)
@@ -410,6 +448,25 @@ func TestUsageBodySettlesOnce(t *testing.T) {
 			assert.Equal(t, tt.want, got, "settled usage")
 		})
 	}
+
+	t.Run("at a read that ends the body with its last bytes", func(t *testing.T) {
+		s := &settlement{}
+		body := newUsageBody(io.NopCloser(iotest.DataErrReader(bytes.NewReader(stream))), streamType, s.settle)
+		buf := make([]byte, len(stream))
+		n, err := io.ReadFull(body, buf)
+		require.NoError(t, err)
+		require.Equal(t, len(stream), n)
+		calls, got, ok := s.get()
+		assert.Equal(t, 1, calls, "settle calls before Close")
+		assert.True(t, ok, "settle ok")
+		assert.Equal(t, split(11, 0, 6, 17), got, "settled usage")
+		n, err = body.Read(buf)
+		assert.Zero(t, n, "Read after the end")
+		assert.ErrorIs(t, err, io.EOF, "Read after the end")
+		assert.NoError(t, body.Close())
+		calls, _, _ = s.get()
+		assert.Equal(t, 1, calls, "settle calls")
+	})
 
 	for _, tt := range []struct {
 		name   string
@@ -720,33 +777,43 @@ func newUsageBodyOf(body io.ReadCloser, h http.Header, settle func(u usageReport
 	return b
 }
 
-// feedEveryToken scans p as usageScanner.feed does, but hands take every
-// token: it reads past no container.
-func feedEveryToken(s *usageScanner, p []byte) {
-	for i := 0; i < len(p); {
-		var tok jsonToken
-		tok, i = s.lex.next(p, i)
-		s.take(tok, p)
-	}
-}
-
-// FuzzUsageReadPast holds usageScanner, which reads past the containers
-// that cannot hold usage, to the tally it keeps when it reads every token,
-// after each piece of a text cut anywhere; and to the same depth, broken or
-// not.
-func FuzzUsageReadPast(f *testing.F) {
+// FuzzUsageFeed holds usageScanner, which lexes each piece in its own loop,
+// to refScanner, which records every token of jsonLexer, after each piece
+// of a text cut anywhere: the same tally, the same scanner's state, and the
+// same lexer's state carried to the next piece.
+func FuzzUsageFeed(f *testing.F) {
 	addUsageSeeds(f, ".json", jsonType)
+	// An object deeper than the lexer tracks, cut after its brace: its
+	// keys read as strings.
+	f.Add([]byte(strings.Repeat("[", maxTrackedDepth)+`{"a":1}`), uint8(4))
 	f.Fuzz(func(t *testing.T, data []byte, chunk uint8) {
-		var fast, every usageScanner
-		for _, piece := range splitEvery(string(data), int(chunk%64)+1) {
+		n := int(chunk%64) + 1
+		var fast usageScanner
+		var ref refScanner
+		for _, piece := range splitEvery(string(data), n) {
 			fast.feed([]byte(piece))
-			feedEveryToken(&every, []byte(piece))
-			if fast.tally != every.tally || fast.lex.depth != every.lex.depth || (fast.lex.state == lexBroken) != (every.lex.state == lexBroken) {
-				t.Fatalf("%q in pieces of %d: read past, tally %+v at depth %d, broken %t; every token, %+v at depth %d, broken %t", data, int(chunk%64)+1,
-					fast.tally, fast.lex.depth, fast.lex.state == lexBroken, every.tally, every.lex.depth, every.lex.state == lexBroken)
+			ref.feed([]byte(piece))
+			if got, want := carried(fast), carried(ref.usageScanner); got != want {
+				t.Fatalf("%q in pieces of %d: after %q, feed left %+v, want %+v", data, n, piece, got, want)
 			}
 		}
 	})
+}
+
+// carried returns what of s matters to the next piece: the scanner's state,
+// and of the lexer's what it keeps between tokens and of the token a piece
+// cut.
+func carried(s usageScanner) usageScanner {
+	l := s.lex
+	s.lex = jsonLexer{state: l.state, depth: l.depth, objects: l.objects, wantKey: l.wantKey, escaped: l.escaped}
+	switch l.state {
+	case lexKey:
+		s.lex.keyLen = l.keyLen
+		copy(s.lex.key[:], l.key[:min(l.keyLen, maxKeyLen)])
+	case lexNumber:
+		s.lex.num, s.lex.numOK = l.num, l.numOK
+	}
+	return s
 }
 
 // TestUsageScanHoldsNoPointers holds the scanners' state free of pointers,
