@@ -68,6 +68,17 @@ func (p *Pool) learn(ctx context.Context, l *lease, s *statedWindows, now time.T
 	if !s.any {
 		return
 	}
+	if s.limits.hasTokens() && !p.tokens.Load() {
+		p.tokens.Store(true)
+	}
+	p.tel.learned(ctx, l.key, s.limits)
+	if r, ok := l.grant.Reservation.(*memReservation); ok && p.mem != nil {
+		// The package's own store learns into the entries the take
+		// counted in, with nothing looked up or built for it.
+		r.learn(s, now)
+		p.storeResult(opLearn, nil)
+		return
+	}
 	st := Stated{Provider: p.provider, KeyID: l.key.ID, Account: l.key.Account, Model: l.claim.Model,
 		Limits: s.limits, Used: s.used, DayZone: p.cfg.days.loc, DayHour: p.cfg.days.hour, Now: now}
 	if s.minuteWait > 0 {
@@ -76,15 +87,7 @@ func (p *Pool) learn(ctx context.Context, l *lease, s *statedWindows, now time.T
 	if s.dayWait > 0 {
 		st.DayReset = now.Add(s.dayWait)
 	}
-	if s.limits.hasTokens() && !p.tokens.Load() {
-		p.tokens.Store(true)
-	}
-	p.tel.learned(ctx, l.key, s.limits)
-	var err error
-	if p.mem == nil || !p.mem.learnAt(l.grant.Reservation, &st) {
-		err = p.store.Learn(ctx, st)
-	}
-	p.storeResult(opLearn, err)
+	p.storeResult(opLearn, p.store.Learn(ctx, st))
 }
 
 // succeeded sets the key's level for the model back to zero after a

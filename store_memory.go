@@ -385,38 +385,43 @@ func (s *memoryStore) Learn(_ context.Context, st Stated) error {
 	defer k.mu.Unlock()
 	cal := days(st.DayZone, st.DayHour)
 	now := k.clock(st.Now, cal)
-	k.learn(k.model(st.Model, now, false), &st, now, cal)
+	k.learn(k.model(st.Model, now, false), st.Limits, st.Used, unixOrZero(st.MinuteReset), unixOrZero(st.DayReset), now, cal)
 	return nil
 }
 
-// learnAt is Learn for the request res admitted, which a Take of this store
-// returned for st's key, account and model: it learns into the entries the
-// take counted in, without looking them up (or checking the model) again.
-// It reports false, learning nothing, for a reservation of another store.
-func (s *memoryStore) learnAt(res Reservation, st *Stated) bool {
-	r, ok := res.(*memReservation)
-	if !ok {
-		return false
+// learn is Learn for the request r admitted, of what its answer stated
+// (s) at now, the pool's clock: it learns into the entries the take counted
+// in, without looking them up (or checking the model) again, as Learn
+// learns a Stated built of the same.
+func (r *memReservation) learn(s *statedWindows, now time.Time) {
+	var minuteLeaves, dayLeaves int64
+	if s.minuteWait > 0 {
+		minuteLeaves = now.UnixNano() + int64(s.minuteWait)
+	}
+	if s.dayWait > 0 {
+		dayLeaves = now.UnixNano() + int64(s.dayWait)
 	}
 	r.key.mu.Lock()
 	defer r.key.mu.Unlock()
-	cal := days(st.DayZone, st.DayHour)
-	r.key.learn(r.model, st, r.key.clock(st.Now, cal), cal)
-	return true
+	r.key.learn(r.model, s.limits, s.used, minuteLeaves, dayLeaves, r.key.clock(now, r.days), r.days)
 }
 
-// learn records in m, the key's entry for st's model, what st states at
-// now. k.mu must be held.
-func (k *memKey) learn(m *memModel, st *Stated, now int64, cal calendar) {
-	m.learned = m.learned.over(st.Limits)
+// learn records in m, the key's entry for a model, what a vendor stated at
+// now: its limits, and how much of each window it counted (used; a
+// negative field unknown), which the windows are raised to so that the
+// difference leaves the minute's at minuteLeaves and the day's at
+// dayLeaves (Unix nanoseconds; 0 is a whole window from now). k.mu must be
+// held.
+func (k *memKey) learn(m *memModel, limits, used Limits, minuteLeaves, dayLeaves, now int64, cal calendar) {
+	m.learned = m.learned.over(limits)
 	k.dirty = true
-	if st.Used.RPM < 0 && st.Used.RPD < 0 && st.Used.TPM < 0 && st.Used.TPD < 0 {
+	if used.RPM < 0 && used.RPD < 0 && used.TPM < 0 && used.TPD < 0 {
 		return
 	}
 	if m.win == nil {
 		m.win = &windows{}
 	}
-	m.win.raise(now, st.Used, unixOrZero(st.MinuteReset), unixOrZero(st.DayReset), cal)
+	m.win.raise(now, used, minuteLeaves, dayLeaves, cal)
 }
 
 // unixOrZero returns t in Unix nanoseconds, or 0 for the zero time.

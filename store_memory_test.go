@@ -197,24 +197,27 @@ func hasModel(st KeyStats, model string) bool {
 	return false
 }
 
-// TestMemoryStoreLearnAtIsLearn holds that learning into the entries a take
-// counted in (learnAt, the pool's path after a take of its own store)
-// leaves the store as Learn does, for a key alone and for a key of an
+// TestMemoryStoreReservationLearnIsLearn holds that learning into the
+// entries a take counted in (memReservation.learn, the pool's path after a
+// take of its own store) leaves the store as Learn does with the Stated
+// the pool builds of the same answer, for a key alone and for a key of an
 // account.
-func TestMemoryStoreLearnAtIsLearn(t *testing.T) {
+func TestMemoryStoreReservationLearnIsLearn(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	eachAccount(t, func(t *testing.T, account string) {
 		viaLearn, viaTake := newMemoryStore(), newMemoryStore()
 		claim := Claim{Provider: "p", KeyID: "k", Account: account, Model: "m", Limits: Limits{RPM: 10, TPM: 1000}, Tokens: 5, Now: now}
+		stated := statedWindows{limits: Limits{RPM: 4, TPM: 800}, used: Limits{RPM: 3, RPD: -1, TPM: 500, TPD: -1},
+			minuteWait: 19 * time.Second, any: true}
+		answered := now.Add(time.Second)
 		st := Stated{Provider: "p", KeyID: "k", Account: account, Model: "m",
-			Limits: Limits{RPM: 4, TPM: 800}, Used: Limits{RPM: 3, RPD: -1, TPM: 500, TPD: -1},
-			MinuteReset: now.Add(20 * time.Second), Now: now.Add(time.Second)}
+			Limits: stated.limits, Used: stated.used, MinuteReset: answered.Add(stated.minuteWait), Now: answered}
 		for _, s := range []*memoryStore{viaLearn, viaTake} {
 			g, err := s.Take(t.Context(), claim)
 			require.NoError(t, err)
 			require.True(t, g.OK)
 			if s == viaTake {
-				require.True(t, s.learnAt(g.Reservation, &st))
+				g.Reservation.(*memReservation).learn(&stated, answered)
 				continue
 			}
 			require.NoError(t, s.Learn(t.Context(), st))
@@ -223,8 +226,9 @@ func TestMemoryStoreLearnAtIsLearn(t *testing.T) {
 		require.Len(t, got.Models, 1)
 		assert.Equal(t, Limits{RPM: 4, TPM: 800}, got.Models[0].Learned)
 		assert.Equal(t, Usage{MinuteRequests: 3, MinuteTokens: 500}, got.Models[0].Usage, "the minute window is raised to the vendor's count")
+		assert.Equal(t, Usage{MinuteRequests: 1, MinuteTokens: 5}, sameState(t, viaLearn, viaTake, entryOf("k", account), now.Add(21*time.Second)).Models[0].Usage,
+			"what the vendor counted beyond the take leaves at its reset; the take stays")
 	})
-	assert.False(t, newMemoryStore().learnAt(nil, &Stated{}), "a reservation of another store is not learned into")
 }
 
 // TestMemoryStoreTakeAtIsTake holds that a take from the entries a pool
