@@ -263,9 +263,9 @@ func (r *fallbackRoute) request(req *http.Request, body *replay) (*http.Request,
 	switch {
 	case body.orig == nil || body.orig == http.NoBody:
 		return out, nil
-	case body.isWhole:
+	case body.whole:
 		// The route's pool reads a memoryBody without copying it.
-		b := mapModel(body.whole, r.Models)
+		b := mapModel(body.data, r.Models)
 		out.Body = newMemoryBody(b)
 		out.GetBody = func() (io.ReadCloser, error) { return newMemoryBody(b), nil }
 		out.ContentLength = int64(len(b))

@@ -355,25 +355,23 @@ type lease struct {
 	claim Claim
 	grant Grant
 	probe bool
-	// price is the model's, when it has one (priced): what the request
-	// used is then spent.
-	price  Price
-	priced bool
+	// price is the model's, nil when it has none: what the request used
+	// is then spent.
+	price *Price
 }
 
 // charge is what settling a lease needs, which a metered answer's body
 // keeps until the caller has read it: the key, the model, the reservation,
-// and the model's price when it has one (priced).
+// and the model's price (nil when it has none).
 type charge struct {
 	key         *poolKey
 	model       string
 	reservation Reservation
-	price       Price
-	priced      bool
+	price       *Price
 }
 
 func (l *lease) charge() charge {
-	return charge{l.key, l.claim.Model, l.grant.Reservation, l.price, l.priced}
+	return charge{l.key, l.claim.Model, l.grant.Reservation, l.price}
 }
 
 // call is what one request remembers across its attempts: the keys that
@@ -453,8 +451,8 @@ func (p *Pool) scan(ctx context.Context, c *call, keys []*poolKey, cursor *atomi
 		if limit := windowspec.Tighter(cl.Limits.tokenCap(), cl.Cap.tokenCap()); limit > 0 {
 			cl.Tokens = min(cl.Tokens, limit)
 		}
-		price, priced := p.cfg.prices[model]
-		if !priced && (cl.Budget != (Budget{}) || cl.AccountBudget != (Budget{})) {
+		price := p.cfg.prices[model]
+		if price == nil && (cl.Budget != (Budget{}) || cl.AccountBudget != (Budget{})) {
 			// A budget cannot hold what has no price: never silently free.
 			c.unpriced = true
 			if probe {
@@ -462,13 +460,13 @@ func (p *Pool) scan(ctx context.Context, c *call, keys []*poolKey, cursor *atomi
 			}
 			continue
 		}
-		if priced {
+		if price != nil {
 			cl.Cost = price.cost(est)
 		}
 		err := p.takeFrom(ctx, c, k, cl, &l.grant)
 		p.storeResult(opTake, err)
 		if err == nil && l.grant.OK {
-			l.key, l.probe, l.price, l.priced = k, probe, price, priced
+			l.key, l.probe, l.price = k, probe, price
 			return true, nil
 		}
 		if probe {

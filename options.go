@@ -83,7 +83,7 @@ type config struct {
 	hosts          map[string]bool // hostKey of each host keys may go to; none is the first host of each request
 	accountLimits  map[string]Limits
 	accountBudgets map[string]Budget
-	prices         map[string]Price // by model
+	prices         map[string]*Price // by model; a lease and a charge point at them
 
 	tracerProvider trace.TracerProvider
 	meterProvider  metric.MeterProvider
@@ -203,12 +203,12 @@ func WithAccountLimits(account string, l Limits) Option {
 // sent to a key with a budget.
 func WithPrices(prices map[string]Price) Option {
 	return poolOption("WithPrices", func(c *config) error {
-		c.prices = make(map[string]Price, len(prices))
+		c.prices = make(map[string]*Price, len(prices))
 		for model, p := range prices {
 			if err := p.validate(); err != nil {
 				return fmt.Errorf("model %q: %w", model, err)
 			}
-			c.prices[model] = p
+			c.prices[model] = &p
 		}
 		return nil
 	})

@@ -13,11 +13,12 @@ import (
 type replay struct {
 	orig    io.ReadCloser // the caller's body: nil or http.NoBody for none
 	getBody func() (io.ReadCloser, error)
-	whole   []byte     // the body, when read whole
-	isWhole bool       // the body was read whole into whole
-	prefix  []byte     // what was read of a body too long to read whole
-	handed  bool       // orig, or first, has been handed to an attempt
-	first   memoryBody // the first attempt's reader of whole
+	// data is what was read of the body: all of it when whole, else the
+	// start of a body too long to read whole.
+	data   []byte
+	whole  bool
+	handed bool       // orig, or first, has been handed to an attempt
+	first  memoryBody // the first attempt's reader of a body read whole
 	// rewind is GetBody for a body read whole, made once per request.
 	rewind func() (io.ReadCloser, error)
 }
@@ -25,14 +26,35 @@ type replay struct {
 // memoryBody reads a body held in memory. The pool reads one it is handed
 // (by a Fallback, or as a GetBody of its own) without copying it.
 type memoryBody struct {
-	bytes.Reader
 	data []byte
+	off  int // what has been read of data
 }
 
-func newMemoryBody(data []byte) *memoryBody {
-	m := &memoryBody{data: data}
-	m.Reset(data)
-	return m
+func newMemoryBody(data []byte) *memoryBody { return &memoryBody{data: data} }
+
+func (m *memoryBody) Read(p []byte) (int, error) {
+	if m.off >= len(m.data) {
+		return 0, io.EOF
+	}
+	n := copy(p, m.data[m.off:])
+	m.off += n
+	return n, nil
+}
+
+// WriteTo writes the rest of the body to w in one call, as bytes.Reader
+// does, so that io.Copy needs no buffer for it.
+func (m *memoryBody) WriteTo(w io.Writer) (int64, error) {
+	rest := m.data[min(m.off, len(m.data)):]
+	if len(rest) == 0 {
+		return 0, nil
+	}
+	n, err := w.Write(rest)
+	n = min(max(n, 0), len(rest)) // a Writer that says more than it was given wrote it all
+	m.off += n
+	if err == nil && n < len(rest) {
+		err = io.ErrShortWrite
+	}
+	return int64(n), err
 }
 
 func (*memoryBody) Close() error { return nil }
@@ -44,20 +66,20 @@ func (*memoryBody) Close() error { return nil }
 // retryablehttp's, for one) rewind the very reader the request holds. n is
 // the body's length when known, else -1.
 func (b *replay) read(n int64) ([]byte, error) {
-	if m, ok := b.orig.(*memoryBody); ok && m.Len() == len(m.data) && len(m.data) <= maxBodyScan {
-		b.whole, b.isWhole = m.data, true
+	if m, ok := b.orig.(*memoryBody); ok && m.off == 0 && len(m.data) <= maxBodyScan {
+		b.data, b.whole = m.data, true
 		return m.data, nil
 	}
 	data, err := readAtMost(b.orig, n, maxBodyScan)
 	if err != nil {
 		return nil, err
 	}
+	b.data = data
 	if len(data) <= maxBodyScan {
-		b.whole, b.isWhole = data, true
+		b.whole = true
 		_ = b.orig.Close()
 		return data, nil
 	}
-	b.prefix = data
 	return data[:maxBodyScan], nil
 }
 
@@ -95,7 +117,7 @@ func readAtMost(r io.Reader, n int64, limit int) ([]byte, error) {
 
 // replayable reports whether the body can be sent again.
 func (b *replay) replayable() bool {
-	return b.orig == nil || b.orig == http.NoBody || b.getBody != nil || b.isWhole
+	return b.orig == nil || b.orig == http.NoBody || b.getBody != nil || b.whole
 }
 
 // next returns the body for the next attempt.
@@ -103,17 +125,16 @@ func (b *replay) next() (io.ReadCloser, error) {
 	switch {
 	case b.orig == nil || b.orig == http.NoBody:
 		return b.orig, nil
-	case b.isWhole && !b.handed:
+	case b.whole && !b.handed:
 		b.handed = true
-		b.first.data = b.whole
-		b.first.Reset(b.whole)
+		b.first.data = b.data
 		return &b.first, nil
-	case b.isWhole:
+	case b.whole:
 		return b.rewindBody()
 	case !b.handed:
 		b.handed = true
-		if b.prefix != nil {
-			return &prefixedBody{r: io.MultiReader(bytes.NewReader(b.prefix), b.orig), c: b.orig}, nil
+		if b.data != nil {
+			return &prefixedBody{r: io.MultiReader(bytes.NewReader(b.data), b.orig), c: b.orig}, nil
 		}
 		return b.orig, nil
 	case b.getBody != nil:
@@ -124,14 +145,14 @@ func (b *replay) next() (io.ReadCloser, error) {
 
 // rewindBody returns a new reader of a body read whole.
 func (b *replay) rewindBody() (io.ReadCloser, error) {
-	return newMemoryBody(b.whole), nil
+	return newMemoryBody(b.data), nil
 }
 
 // getBodyFunc returns what an attempt's Request.GetBody should be: the
 // caller's, which gives the same bytes, or else one over the body read
 // whole.
 func (b *replay) getBodyFunc() func() (io.ReadCloser, error) {
-	if !b.isWhole || b.getBody != nil {
+	if !b.whole || b.getBody != nil {
 		return b.getBody
 	}
 	if b.rewind == nil {
@@ -143,7 +164,7 @@ func (b *replay) getBodyFunc() func() (io.ReadCloser, error) {
 // discard closes the caller's body if no attempt has taken it, as a
 // RoundTripper must on every path.
 func (b *replay) discard() {
-	if b.orig != nil && b.orig != http.NoBody && !b.handed && !b.isWhole {
+	if b.orig != nil && b.orig != http.NoBody && !b.handed && !b.whole {
 		_ = b.orig.Close()
 	}
 }

@@ -1,6 +1,7 @@
 package keypool
 
 import (
+	"io"
 	"strings"
 	"testing"
 
@@ -37,3 +38,48 @@ func TestReadAtMost(t *testing.T) {
 	})
 	assert.Equal(t, 2.0, allocs, "allocations of readAtMost of a body as long as stated (the reader and the buffer)")
 }
+
+// TestMemoryBody reads a body held in memory in pieces, and writes it on
+// through WriteTo, as io.Copy does, whole or to a writer that takes less.
+func TestMemoryBody(t *testing.T) {
+	const text = "the body of a request"
+	m := newMemoryBody([]byte(text))
+	buf := make([]byte, 4)
+	var read strings.Builder
+	for {
+		n, err := m.Read(buf)
+		read.Write(buf[:n])
+		if err != nil {
+			assert.ErrorIs(t, err, io.EOF)
+			break
+		}
+	}
+	assert.Equal(t, text, read.String(), "read in pieces of 4")
+
+	m = newMemoryBody([]byte(text))
+	n, _ := m.Read(buf)
+	var rest strings.Builder
+	written, err := io.Copy(&rest, m)
+	require.NoError(t, err)
+	assert.Equal(t, text[n:], rest.String(), "the rest, through WriteTo")
+	assert.Equal(t, int64(len(text)-n), written)
+	written, err = m.WriteTo(&rest)
+	assert.Zero(t, written, "a body written out writes nothing more")
+	assert.NoError(t, err)
+
+	m = newMemoryBody([]byte(text))
+	written, err = m.WriteTo(shortWriter{5})
+	assert.Equal(t, int64(5), written)
+	assert.ErrorIs(t, err, io.ErrShortWrite, "a writer that takes less")
+	n, _ = m.Read(make([]byte, 64))
+	assert.Equal(t, len(text)-5, n, "what the writer did not take is read next")
+
+	n, err = newMemoryBody(nil).Read(buf)
+	assert.Zero(t, n)
+	assert.ErrorIs(t, err, io.EOF, "an empty body")
+}
+
+// shortWriter takes at most n bytes a write.
+type shortWriter struct{ n int }
+
+func (w shortWriter) Write(p []byte) (int, error) { return min(len(p), w.n), nil }

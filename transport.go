@@ -222,11 +222,11 @@ func (p *Pool) release(ctx context.Context, l *lease) {
 // settle settles a lease's charge at what its request used — tokens, and
 // their cost where the model has a price — when the pool counts either.
 func (p *Pool) settle(ctx context.Context, c *charge, u usageReport) {
-	if !p.needTokens() && !c.priced {
+	if !p.needTokens() && c.price == nil {
 		return
 	}
 	var cost int64
-	if c.priced {
+	if c.price != nil {
 		cost = c.price.cost(u)
 		p.tel.spent(ctx, c.key, c.model, cost)
 	}
@@ -237,7 +237,7 @@ func (p *Pool) settle(ctx context.Context, c *charge, u usageReport) {
 // estimate of its lease: as the caller reads a successful body, through m,
 // or at once (nothing used) for an answer that is not a success.
 func (p *Pool) meter(l *lease, resp *http.Response, m *meteredBody) {
-	if !p.needTokens() && !l.priced {
+	if !p.needTokens() && l.price == nil {
 		return
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
