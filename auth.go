@@ -32,14 +32,22 @@ func (a auth) value(secret string) []string {
 
 // outgoing returns the request one attempt sends: req under ctx, with the
 // key's value put on it in place of any the request had for the same header
-// or parameter, in any spelling. req is left as it was.
+// or parameter, in any spelling. req is left as it was. When ctx is req's
+// own context and into is not nil, the copy is made in into, which the
+// caller allocated with other things, rather than in a request of its own.
 //
 // It copies only what it changes, where Request.Clone copies every field
 // the request points to: the header, and the URL for a key in the query.
 // The rest — the trailer, the form, the transfer encoding — is the
 // caller's, which no RoundTripper may change.
-func (a auth) outgoing(ctx context.Context, req *http.Request, value []string) *http.Request {
-	out := req.WithContext(ctx)
+func (a auth) outgoing(ctx context.Context, req *http.Request, value []string, into *http.Request) *http.Request {
+	var out *http.Request
+	if into != nil && ctx == req.Context() {
+		*into = *req // as WithContext copies it, the context the same
+		out = into
+	} else {
+		out = req.WithContext(ctx)
+	}
 	if a.style == authQuery {
 		out.Header = cloneHeader(req.Header, "", nil)
 		if req.URL != nil {

@@ -80,7 +80,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := request{req: req, body: &x.body, metered: &x.metered, model: info.Model, call: call{spare: &x.res}}
+	r := request{req: req, body: &x.body, metered: &x.metered, out: &x.out, model: info.Model, call: call{spare: &x.res}}
 	if p.needTokens() {
 		r.estimate = estimateUse(info, max(p.cfg.estimator(info), 0))
 	}
@@ -93,19 +93,24 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // exchange is the state of one request that outlives RoundTrip's frame —
-// the body it sends on each attempt, the metered body of its answer, and
-// what its first admitted attempt recorded — allocated at once.
+// the body it sends on each attempt, the metered body of its answer, what
+// its first admitted attempt recorded, and the request that attempt sends
+// — allocated at once.
 type exchange struct {
 	body    replay
 	metered meteredBody
 	res     memReservation // the first take's, in the package's own stores
+	out     http.Request   // the first attempt's, when it has the caller's context
 }
 
 // request is what one RoundTrip carries across its attempts.
 type request struct {
-	req      *http.Request
-	body     *replay
-	metered  *meteredBody // its answer's body, when it is metered
+	req     *http.Request
+	body    *replay
+	metered *meteredBody // its answer's body, when it is metered
+	// out is where the first attempt's request may be made (see
+	// auth.outgoing); nil once an attempt has had it.
+	out      *http.Request
 	model    string
 	estimate usageReport
 	call
@@ -123,7 +128,8 @@ func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again
 		return nil, false, err
 	}
 	actx, span := p.tel.startAttempt(ctx, l.key, r.model, attempt)
-	out := p.cfg.auth.outgoing(actx, r.req, l.key.auth)
+	out := p.cfg.auth.outgoing(actx, r.req, l.key.auth, r.out)
+	r.out = nil
 	if out.Body, err = r.body.next(); err != nil {
 		p.release(ctx, &l)
 		p.probed(&l, false)
