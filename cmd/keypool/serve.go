@@ -113,7 +113,8 @@ type server struct {
 	redact   *redactor
 	tokens   []string // the proxy tokens, to find in what goes upstream
 	inFlight inFlight
-	watch    *watcher // polls the store's health and logs returns
+	fresh    freshConns // connections that have sent no request yet
+	watch    *watcher   // polls the store's health and logs returns
 	// milestones logs where the proxy is — serving, stopped — whatever
 	// the level of log; nil: log.
 	milestones *slog.Logger
@@ -276,7 +277,8 @@ func (s *server) serve(ctx context.Context, ln net.Listener) error {
 		// after it; forward bounds the body instead. No WriteTimeout: it
 		// would run from the request's arrival, and an upstream may think
 		// for minutes; each handler sets its own.
-		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ErrorLog:  slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ConnState: s.fresh.note,
 	}
 	names := make([]string, 0, len(s.settings.routes))
 	for _, r := range s.settings.routes {

@@ -11,7 +11,8 @@ import (
 )
 
 // A shutdown takes at most shutdown_timeout: requests in flight get two
-// thirds of it to finish, and are then cut; saving the state — flushing
+// thirds of it to finish, and are then cut (connections that have sent no
+// request are closed at once); saving the state — flushing
 // each pool's windows and benches to the store, then closing the store —
 // gets the rest. State not saved in time is named on one line, and the
 // command exits with status 1.
@@ -22,7 +23,10 @@ func (s *server) shutdown(hs *http.Server, errc <-chan error) error {
 	start := time.Now()
 	total := s.settings.shutdownTimeout
 	drain, cancel := context.WithTimeout(context.Background(), total*2/3)
-	err := hs.Shutdown(drain)
+	shut := make(chan error, 1)
+	go func() { shut <- hs.Shutdown(drain) }()
+	s.fresh.close() // no request on them to wait for
+	err := <-shut
 	cancel()
 	if err != nil {
 		s.log.Warn("requests still in flight at the end of their share of shutdown_timeout: cut", "in_flight", s.inFlight.count())

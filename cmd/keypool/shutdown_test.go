@@ -348,3 +348,20 @@ func TestServeProcessAnswersThroughAConnectionFlood(t *testing.T) {
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 	t.Logf("answered after %v", time.Since(start).Round(time.Millisecond))
 }
+
+func TestServeShutdownClosesConnectionsThatSentNothing(t *testing.T) {
+	store := &stuckStore{Store: keypool.NewMemoryStore(), release: make(chan struct{})}
+	close(store.release)
+	addr, stop := serveWithStore(t, "shutdown_timeout: 3s\nproxy_tokens: [t]\nupstreams: [{url: 'http://127.0.0.1:1', keys: [{secret: s}]}]\n", store)
+	conn, err := net.Dial("tcp", addr) // dialed ahead, as Go's transport does, and never used
+	require.NoError(t, err)
+	defer conn.Close()
+	time.Sleep(100 * time.Millisecond) // accepted, and in http.StateNew
+	took, err := stop()
+	t.Logf("%v after the signal", took.Round(time.Millisecond))
+	require.NoError(t, err)
+	assert.Less(t, took, time.Second, "not held for the drain's two seconds by a connection with no request on it")
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(time.Second)))
+	_, err = conn.Read(make([]byte, 1))
+	assert.ErrorIs(t, err, io.EOF, "the connection was closed")
+}
