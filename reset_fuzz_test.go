@@ -64,7 +64,8 @@ func fuzzNow(sec int64) time.Time {
 
 func FuzzParseWait(f *testing.F) {
 	for _, s := range []string{"7", "1.5", "6m0s", "2m59.56s", "2025-03-04T10:12:12Z", "Tue, 04 Mar 2025 10:11:19 GMT",
-		"1741083132", "1741083132000", "-1", "NaN", "1e300", ""} {
+		"1741083132", "1741083132000", "-1", "NaN", "1e300", "", "2025-04-30T13:32:11Z", "2024-02-29T23:59:59Z",
+		"0000-01-01T00:00:00Z", "9999-12-31T23:59:59Z", "2025-03-04T10:12:12.5Z", "1741083132.9999999999", "6ms", " 30ms"} {
 		f.Add(s, now.Unix())
 	}
 	f.Fuzz(func(t *testing.T, v string, sec int64) {
@@ -72,6 +73,9 @@ func FuzzParseWait(f *testing.F) {
 		d, ok := parseWait(v, now)
 		if d < 0 || d > maxHorizon || (!ok && d != 0) {
 			t.Errorf("parseWait(%q) = %v, %v, want a wait within [0, %v]", v, d, ok, maxHorizon)
+		}
+		if want, wantOK := refParseWait(v, now); d != want || ok != wantOK {
+			t.Errorf("parseWait(%q) at %v = %v, %v, want %v, %v as refParseWait reads it", v, now, d, ok, want, wantOK)
 		}
 	})
 }
