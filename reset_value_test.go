@@ -154,3 +154,18 @@ func TestRFC3339UTC(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseWhole holds parseWhole, which reads eight digits at a time, to
+// refParseWhole, which read one at a time.
+func FuzzParseWhole(f *testing.F) {
+	for _, seed := range []string{"", "0", "7", "1234567", "12345678", "123456789", "1000000000000", "999999999999999",
+		"1234567890123456", "1234567/", "/2345678", "12345678:", "1234:678", "123456789012345", "0000000000"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		got, ok := parseWhole(v)
+		if want, wantOK := refParseWhole(v); got != want || ok != wantOK {
+			t.Fatalf("parseWhole(%q) = %d, %v, want %d, %v as refParseWhole reads it", v, got, ok, want, wantOK)
+		}
+	})
+}
