@@ -198,26 +198,25 @@ func scanHeaders(h http.Header, a *answerHeaders) {
 			continue
 		}
 		first := word(k, 0)
-		switch bit := uint64(1) << headerStart(first); {
-		case headerStarts&bit == 0:
-		case prefixStarts&bit != 0 && a.prefixed(k, first):
-		default:
-			a.note(k, v[0])
+		bit := uint64(1) << headerStart(first)
+		if headerStarts&bit == 0 {
+			continue
 		}
-	}
-}
-
-// prefixed notes the group of the key k, whose first eight bytes are
-// first, if it has one of headerPrefixes, and reports whether it has.
-func (a *answerHeaders) prefixed(k string, first uint64) bool {
-	for i := range headerPrefixes {
-		if p := &headerPrefixes[i]; p.first == first && len(k) >= len(p.prefix) && word(k, len(p.prefix)-8) == p.last &&
-			strings.HasPrefix(k, p.prefix) {
-			a.groups |= p.group
-			return true
+		if prefixStarts&bit != 0 {
+			group := uint8(0)
+			for i := range headerPrefixes {
+				if p := &headerPrefixes[i]; p.first == first && len(k) >= len(p.prefix) && word(k, len(p.prefix)-8) == p.last &&
+					strings.HasPrefix(k, p.prefix) {
+					group = p.group
+					break
+				}
+			}
+			if a.groups |= group; group != 0 {
+				continue
+			}
 		}
+		a.note(k, v[0])
 	}
-	return false
 }
 
 // note notes the header k, of value v, if it is one of headerNames.

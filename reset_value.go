@@ -240,12 +240,39 @@ func parseNumber(v string) (float64, bool) {
 	if n, ok := parseWhole(v); ok {
 		return float64(n), true
 	}
+	if f, ok := parseDecimal(v); ok {
+		return f, true
+	}
 	f, err := strconv.ParseFloat(v, 64)
 	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
 		return 0, false
 	}
 	return f, true
 }
+
+// parseDecimal reads a decimal number of up to 15 digits with a point
+// between them ("0.72", "1.5"), as strconv.ParseFloat reads it but without
+// its general parsing: the digits make a whole number that a float64 holds
+// exactly, and so does the power of ten that divides it, so their quotient
+// is the number rounded once, as ParseFloat rounds it. It reports false for
+// any other text.
+func parseDecimal(v string) (float64, bool) {
+	point := strings.IndexByte(v, '.')
+	if point < 1 || point == len(v)-1 || len(v) > maxWholeDigits+1 {
+		return 0, false
+	}
+	whole, okWhole := parseWhole(v[:point])
+	frac, okFrac := parseWhole(v[point+1:])
+	if !okWhole || !okFrac {
+		return 0, false
+	}
+	scale := pow10[len(v)-point-1]
+	return float64(whole*int64(scale)+frac) / scale, true
+}
+
+// pow10 holds the powers of ten a float64 holds exactly that parseDecimal
+// needs.
+var pow10 = [...]float64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15}
 
 // maxWholeDigits bounds the digits parseWhole reads: any whole number of
 // them is exact as a float64.

@@ -169,3 +169,18 @@ func FuzzParseWhole(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseNumber holds parseNumber, which reads a short decimal number
+// itself, to refParseNumber, which left it to strconv.ParseFloat.
+func FuzzParseNumber(f *testing.F) {
+	for _, seed := range []string{"0.72", "1.0", "0.1", "0.3", "1.5", "33011.382867097855", "123456.789012345", "1234567.89012345",
+		"9.99999999999999", "0.000000000000001", ".5", "5.", "1.2.3", "1e3", "-1.5", "+1.5", "1_0.5", "0x1p3", "NaN", ""} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		got, ok := parseNumber(v)
+		if want, wantOK := refParseNumber(v); got != want || ok != wantOK {
+			t.Fatalf("parseNumber(%q) = %v, %v, want %v, %v as refParseNumber reads it", v, got, ok, want, wantOK)
+		}
+	})
+}
