@@ -75,9 +75,11 @@ func (t *timeValue) read(v string) {
 	// The values of most answers first: a whole number ("7",
 	// "1741083132"), a whole number and a unit ("6ms") and an RFC 3339
 	// time, none of which needs the search for a date's colon.
-	if n, ok := parseWhole(v); ok && v != "" {
-		t.number(float64(n))
-		return
+	if v != "" && isDigit(v[len(v)-1]) {
+		if n, ok := parseWhole(v); ok {
+			t.number(float64(n))
+			return
+		}
 	}
 	n, digits := leadingWhole(v)
 	switch {
@@ -140,9 +142,15 @@ func (t *timeValue) number(f float64) {
 // wait returns the wait from now until the moment t names, and whether t
 // names one.
 func (t *timeValue) wait(now time.Time) (time.Duration, bool) {
+	if t.kind == timeWait {
+		return time.Duration(t.n), true // the common value, without a call
+	}
+	return t.waitFrom(now)
+}
+
+// waitFrom is wait for a value that is not a timeWait.
+func (t *timeValue) waitFrom(now time.Time) (time.Duration, bool) {
 	switch t.kind {
-	case timeWait:
-		return time.Duration(t.n), true
 	case timeEpoch:
 		return waitUntilEpoch(t.epoch, time.Duration(t.n), now), true
 	case timeDate:
@@ -155,10 +163,10 @@ func (t *timeValue) wait(now time.Time) (time.Duration, bool) {
 // space around it: a value that starts and ends with ASCII that is no
 // space is returned as it is.
 func trimSpace(v string) string {
-	if v != "" && v[0]-'!' < utf8.RuneSelf-'!' && v[len(v)-1]-'!' < utf8.RuneSelf-'!' {
-		return v // a byte below '!' wraps above
+	if len(v) == 0 || v[0]-'!' >= utf8.RuneSelf-'!' || v[len(v)-1]-'!' >= utf8.RuneSelf-'!' { // a byte below '!' wraps above
+		return strings.TrimSpace(v)
 	}
-	return strings.TrimSpace(v)
+	return v
 }
 
 // maxDurationDigits bounds the digits of a duration simpleDuration reads,
