@@ -132,28 +132,34 @@ type headerPrefix struct {
 // (Ratelimit); headerSlot needs eight bytes.
 const minHeaderName = len(headerRateLimit)
 
-// headerStarts has a bit set for the first eight bytes of each name
-// scanHeaders looks for, and of each prefix, by headerStart: a key whose
-// bit is clear is none of them, found so at the cost of one multiply.
-var headerStarts = func() (starts uint64) {
+// headerStarts has a bit set, of its 256, for the first eight bytes of
+// each name scanHeaders looks for, and of each prefix, by headerStart: a
+// key whose bit is clear is none of them, found so at the cost of one
+// multiply.
+var headerStarts = func() (starts [4]uint64) {
 	for _, n := range headerNames {
-		starts |= 1 << headerStart(word(n.name, 0))
+		s := headerStart(word(n.name, 0))
+		starts[s/64] |= 1 << (s % 64)
 	}
-	return starts | prefixStarts
+	for i, p := range prefixStarts {
+		starts[i] |= p
+	}
+	return starts
 }()
 
 // prefixStarts has the bits of headerStarts of headerPrefixes.
-var prefixStarts = func() (starts uint64) {
+var prefixStarts = func() (starts [4]uint64) {
 	for _, p := range headerPrefixes {
-		starts |= 1 << headerStart(p.first)
+		s := headerStart(p.first)
+		starts[s/64] |= 1 << (s % 64)
 	}
 	return starts
 }()
 
 // headerStart returns the bit of headerStarts for a key whose first eight
 // bytes are first: a hash of them.
-func headerStart(first uint64) uint {
-	return uint((first * 0x9e3779b97f4a7c15) >> 58)
+func headerStart(first uint64) uint8 {
+	return uint8((first * 0x9e3779b97f4a7c15) >> 56)
 }
 
 // headerSlots is an open-addressed table of headerNames by headerSlot,
@@ -198,11 +204,12 @@ func scanHeaders(h http.Header, a *answerHeaders) {
 			continue
 		}
 		first := word(k, 0)
-		bit := uint64(1) << headerStart(first)
-		if headerStarts&bit == 0 {
+		start := headerStart(first)
+		bit := uint64(1) << (start % 64)
+		if headerStarts[start/64]&bit == 0 {
 			continue
 		}
-		if prefixStarts&bit != 0 {
+		if prefixStarts[start/64]&bit != 0 {
 			group := uint8(0)
 			for i := range headerPrefixes {
 				if p := &headerPrefixes[i]; p.first == first && len(k) >= len(p.prefix) && word(k, len(p.prefix)-8) == p.last &&
