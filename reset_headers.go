@@ -163,9 +163,9 @@ func headerStart(first uint64) uint8 {
 }
 
 // headerSlots is an open-addressed table of headerNames by headerSlot,
-// probed linearly, one slot for each value of a byte: each slot holds an index into headerNames plus one, or
-// 0 when empty. A fifth full, it finds most names at their slot and most
-// other keys at an empty one.
+// probed linearly, a slot for each value of a byte: each holds an index
+// into headerNames plus one, or 0 when empty. A fifth full, it finds most
+// names at their slot and most other keys at an empty one.
 var headerSlots = func() (slots [1 << 8]uint8) {
 	for i, n := range headerNames {
 		s := headerSlot(n.name)
@@ -199,6 +199,7 @@ func word(s string, i int) uint64 {
 // counter's header. Keys are matched as a lookup of the canonical name
 // would match them; a header without a value is as absent.
 func scanHeaders(h http.Header, a *answerHeaders) {
+keys:
 	for k, v := range h {
 		if len(k) < minHeaderName || len(v) == 0 {
 			continue
@@ -210,16 +211,12 @@ func scanHeaders(h http.Header, a *answerHeaders) {
 			continue
 		}
 		if prefixStarts[start/64]&bit != 0 {
-			group := uint8(0)
 			for i := range headerPrefixes {
 				if p := &headerPrefixes[i]; p.first == first && len(k) >= len(p.prefix) && word(k, len(p.prefix)-8) == p.last &&
 					strings.HasPrefix(k, p.prefix) {
-					group = p.group
-					break
+					a.groups |= p.group
+					continue keys
 				}
-			}
-			if a.groups |= group; group != 0 {
-				continue
 			}
 		}
 		a.note(k, v[0])

@@ -34,8 +34,8 @@ const (
 // empty, negative, NaN, infinite or unreadable value.
 //
 // It is the one place the package turns a time value into a wait: every
-// header and body field goes through it (or through readTime and
-// timeValue.wait, its two steps), so every wait is capped alike.
+// header and body field goes through it (or through its two steps,
+// timeValue.read and timeValue.wait), so every wait is capped alike.
 func parseWait(v string, now time.Time) (time.Duration, bool) {
 	var t timeValue
 	t.read(v)
@@ -169,8 +169,8 @@ func trimSpace(v string) string {
 	return v
 }
 
-// maxDurationDigits bounds the digits of a duration simpleDuration reads,
-// so that it needs no care for overflow beyond its unit's.
+// maxDurationDigits bounds the digits of the number simpleDuration reads;
+// a longer one is left to time.ParseDuration.
 const maxDurationDigits = 12
 
 // simpleDuration reads a Go duration of one whole number and one unit
