@@ -9,7 +9,7 @@ import (
 )
 
 // refParseWait is parseWait as it was before it read a value in two steps
-// (readTime, then its wait from now) with its own reading of RFC 3339
+// (timeValue.read, then its wait from now) with its own reading of RFC 3339
 // dates; it and the functions below it read as parseWait's did then.
 // FuzzParseWait holds parseWait to it on any input.
 func refParseWait(v string, now time.Time) (time.Duration, bool) {
