@@ -62,7 +62,7 @@ func Classify(status int, h http.Header, body []byte, now time.Time) (Kind, Rese
 func classify(status int, h http.Header, body []byte, now time.Time) verdict {
 	var a answerHeaders
 	scanHeaders(h, &a)
-	if a.groups == 0 && status < 400 {
+	if a.empty() && status < 400 {
 		return verdict{} // the common answer: a success without rate-limit headers
 	}
 	var e evidence

@@ -66,7 +66,7 @@ type Reset struct {
 func ParseRateLimitReset(h http.Header, now time.Time) Reset {
 	var a answerHeaders
 	scanHeaders(h, &a)
-	if a.groups == 0 {
+	if a.empty() {
 		return Reset{}
 	}
 	var e evidence

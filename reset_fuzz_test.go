@@ -43,6 +43,23 @@ func headerLines(s string) http.Header {
 	return h
 }
 
+// rawHeaderLines reads "Name: value" lines into a header map as a map
+// built by hand may hold them: keys as they are, values untrimmed but for
+// the space after the colon, and a line without a colon a key with no
+// values.
+func rawHeaderLines(s string) http.Header {
+	h := http.Header{}
+	for line := range strings.Lines(s) {
+		k, v, ok := strings.Cut(strings.TrimRight(line, "\r\n"), ":")
+		if !ok {
+			h[k] = append(h[k], []string{}...)
+			continue
+		}
+		h[k] = append(h[k], strings.TrimPrefix(v, " "))
+	}
+	return h
+}
+
 // asLines writes a header map as "Name: value" lines.
 func asLines(h map[string][]string) string {
 	var b strings.Builder
@@ -64,7 +81,8 @@ func fuzzNow(sec int64) time.Time {
 
 func FuzzParseWait(f *testing.F) {
 	for _, s := range []string{"7", "1.5", "6m0s", "2m59.56s", "2025-03-04T10:12:12Z", "Tue, 04 Mar 2025 10:11:19 GMT",
-		"1741083132", "1741083132000", "-1", "NaN", "1e300", ""} {
+		"1741083132", "1741083132000", "-1", "NaN", "1e300", "", "2025-04-30T13:32:11Z", "2024-02-29T23:59:59Z",
+		"0000-01-01T00:00:00Z", "9999-12-31T23:59:59Z", "2025-03-04T10:12:12.5Z", "1741083132.9999999999", "6ms", " 30ms"} {
 		f.Add(s, now.Unix())
 	}
 	f.Fuzz(func(t *testing.T, v string, sec int64) {
@@ -72,6 +90,9 @@ func FuzzParseWait(f *testing.F) {
 		d, ok := parseWait(v, now)
 		if d < 0 || d > maxHorizon || (!ok && d != 0) {
 			t.Errorf("parseWait(%q) = %v, %v, want a wait within [0, %v]", v, d, ok, maxHorizon)
+		}
+		if want, wantOK := refParseWait(v, now); d != want || ok != wantOK {
+			t.Errorf("parseWait(%q) at %v = %v, %v, want %v, %v as refParseWait reads it", v, now, d, ok, want, wantOK)
 		}
 	})
 }
@@ -109,6 +130,49 @@ func FuzzParseUsageLimitBody(f *testing.F) {
 	})
 }
 
+// FuzzReadHeaders holds scanHeaders and readHeaders to refReadHeaders, the
+// reading before them, on any header map, canonical or not, and checks that
+// an answer scanHeaders finds empty says nothing to refReadHeaders either.
+func FuzzReadHeaders(f *testing.F) {
+	for _, a := range loadRecordedAnswers(f) {
+		f.Add(asLines(a.Headers), a.Now.Unix())
+	}
+	for _, h := range benchHeaders {
+		f.Add(asLines(h), now.Unix())
+	}
+	f.Add(asLines(newCannedBase().header), now.Unix())
+	// An empty remaining count is as absent: the reset dates the limit alone.
+	f.Add("X-Ratelimit-Remaining-Requests:\nX-Ratelimit-Reset-Requests: 6ms\nX-Ratelimit-Limit-Requests\n", now.Unix())
+	f.Fuzz(func(t *testing.T, lines string, sec int64) {
+		now := fuzzNow(sec)
+		for _, h := range []http.Header{headerLines(lines), rawHeaderLines(lines)} {
+			var a answerHeaders
+			scanHeaders(h, &a)
+			var got evidence
+			readHeaders(h, &a, now, &got)
+			want, _ := refReadHeaders(h, now)
+			if got != want {
+				t.Errorf("readHeaders(%v) at %v = %+v, want %+v as refReadHeaders reads it", h, now, got, want)
+			}
+			if a.empty() && want != (evidence{}) {
+				t.Errorf("scanHeaders(%v) found nothing to read, but refReadHeaders reads %+v", h, want)
+			}
+		}
+	})
+}
+
+// refClassify is classify with the reading of headers before scanHeaders
+// matched keys through headerSlots (refReadHeaders).
+func refClassify(status int, h http.Header, body []byte, now time.Time) verdict {
+	e, scanned := refReadHeaders(h, now)
+	if !scanned && status < 400 {
+		return verdict{}
+	}
+	v := judge(status, body, &e, now)
+	v.stated = e.stated
+	return v
+}
+
 func FuzzClassify(f *testing.F) {
 	for _, a := range loadRecordedAnswers(f) {
 		f.Add(a.Status, asLines(a.Headers), []byte(a.Body), a.Now.Unix())
@@ -126,6 +190,9 @@ func FuzzClassify(f *testing.F) {
 		}
 		if v.oversized && v.kind != KindRate {
 			t.Errorf("%s oversized with kind %v, want rate", call, v.kind)
+		}
+		if want := refClassify(status, headerLines(lines), body, now); v != want {
+			t.Errorf("%s = %+v, want %+v as refClassify reads it", call, v, want)
 		}
 	})
 }

@@ -32,19 +32,18 @@ const (
 	headerUnifiedOverageReason = "Anthropic-Ratelimit-Unified-Overage-Disabled-Reason"
 )
 
-// The groups of rate-limit headers. scanHeaders notes which occur, so that
-// an answer without any costs one pass over its keys and no lookup, and an
-// answer with some reads only the headers of its groups.
+// The groups of headers read by name. scanHeaders notes which occur, so
+// that an answer without rate-limit headers costs one pass over its keys
+// and no lookup, and an answer with some reads only its groups' headers.
 const (
 	groupRetryAfter uint8 = 1 << iota // Retry-After, Retry-After-Ms, X-Ms-Retry-After-Ms
-	groupXRateLimit                   // X-Ratelimit-*
-	groupRateLimit                    // Ratelimit, Ratelimit-* (IETF)
-	groupAnthropic                    // Anthropic-Ratelimit-* of API keys
+	groupRateLimit                    // Ratelimit (IETF, structured)
 	groupUnified                      // Anthropic-Ratelimit-Unified-* of subscriptions
 	groupCodex                        // X-Codex-*
+	groupGroq                         // X-Groq-Region: Groq served the answer
 )
 
-// The headers of a counter, in the order of counterFields.
+// The headers of a counter.
 const (
 	fieldLimit = iota
 	fieldRemaining
@@ -52,120 +51,202 @@ const (
 	counterFields
 )
 
-// answerHeaders is what one pass over an answer's header keys finds: the
-// groups of rate-limit headers it carries, the first value of each
-// counter's headers, and whether Groq served it. It lets the counters be
-// read without a map lookup per name.
+// answerHeaders is what one pass over an answer's headers finds: the groups
+// of headers read by name it carries, and the values of its counters'
+// headers, read. It holds no pointer, so filling it costs the collector
+// nothing.
 type answerHeaders struct {
 	groups uint8
-	groq   bool
 	// counted has bit i set when counter i has a header in the answer.
 	counted uint16
-	// values holds the first value of each counter's headers, by id (see
-	// counterNames): counter*counterFields + field ("" where the answer
-	// has none).
-	values [len(counters) * counterFields]string
+	values  [len(counters)]counterValues
 }
 
-// counterValues returns the values of counter i's headers.
-func (a *answerHeaders) counterValues(i int) *[counterFields]string {
-	return (*[counterFields]string)(a.values[i*counterFields:])
+// counterValues are the values of one counter's headers (see
+// counter.read); the zero value of each is the header's absence.
+type counterValues struct {
+	// limit and remaining are the leading numbers of the limit's and the
+	// remaining count's values (see leadingNumber), 0 where there is none.
+	limit, remaining float64
+	// remainingOK says the remaining count's value has a leading number,
+	// remainingSet that it is not empty.
+	remainingOK, remainingSet bool
+	reset                     timeValue
 }
 
 // This fails to compile when answerHeaders.counted has no bit for a counter.
 const _ = uint16(1) << (len(counters) - 1)
 
-// counterNames holds the canonical name of each counter header by id,
-// counter*counterFields + field; "" where a counter has no such header.
-var counterNames = func() (names [len(counters) * counterFields]string) {
-	for i, c := range counters {
-		names[i*counterFields+fieldLimit] = c.limit
-		names[i*counterFields+fieldRemaining] = c.remaining
-		names[i*counterFields+fieldReset] = c.reset
-	}
-	return names
-}()
-
-// counterNamesByLen lists the ids of the counter headers (see counterNames)
-// by the length of their names: a key is matched by comparing it with the
-// few names of its length, with no hashing.
-var counterNamesByLen = func() [][]uint8 {
-	var byLen [][]uint8
-	for id, name := range counterNames {
-		if name == "" {
-			continue
-		}
-		for len(byLen) <= len(name) {
-			byLen = append(byLen, nil)
-		}
-		byLen[len(name)] = append(byLen[len(name)], uint8(id))
-	}
-	return byLen
-}()
-
-// counterHeader returns the id (see counterNames) of the counter header named
-// k, or false. The names of one length differ within their last bytes
-// (-Requests and -Tokens, -Limit- and -Reset-), which are compared first.
-func counterHeader(k string) (uint8, bool) {
-	if len(k) >= len(counterNamesByLen) {
-		return 0, false
-	}
-	for _, id := range counterNamesByLen[len(k)] {
-		if name := counterNames[id]; name[len(name)-1] == k[len(k)-1] && name[len(name)/2] == k[len(k)/2] && name == k {
-			return id, true
-		}
-	}
-	return 0, false
+// headerName is a header scanHeaders looks for: a counter's (group 0),
+// or one its group's reader reads by name.
+type headerName struct {
+	name           string
+	group          uint8
+	counter, field uint8
 }
 
-// scanHeaders reads into a, which must be zero, in one pass over the keys of
-// h, which groups of rate-limit headers h carries and the values of the
-// counters' headers. Keys are matched as net/http canonicalizes them, as a
-// lookup of the canonical name would match them.
-func scanHeaders(h http.Header, a *answerHeaders) {
-	for k, v := range h {
-		if len(k) < len("Ratelimit") {
-			continue
-		}
-		counter := false
-		switch k[0] {
-		case 'R':
-			switch {
-			case strings.HasPrefix(k, headerRetryAfter):
-				a.groups |= groupRetryAfter
-			case strings.HasPrefix(k, headerRateLimit):
-				a.groups |= groupRateLimit
-				counter = true
+// headerNames are the headers scanHeaders looks for by name: every
+// counter's, and those of the groups whose names are few.
+var headerNames = func() []headerName {
+	var names []headerName
+	for i, c := range counters {
+		for field, name := range [counterFields]string{c.limit, c.remaining, c.reset} {
+			if name != "" {
+				names = append(names, headerName{name: name, counter: uint8(i), field: uint8(field)})
 			}
-		case 'X':
-			switch {
-			case strings.HasPrefix(k, "X-Ratelimit-"):
-				a.groups |= groupXRateLimit
-				counter = true
-			case strings.HasPrefix(k, "X-Codex-"):
-				a.groups |= groupCodex
-			case k == headerMsRetryAfterMs:
-				a.groups |= groupRetryAfter
-			case k == headerGroqRegion:
-				a.groq = true
-			}
-		case 'A':
-			switch {
-			case strings.HasPrefix(k, "Anthropic-Ratelimit-Unified-"):
-				a.groups |= groupUnified
-			case strings.HasPrefix(k, "Anthropic-Ratelimit-"):
-				a.groups |= groupAnthropic
-				counter = true
-			}
-		}
-		if !counter || len(v) == 0 {
-			continue
-		}
-		if id, ok := counterHeader(k); ok {
-			a.values[id] = v[0]
-			a.counted |= 1 << (id / counterFields)
 		}
 	}
+	return append(names,
+		headerName{name: headerRetryAfter, group: groupRetryAfter},
+		headerName{name: headerRetryAfterMs, group: groupRetryAfter},
+		headerName{name: headerMsRetryAfterMs, group: groupRetryAfter},
+		headerName{name: headerRateLimit, group: groupRateLimit},
+		headerName{name: headerGroqRegion, group: groupGroq})
+}()
+
+// headerPrefixes name the groups of many headers by the prefix their
+// names share, as their readers read them by name. A prefix's first and
+// last eight bytes turn most other keys away before they are compared
+// whole.
+var headerPrefixes = func() [2]headerPrefix {
+	prefixes := [...]headerPrefix{
+		{prefix: "Anthropic-Ratelimit-Unified-", group: groupUnified},
+		{prefix: "X-Codex-", group: groupCodex},
+	}
+	for i := range prefixes {
+		p := &prefixes[i]
+		p.first, p.last = word(p.prefix, 0), word(p.prefix, len(p.prefix)-8)
+	}
+	return prefixes
+}()
+
+// headerPrefix is one of headerPrefixes.
+type headerPrefix struct {
+	prefix string
+	first  uint64 // its first eight bytes
+	last   uint64 // its last eight bytes
+	group  uint8
+}
+
+// minHeaderName is the length of the shortest name scanHeaders looks for
+// (Ratelimit); headerSlot needs eight bytes.
+const minHeaderName = len(headerRateLimit)
+
+// headerStarts has a bit set, of its 64, for the first eight bytes of
+// each name scanHeaders looks for, and of each prefix, by headerStart: a
+// key whose bit is clear is none of them, found so at the cost of one
+// multiply. (Of 256 bits, in four words, fewer other keys go on, but the
+// load of the word a key needs waits on the multiply: slower.)
+var headerStarts = func() (starts uint64) {
+	for _, n := range headerNames {
+		starts |= 1 << headerStart(word(n.name, 0))
+	}
+	return starts | prefixStarts
+}()
+
+// prefixStarts has the bits of headerStarts of headerPrefixes.
+var prefixStarts = func() (starts uint64) {
+	for _, p := range headerPrefixes {
+		starts |= 1 << headerStart(p.first)
+	}
+	return starts
+}()
+
+// headerStart returns the bit of headerStarts for a key whose first eight
+// bytes are first: a hash of them.
+func headerStart(first uint64) uint {
+	return uint((first * 0x9e3779b97f4a7c15) >> 58)
+}
+
+// headerSlots is an open-addressed table of headerNames by headerSlot,
+// probed linearly, a slot for each value of a byte: each holds an index
+// into headerNames plus one, or 0 when empty. A fifth full, it finds most
+// names at their slot and most other keys at an empty one.
+var headerSlots = func() (slots [1 << 8]uint8) {
+	for i, n := range headerNames {
+		s := headerSlot(n.name)
+		for slots[s] != 0 {
+			s++ // from the last slot to the first
+		}
+		slots[s] = uint8(i + 1)
+	}
+	return slots
+}()
+
+// headerSlot returns where the key k, of minHeaderName bytes or more,
+// starts its probe in headerSlots: a hash of its length and of its first,
+// middle and last eight bytes, which tell the names of one vendor apart
+// (X-Ratelimit-Limit-Requests-Day from X-Ratelimit-Reset-Requests-Day in
+// the middle).
+func headerSlot(k string) uint8 {
+	x := word(k, 0) ^ bits.RotateLeft64(word(k, len(k)/2-4), 21) ^ bits.RotateLeft64(word(k, len(k)-8), 42) ^ uint64(len(k))
+	return uint8((x * 0x9e3779b97f4a7c15) >> (64 - 8))
+}
+
+// word returns the eight bytes of s from i, little-endian, read at once.
+func word(s string, i int) uint64 {
+	s = s[i : i+8]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+// scanHeaders reads into a, which must be zero, in one pass over h, which
+// groups of headers read by name h carries, and the value of each
+// counter's header. Keys are matched as a lookup of the canonical name
+// would match them; a header without a value is as absent.
+func scanHeaders(h http.Header, a *answerHeaders) {
+keys:
+	for k, v := range h {
+		if len(k) < minHeaderName || len(v) == 0 {
+			continue
+		}
+		first := word(k, 0)
+		bit := uint64(1) << headerStart(first)
+		if headerStarts&bit == 0 {
+			continue
+		}
+		if prefixStarts&bit != 0 {
+			for i := range headerPrefixes {
+				if p := &headerPrefixes[i]; p.first == first && len(k) >= len(p.prefix) && word(k, len(p.prefix)-8) == p.last &&
+					strings.HasPrefix(k, p.prefix) {
+					a.groups |= p.group
+					continue keys
+				}
+			}
+		}
+		a.note(k, v[0])
+	}
+}
+
+// note notes the header k, of value v, if it is one of headerNames.
+func (a *answerHeaders) note(k, v string) {
+	for s := headerSlot(k); headerSlots[s] != 0; s++ {
+		n := &headerNames[headerSlots[s]-1]
+		if n.name != k {
+			continue
+		}
+		if n.group != 0 {
+			a.groups |= n.group
+			return
+		}
+		a.counted |= 1 << (n.counter & 15)
+		switch f := &a.values[n.counter]; n.field {
+		case fieldLimit:
+			f.limit, _ = leadingNumber(v)
+		case fieldRemaining:
+			f.remaining, f.remainingOK = leadingNumber(v)
+			f.remainingSet = v != ""
+		default:
+			f.reset.read(v)
+		}
+		return
+	}
+}
+
+// empty reports whether the answer scanned into a has none of the headers
+// readHeaders reads.
+func (a *answerHeaders) empty() bool {
+	return a.groups == 0 && a.counted == 0
 }
 
 // readHeaders reads the rate-limit headers of an answer, as scanHeaders
@@ -175,15 +256,16 @@ func readHeaders(h http.Header, a *answerHeaders, now time.Time, e *evidence) {
 	if g&groupRetryAfter != 0 {
 		e.retryAfter, e.hasRetryAfter = RetryAfterFromHeaders(h, now)
 	}
+	groq := g&groupGroq != 0
 	// A counter without headers reads as nothing: only those with some
 	// are read.
 	for m := a.counted; m != 0; m &= m - 1 {
 		i := bits.TrailingZeros16(m)
-		c, values := &counters[i], a.counterValues(i)
-		if l, ok := c.read(values, now, a.groq); ok {
+		c := &counters[i]
+		if l, ok := c.read(h, &a.values[i], now, groq); ok {
 			e.add(l)
 			if l.limit > 0 || l.spent {
-				e.stated.note(c.axisOf(values[fieldLimit], a.groq, l.limit), l.limit, l.remaining, l.wait, l.hasReset)
+				e.stated.note(c.axisOf(h, groq, l.limit), l.limit, l.remaining, l.wait, l.hasReset)
 			}
 		}
 	}
@@ -208,7 +290,6 @@ type counter struct {
 	// axis is the window of the pool's the limit counts (see stated.go),
 	// axisAtGroq the same at Groq; axisNone for a limit of another length.
 	axis, axisAtGroq windowAxis
-	group            uint8 // the header group of the names
 	// policies says the limit may list quota policies with their window
 	// lengths after the live limit: "15, 100;w=60".
 	policies bool
@@ -229,87 +310,79 @@ var counters = [...]counter{
 	// Groq: -requests counts requests per DAY, -tokens tokens per minute;
 	// https://console.groq.com/docs/rate-limits.
 	{limit: "X-Ratelimit-Limit-Requests", remaining: "X-Ratelimit-Remaining-Requests", reset: "X-Ratelimit-Reset-Requests",
-		atGroq: WindowDaily, axis: axisRPM, axisAtGroq: axisRPD, group: groupXRateLimit, resetAlone: true},
+		atGroq: WindowDaily, axis: axisRPM, axisAtGroq: axisRPD, resetAlone: true},
 	{limit: "X-Ratelimit-Limit-Tokens", remaining: "X-Ratelimit-Remaining-Tokens", reset: "X-Ratelimit-Reset-Tokens",
-		axis: axisTPM, group: groupXRateLimit, resetAlone: true},
+		axis: axisTPM, resetAlone: true},
 	// Cerebras names the window in the header; resets are countdowns in float
 	// seconds; https://inference-docs.cerebras.ai/support/rate-limits.
 	// Mistral sends -tokens-minute too, without a reset
 	// (github.com/mistralai/client-ts/issues/169).
 	{limit: "X-Ratelimit-Limit-Requests-Day", remaining: "X-Ratelimit-Remaining-Requests-Day", reset: "X-Ratelimit-Reset-Requests-Day",
-		window: WindowDaily, axis: axisRPD, group: groupXRateLimit},
+		window: WindowDaily, axis: axisRPD},
 	{limit: "X-Ratelimit-Limit-Tokens-Minute", remaining: "X-Ratelimit-Remaining-Tokens-Minute", reset: "X-Ratelimit-Reset-Tokens-Minute",
-		axis: axisTPM, group: groupXRateLimit},
+		axis: axisTPM},
 	// Mistral: requests per minute, no reset (same source).
 	{limit: "X-Ratelimit-Limit-Req-Minute", remaining: "X-Ratelimit-Remaining-Req-Minute",
-		axis: axisRPM, group: groupXRateLimit},
+		axis: axisRPM},
 	// One unnamed window: GitHub (hourly, reset in epoch seconds;
 	// docs.github.com rate-limits-for-the-rest-api), OpenRouter (reset in
 	// epoch milliseconds, also inside its 429 bodies), Together (a countdown
 	// in seconds, on 429s; togethercomputer/skills#61).
 	{limit: "X-Ratelimit-Limit", remaining: "X-Ratelimit-Remaining", reset: "X-Ratelimit-Reset",
-		group: groupXRateLimit, resetAlone: true},
+		resetAlone: true},
 	// The IETF three-field form, draft-ietf-httpapi-ratelimit-headers-00 to
 	// -06: countdown seconds (gitlab.com sends epoch seconds instead).
 	{limit: "Ratelimit-Limit", remaining: "Ratelimit-Remaining", reset: "Ratelimit-Reset",
-		group: groupRateLimit, policies: true},
+		policies: true},
 	// Anthropic API keys: per-minute buckets, resets in RFC 3339;
 	// https://docs.anthropic.com/en/api/rate-limits#response-headers. The
 	// tokens bucket is the tightest of the input and output ones, which
 	// the pool's windows (one token count) do not keep apart.
 	{limit: "Anthropic-Ratelimit-Requests-Limit", remaining: "Anthropic-Ratelimit-Requests-Remaining", reset: "Anthropic-Ratelimit-Requests-Reset",
-		axis: axisRPM, group: groupAnthropic, resetAlone: true},
+		axis: axisRPM, resetAlone: true},
 	{limit: "Anthropic-Ratelimit-Tokens-Limit", remaining: "Anthropic-Ratelimit-Tokens-Remaining", reset: "Anthropic-Ratelimit-Tokens-Reset",
-		axis: axisTPM, group: groupAnthropic, resetAlone: true},
-	{limit: "Anthropic-Ratelimit-Input-Tokens-Limit", remaining: "Anthropic-Ratelimit-Input-Tokens-Remaining", reset: "Anthropic-Ratelimit-Input-Tokens-Reset",
-		group: groupAnthropic},
-	{limit: "Anthropic-Ratelimit-Output-Tokens-Limit", remaining: "Anthropic-Ratelimit-Output-Tokens-Remaining", reset: "Anthropic-Ratelimit-Output-Tokens-Reset",
-		group: groupAnthropic},
+		axis: axisTPM, resetAlone: true},
+	{limit: "Anthropic-Ratelimit-Input-Tokens-Limit", remaining: "Anthropic-Ratelimit-Input-Tokens-Remaining", reset: "Anthropic-Ratelimit-Input-Tokens-Reset"},
+	{limit: "Anthropic-Ratelimit-Output-Tokens-Limit", remaining: "Anthropic-Ratelimit-Output-Tokens-Remaining", reset: "Anthropic-Ratelimit-Output-Tokens-Reset"},
 }
 
-// read reads the counter from the values of its headers (see
-// answerHeaders); it reports false when they have neither a readable
-// remaining count nor, where the reset may come alone, a reset. A reset
-// without a remaining count dates a limit without saying how full it is. A
-// negative count is Azure's placeholder for unknown, and so is the reset
-// beside it.
-func (c *counter) read(values *[counterFields]string, now time.Time, groq bool) (limitEvidence, bool) {
-	remainingField := values[fieldRemaining]
-	remaining, ok := leadingNumber(remainingField)
-	if !ok {
-		if remainingField != "" || !c.resetAlone {
+// read reads the counter from the values of its headers in h, as
+// scanHeaders read them into f; it reports false when they have neither a
+// readable remaining count nor, where the reset may come alone, a reset. A
+// reset without a remaining count dates a limit without saying how full it
+// is. A negative count is Azure's placeholder for unknown, and so is the
+// reset beside it.
+func (c *counter) read(h http.Header, f *counterValues, now time.Time, groq bool) (limitEvidence, bool) {
+	if !f.remainingOK {
+		if f.remainingSet || !c.resetAlone {
 			return limitEvidence{}, false
 		}
 		var l limitEvidence
-		l.wait, l.hasReset = parseWait(values[fieldReset], now)
+		l.wait, l.hasReset = f.reset.wait(now)
 		return l, l.hasReset
 	}
-	limitField := values[fieldLimit]
-	limit, _ := leadingNumber(limitField)
 	window := c.window
 	switch {
 	case groq && c.atGroq != WindowNone:
 		window = c.atGroq
 	case c.policies:
-		window = policyWindow(limitField, limit)
+		window = policyWindow(first(h, c.limit), f.limit)
 	}
-	l := counted(window, remaining, limit)
-	if c.reset != "" {
-		l.wait, l.hasReset = parseWait(values[fieldReset], now)
-	}
+	l := counted(window, f.remaining, f.limit)
+	l.wait, l.hasReset = f.reset.wait(now) // the zero timeValue where the counter has no reset
 	return l, true
 }
 
 // axisOf returns the window of the pool's the counter's limit counts: its
-// axis, Groq's where Groq differs, or for an IETF limit (limitField is its
-// header's value) the length of the quota policy that matches the live
-// limit ("15, 15;w=60").
-func (c *counter) axisOf(limitField string, groq bool, limit float64) windowAxis {
+// axis, Groq's where Groq differs, or for an IETF limit the length of the
+// quota policy in its header's value in h that matches the live limit
+// ("15, 15;w=60").
+func (c *counter) axisOf(h http.Header, groq bool, limit float64) windowAxis {
 	switch {
 	case groq && c.axisAtGroq != axisNone:
 		return c.axisAtGroq
 	case c.policies:
-		for item := range strings.SplitSeq(limitField, ",") {
+		for item := range strings.SplitSeq(first(h, c.limit), ",") {
 			quota, params := sfItem(item)
 			if q, ok := parseNumber(quota); ok && q == limit {
 				return policyAxis(params)

@@ -208,3 +208,36 @@ func BenchmarkParseRateLimitReset(b *testing.B) {
 		})
 	}
 }
+
+// Every header scanHeaders looks for is found, each where it belongs,
+// and a key that differs from one in any byte is not.
+func TestScanHeadersFindsEveryName(t *testing.T) {
+	for _, n := range headerNames {
+		var a answerHeaders
+		scanHeaders(http.Header{n.name: {"1"}}, &a)
+		want := answerHeaders{groups: n.group}
+		if n.group == 0 {
+			want.counted = 1 << n.counter
+			switch n.field {
+			case fieldLimit:
+				want.values[n.counter].limit = 1
+			case fieldRemaining:
+				want.values[n.counter].remaining, want.values[n.counter].remainingOK, want.values[n.counter].remainingSet = 1, true, true
+			default:
+				want.values[n.counter].reset = timeValue{kind: timeWait, n: int64(time.Second)}
+			}
+		}
+		assert.Equal(t, want, a, "scanHeaders(%s: 1)", n.name)
+		for i := range n.name {
+			other := n.name[:i] + "~" + n.name[i+1:]
+			var a answerHeaders
+			scanHeaders(http.Header{other: {"1"}}, &a)
+			assert.True(t, a.empty(), "scanHeaders(%s: 1) = %+v, want nothing found", other, a)
+		}
+	}
+	for _, p := range headerPrefixes {
+		var a answerHeaders
+		scanHeaders(http.Header{p.prefix + "Anything": {"1"}}, &a)
+		assert.Equal(t, answerHeaders{groups: p.group}, a, "scanHeaders(%sAnything: 1)", p.prefix)
+	}
+}
