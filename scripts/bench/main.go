@@ -1,7 +1,8 @@
 // Command bench runs keypool's performance benchmarks and prints one table
 // of the ratios the project's goals are stated in, each against its goal.
 // Machines are shared and noisy, so every figure is a ratio of two things
-// measured in the same run, and each is the median of several runs.
+// measured in the same round, seconds apart, and each is the median of
+// several rounds' ratios.
 //
 // It also measures keypool serve against a plain reverse proxy
 // (scripts/bench/proxy, as processes of their own) and prints how a
@@ -17,8 +18,10 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -31,45 +34,79 @@ type result map[string][]float64 // unit ("ns/op", "allocs/op", "%served") → v
 
 var line = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)
 
-// run runs the benchmarks matching pattern in pkg count times and returns
-// their results by name.
-func run(pkg, pattern string, count int) (map[string]result, error) {
-	cmd := exec.Command("go", "test", "-run", "^$", "-bench", pattern, "-benchmem", "-count", strconv.Itoa(count), pkg)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, os.Stderr
-	fmt.Fprintf(os.Stderr, "running %s in %s ×%d\n", pattern, pkg, count)
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("%s: %v\n%s", pattern, err, out.String())
-	}
+// run runs the benchmarks matching pattern in the test binary bin, from
+// the package's directory dir, rounds times one after the other, and
+// returns their results by name: value i of each is round i's, so that
+// two benchmarks of one round, run seconds apart, compare with one another
+// rather than with another round, on a machine whose speed wanders by a
+// third from one minute to the next.
+func run(bin, dir, pattern string, rounds int) (map[string]result, error) {
+	fmt.Fprintf(os.Stderr, "running %s in %s, %d rounds\n", pattern, dir, rounds)
 	results := map[string]result{}
-	sc := bufio.NewScanner(&out)
-	for sc.Scan() {
-		m := line.FindStringSubmatch(sc.Text())
-		if m == nil {
-			continue
+	for range rounds {
+		cmd := exec.Command(bin, "-test.run", "^$", "-test.bench", pattern, "-test.benchmem", "-test.count", "1")
+		cmd.Dir = dir
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return nil, fmt.Errorf("%s: %v\n%s", pattern, err, out.String())
 		}
-		r := results[m[1]]
-		if r == nil {
-			r = result{}
-			results[m[1]] = r
-		}
-		f := strings.Fields(m[2])
-		for i := 0; i+1 < len(f); i += 2 {
-			if v, err := strconv.ParseFloat(f[i], 64); err == nil {
-				r[f[i+1]] = append(r[f[i+1]], v)
+		sc := bufio.NewScanner(&out)
+		for sc.Scan() {
+			m := line.FindStringSubmatch(sc.Text())
+			if m == nil {
+				continue
+			}
+			r := results[m[1]]
+			if r == nil {
+				r = result{}
+				results[m[1]] = r
+			}
+			f := strings.Fields(m[2])
+			for i := 0; i+1 < len(f); i += 2 {
+				if v, err := strconv.ParseFloat(f[i], 64); err == nil {
+					r[f[i+1]] = append(r[f[i+1]], v)
+				}
 			}
 		}
 	}
 	return results, nil
 }
 
+// build compiles the tests of the package in dir into a binary in tmp,
+// so that each round runs the same binary, and returns its path.
+func build(dir, tmp string) (string, error) {
+	bin := filepath.Join(tmp, strings.NewReplacer("/", "_", ".", "_").Replace(dir)+".test")
+	cmd := exec.Command("go", "test", "-c", "-o", bin, ".")
+	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("building the benchmarks of %s: %v", dir, err)
+	}
+	return bin, nil
+}
+
 // median returns the median of a benchmark's values in a unit.
 func median(rs map[string]result, name, unit string) float64 {
-	v := slices.Clone(rs[name][unit])
+	return med(rs[name][unit], name+" "+unit)
+}
+
+// ratio returns the median, over the rounds, of benchmark a's value in a
+// unit over benchmark b's in the same round.
+func ratio(rs map[string]result, a, b, unit string) float64 {
+	x, y := rs[a][unit], rs[b][unit]
+	r := make([]float64, min(len(x), len(y)))
+	for i := range r {
+		r[i] = x[i] / y[i]
+	}
+	return med(r, a+" / "+b+" "+unit)
+}
+
+func med(v []float64, what string) float64 {
 	if len(v) == 0 {
-		fmt.Fprintf(os.Stderr, "no %s for %s\n", unit, name)
+		fmt.Fprintf(os.Stderr, "no %s\n", what)
 		return 0
 	}
+	v = slices.Clone(v)
 	slices.Sort(v)
 	return v[len(v)/2]
 }
@@ -83,80 +120,34 @@ type row struct {
 func check(ok bool) *bool { return &ok }
 
 func main() {
-	count := flag.Int("count", 6, "runs of each benchmark; the table shows medians")
+	count := flag.Int("count", 6, "rounds of each benchmark; the table shows medians, of each round's ratio for a ratio")
 	withProxy := flag.Bool("proxy", true, "measure keypool serve against a plain reverse proxy too (scripts/bench/proxy)")
 	flag.Parse()
-	all := map[string]result{}
-	for _, b := range []struct {
-		pkg, pattern string
-		count        int
-	}{
-		{".", "^BenchmarkOverhead$", *count},
-		{".", "^BenchmarkScaling$", *count},
-		{".", "^BenchmarkWindowSetMemory$", 1},
-		{".", "^BenchmarkLoopback$", *count},
-		{".", "^BenchmarkGoodput$", 1},
-		{".", "^BenchmarkStores$", *count},
-		{"./redisstore", "^BenchmarkTake$", *count},
-	} {
-		rs, err := run(b.pkg, b.pattern, b.count)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		for k, v := range rs {
-			all[k] = v
-		}
+	tmp, err := os.MkdirTemp("", "keypool-bench")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
-	var rows []row
-	ratio := func(a, b string, unit string) float64 { return median(all, a, unit) / median(all, b, unit) }
-	for _, p := range []string{"false", "true"} {
-		mode := map[string]string{"false": "serial", "true": "16 goroutines"}[p]
-		pool, floor := "BenchmarkOverhead/pool/parallel="+p, "BenchmarkOverhead/floor/parallel="+p
-		r := ratio(pool, floor, "ns/op")
-		rows = append(rows, row{"1. overhead per request, " + mode, fmt.Sprintf("%.2f× the floor", r), "≤ 2.0× (goal 1.5×)", check(r <= 2.0)})
-		extra := median(all, pool, "allocs/op") - median(all, floor, "allocs/op")
-		rows = append(rows, row{"1. allocations per request, " + mode, fmt.Sprintf("%+.0f over the floor", extra), "≤ +3", check(extra <= 3)})
-		q := ratio("BenchmarkOverhead/pool-requests/parallel="+p, floor, "ns/op")
-		rows = append(rows, row{"   the same with request limits only (no token metering), " + mode, fmt.Sprintf("%.2f× the floor", q), "", nil})
-		o := ratio("BenchmarkOverhead/oauth2/parallel="+p, floor, "ns/op")
-		rows = append(rows, row{"   x/oauth2 Transport, " + mode + " (reference)", fmt.Sprintf("%.2f× the floor", o), "", nil})
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(tmp)
+		os.Exit(1)
 	}
-	k := ratio(shape(10_000, 1, 0, 1), shape(1, 1, 0, 1), "ns/op")
-	rows = append(rows, row{"2. 10,000 keys against 1", fmt.Sprintf("%.2f×", k), "≤ 1.2×", check(k <= 1.2)})
-	m := ratio(shape(1, 100, 0, 1), shape(1, 1, 0, 1), "ns/op")
-	rows = append(rows, row{"2. 100 models against 1", fmt.Sprintf("%.2f×", m), "≤ 1.2×", check(m <= 1.2)})
-	rows = append(rows, row{"2. memory per key × model window set", fmt.Sprintf("%.0f B", median(all, "BenchmarkWindowSetMemory", "B/set")), "≤ 1 KiB of windows", nil})
-	l := ratio("BenchmarkLoopback/fixed", "BenchmarkLoopback/pool", "ns/op")
-	rows = append(rows, row{"3. throughput on loopback against one fixed key", fmt.Sprintf("%.2f×", l), "≥ 0.9×", check(l >= 0.9)})
-	served := median(all, "BenchmarkGoodput/pool", "%served")
-	rows = append(rows, row{"4. goodput: share of the keys' capacity served", fmt.Sprintf("%.1f%%", served), "≥ 98%", check(served >= 98)})
-	e429 := median(all, "BenchmarkGoodput/pool", "%429")
-	rows = append(rows, row{"4. vendor 429s, limits configured", fmt.Sprintf("%.2f%% of sent", e429), "0", check(e429 == 0)})
-	room := median(all, "BenchmarkGoodput/pool", "failed-with-room")
-	rows = append(rows, row{"4. calls failed while a key had room at the vendor", fmt.Sprintf("%.0f of 6000 calls", room), "≤ 10 (goal 0)", check(room <= 10)})
-	rows = append(rows, row{"   naive round-robin: served, vendor 429s", fmt.Sprintf("%.1f%%, %.1f%% of sent",
-		median(all, "BenchmarkGoodput/naive", "%served"), median(all, "BenchmarkGoodput/naive", "%429")), "", nil})
-	bg := ratio("BenchmarkStores/badger", "BenchmarkStores/memory", "ns/op")
-	rows = append(rows, row{"5. Badger store hot path against memory", fmt.Sprintf("%.2f×", bg), "≤ 1.2×", check(bg <= 1.2)})
-	for _, mode := range []string{"serial", "parallel"} {
-		redis := "BenchmarkTake/redis/" + mode
-		if _, ok := all[redis]; !ok {
-			continue // no redis-server here
-		}
-		rd := ratio(redis, "BenchmarkTake/memory/"+mode, "ns/op")
-		rows = append(rows, row{"5. Redis store against memory, take and settle, " + mode, fmt.Sprintf("%.0f×, %.2f round trips a request",
-			rd, median(all, redis, "roundtrips/op")), "1 round trip", check(median(all, redis, "roundtrips/op") <= 1.01)})
+	all, err := measure(tmp, *count)
+	if err != nil {
+		fail(err)
 	}
+	os.RemoveAll(tmp)
+	rows := goals(all)
 	if *withProxy {
 		proxyRows, err := proxyGoals(*count)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
+			fail(err)
 		}
 		rows = append(rows, proxyRows...)
 	}
-
+	rows = append(rows, growthGoals(all)...)
+	rows = append(rows, earlierGoals(all)...)
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "GOAL\tMEASURED\tTARGET\tRESULT")
 	for _, r := range rows {
@@ -171,38 +162,171 @@ func main() {
 	growth(all)
 }
 
+// measure builds and runs every benchmark the table needs, count rounds
+// of each (one of those that report no time).
+func measure(tmp string, count int) (map[string]result, error) {
+	all := map[string]result{}
+	bins := map[string]string{}
+	for _, b := range []struct {
+		dir, pattern string
+		rounds       int
+	}{
+		{".", "^BenchmarkOverhead$", count},
+		{".", "^BenchmarkScaling$", count},
+		{".", "^BenchmarkWindowSetMemory$", 1},
+		{".", "^BenchmarkGoodput$", 1},
+		{".", "^BenchmarkLoopback$", count},
+		{".", "^BenchmarkStores$", count},
+		{"redisstore", "^BenchmarkTake$", count},
+	} {
+		if bins[b.dir] == "" {
+			bin, err := build(b.dir, tmp)
+			if err != nil {
+				return nil, err
+			}
+			bins[b.dir] = bin
+		}
+		rs, err := run(bins[b.dir], b.dir, b.pattern, b.rounds)
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(all, rs)
+	}
+	return all, nil
+}
+
+// goals returns the rows of the performance goals 1 and 2: the overhead of
+// a request against the floor, and no call refused while a key has room,
+// the limit never passed.
+func goals(all map[string]result) []row {
+	var rows []row
+	for _, p := range []string{"false", "true"} {
+		mode := map[string]string{"false": "serial", "true": "16 goroutines"}[p]
+		pool, floor := "BenchmarkOverhead/pool/parallel="+p, "BenchmarkOverhead/floor/parallel="+p
+		r := ratio(all, pool, floor, "ns/op")
+		rows = append(rows, row{"1. overhead per request, " + mode, fmt.Sprintf("%.2f× the floor", r), "≤ 2.0× (goal 1.5×)", check(r <= 2.0)})
+		extra := median(all, pool, "allocs/op") - median(all, floor, "allocs/op")
+		rows = append(rows, row{"1. allocations per request, " + mode, fmt.Sprintf("%+.0f over the floor", extra), "≤ +3", check(extra <= 3)})
+		q := ratio(all, "BenchmarkOverhead/pool-requests/parallel="+p, floor, "ns/op")
+		rows = append(rows, row{"   the same with request limits only (no token metering), " + mode, fmt.Sprintf("%.2f× the floor", q), "", nil})
+		o := ratio(all, "BenchmarkOverhead/oauth2/parallel="+p, floor, "ns/op")
+		rows = append(rows, row{"   x/oauth2 Transport, " + mode + " (reference)", fmt.Sprintf("%.2f× the floor", o), "", nil})
+	}
+	room := median(all, "BenchmarkGoodput/pool", "failed-with-room")
+	rows = append(rows, row{"2. calls failed while a key had room at the vendor", fmt.Sprintf("%.0f of 6000 calls", room), "≤ 10 (goal 0)", check(room <= 10)})
+	e429 := median(all, "BenchmarkGoodput/pool", "%429")
+	rows = append(rows, row{"2. vendor 429s, limits configured (the limit never passed)", fmt.Sprintf("%.2f%% of sent", e429), "0", check(e429 == 0)})
+	served := median(all, "BenchmarkGoodput/pool", "%served")
+	rows = append(rows, row{"2. goodput: share of the keys' capacity served", fmt.Sprintf("%.1f%%", served), "≥ 98%", check(served >= 98)})
+	rows = append(rows, row{"   naive round-robin: served, vendor 429s", fmt.Sprintf("%.1f%%, %.1f%% of sent",
+		median(all, "BenchmarkGoodput/naive", "%served"), median(all, "BenchmarkGoodput/naive", "%429")), "", nil})
+	rows = append(rows, row{"2. memory per key × model window set, with its entries", fmt.Sprintf("%.0f B", median(all, "BenchmarkWindowSetMemory", "B/set")), "≤ 1 KiB of windows (TestWindowSetFitsInOneKiB)", nil})
+	return rows
+}
+
+// growthGoals returns goal 4's rows: where the cost of a request stops
+// being flat in each dimension, measured to its largest size.
+func growthGoals(all map[string]result) []row {
+	var rows []row
+	for _, d := range dimensions() {
+		largest := d.rows[len(d.rows)-1]
+		rows = append(rows, row{"4. how cost grows with " + d.name, flatUpTo(all, d),
+			fmt.Sprintf("measured to %d (table below)", largest.size), check(len(all[largest.name]["ns/op"]) > 0)})
+	}
+	return rows
+}
+
+// earlierGoals returns the rows of goals that earlier issues set and met,
+// kept in the table so that a change that breaks one shows.
+func earlierGoals(all map[string]result) []row {
+	k := ratio(all, shape(10_000, 1, 0, 1), shape(1, 1, 0, 1), "ns/op")
+	m := ratio(all, shape(1, 100, 0, 1), shape(1, 1, 0, 1), "ns/op")
+	l := ratio(all, "BenchmarkLoopback/fixed", "BenchmarkLoopback/pool", "ns/op")
+	bg := ratio(all, "BenchmarkStores/badger", "BenchmarkStores/memory", "ns/op")
+	rows := []row{
+		{"earlier: 10,000 keys against 1", fmt.Sprintf("%.2f×", k), "≤ 1.2×", check(k <= 1.2)},
+		{"earlier: 100 models against 1", fmt.Sprintf("%.2f×", m), "≤ 1.2×", check(m <= 1.2)},
+		{"earlier: throughput on loopback against one fixed key", fmt.Sprintf("%.2f×", l), "≥ 0.9×", check(l >= 0.9)},
+		{"earlier: Badger store hot path against memory", fmt.Sprintf("%.2f×", bg), "≤ 1.2×", check(bg <= 1.2)},
+	}
+	for _, mode := range []string{"serial", "parallel"} {
+		redis := "BenchmarkTake/redis/" + mode
+		if _, ok := all[redis]; !ok {
+			continue // no redis-server here
+		}
+		rd := ratio(all, redis, "BenchmarkTake/memory/"+mode, "ns/op")
+		rows = append(rows, row{"earlier: Redis store against memory, take and settle, " + mode, fmt.Sprintf("%.0f×, %.2f round trips a request",
+			rd, median(all, redis, "roundtrips/op")), "1 round trip", check(median(all, redis, "roundtrips/op") <= 1.01)})
+	}
+	return rows
+}
+
 // shape names BenchmarkScaling's sub-benchmark for a pool of keys keys,
 // models models, accounts accounts and goroutines goroutines.
 func shape(keys, models, accounts, goroutines int) string {
 	return fmt.Sprintf("BenchmarkScaling/keys=%d/models=%d/accounts=%d/goroutines=%d", keys, models, accounts, goroutines)
 }
 
+// dimension is one thing BenchmarkScaling grows, its rows from the least.
+type dimension struct {
+	name string
+	rows []growthRow
+}
+
+// growthRow is one size of a dimension: its benchmark and the one it is
+// held against (the same pool with one key, one model, no account, one
+// goroutine; 1,000 keys for accounts, 100 for goroutines).
+type growthRow struct {
+	label, name, base string
+	size              int
+}
+
+func dimensions() []dimension {
+	var keys, models, accounts, goroutines []growthRow
+	for _, n := range []int{1, 10, 100, 1_000, 10_000, 100_000} {
+		keys = append(keys, growthRow{fmt.Sprintf("keys %d", n), shape(n, 1, 0, 1), shape(1, 1, 0, 1), n})
+	}
+	for _, n := range []int{1, 10, 100, 1_000} {
+		models = append(models, growthRow{fmt.Sprintf("models %d (1 key)", n), shape(1, n, 0, 1), shape(1, 1, 0, 1), n})
+		accounts = append(accounts, growthRow{fmt.Sprintf("accounts %d (1,000 keys)", n), shape(1_000, 1, n, 1), shape(1_000, 1, 0, 1), n})
+	}
+	for _, n := range []int{1, 4, 16, 64, 256} {
+		goroutines = append(goroutines, growthRow{fmt.Sprintf("goroutines %d (100 keys)", n), shape(100, 1, 0, n), shape(100, 1, 0, 1), n})
+	}
+	return []dimension{{"keys", keys}, {"models", models}, {"accounts", accounts}, {"goroutines", goroutines}}
+}
+
+// flatWithin is how far above its base a row may cost and still be flat.
+const flatWithin = 1.2
+
+// flatUpTo says where a dimension stops being flat: the largest size up to
+// which every row is within flatWithin of its base, and the first beyond.
+func flatUpTo(all map[string]result, d dimension) string {
+	for i, r := range d.rows {
+		if x := ratio(all, r.name, r.base, "ns/op"); x > flatWithin {
+			if i == 0 {
+				return fmt.Sprintf("grows from %d (%.2f×)", r.size, x)
+			}
+			return fmt.Sprintf("flat to %d, %.2f× at %d", d.rows[i-1].size, x, r.size)
+		}
+	}
+	return fmt.Sprintf("flat to %d", d.rows[len(d.rows)-1].size)
+}
+
 // growth prints how a request's cost grows with each of BenchmarkScaling's
-// dimensions, against the same pool with one of it (one key, one model, no
-// accounts, one goroutine; 1,000 keys for accounts, 100 for goroutines).
-// A row within 1.2× of its base is flat.
+// dimensions, against its base; a row within flatWithin of it is flat.
 func growth(all map[string]result) {
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "HOW COST GROWS\tNS/REQUEST\tAGAINST ONE\tALLOCS\t")
-	line := func(label, name, base string) {
-		ns, b := median(all, name, "ns/op"), median(all, base, "ns/op")
-		flat := "flat"
-		if ns > 1.2*b {
-			flat = "grows"
+	for _, d := range dimensions() {
+		for _, r := range d.rows {
+			x := ratio(all, r.name, r.base, "ns/op")
+			flat := "flat"
+			if x > flatWithin {
+				flat = "grows"
+			}
+			fmt.Fprintf(tw, "%s\t%.0f\t%.2f×\t%.0f\t%s\n", r.label, median(all, r.name, "ns/op"), x, median(all, r.name, "allocs/op"), flat)
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%.2f×\t%.0f\t%s\n", label, ns, ns/b, median(all, name, "allocs/op"), flat)
-	}
-	for _, n := range []int{1, 10, 100, 1_000, 10_000, 100_000} {
-		line(fmt.Sprintf("keys %d", n), shape(n, 1, 0, 1), shape(1, 1, 0, 1))
-	}
-	for _, n := range []int{1, 10, 100, 1_000} {
-		line(fmt.Sprintf("models %d (1 key)", n), shape(1, n, 0, 1), shape(1, 1, 0, 1))
-	}
-	for _, n := range []int{1, 10, 100, 1_000} {
-		line(fmt.Sprintf("accounts %d (1,000 keys)", n), shape(1_000, 1, n, 1), shape(1_000, 1, 0, 1))
-	}
-	for _, n := range []int{1, 4, 16, 64, 256} {
-		line(fmt.Sprintf("goroutines %d (100 keys)", n), shape(100, 1, 0, n), shape(100, 1, 0, 1))
 	}
 	tw.Flush()
 }
