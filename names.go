@@ -3,6 +3,8 @@ package keypool
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/keypool-go/keypool/internal/windowspec"
 )
 
 // maxNames bounds the names a names holds: model names come from requests,
@@ -10,8 +12,10 @@ import (
 const maxNames = 1024
 
 // names interns model names: a pool's requests name a few models, and
-// looking the name up spares an allocation per request. It is safe for
-// concurrent use; a nil names interns nothing.
+// looking the name up spares an allocation per request. It interns only
+// names windowspec.CheckModel passes, so that a name it holds needs no
+// check again (holds), and a client's unusable names take none of its
+// room. It is safe for concurrent use; a nil names interns nothing.
 type names struct {
 	last atomic.Pointer[string] // the name got last: most requests repeat it
 	mu   sync.RWMutex           // guards m
@@ -34,13 +38,32 @@ func (n *names) get(b []byte) string {
 		return *p
 	}
 	s := string(b)
+	if windowspec.CheckModel(s) != nil {
+		return s
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.m == nil {
 		n.m = make(map[string]*string)
 	}
+	if p, ok := n.m[s]; ok {
+		return *p // interned since the look above
+	}
 	if len(n.m) < maxNames {
 		n.m[s] = &s
+		n.last.Store(&s)
 	}
 	return s
+}
+
+// holds reports whether s is the name get returned last from what it
+// holds — a name windowspec.CheckModel has passed. Most requests name the
+// model the one before named, and the check of such a name is one
+// comparison of two strings that are one string.
+func (n *names) holds(s string) bool {
+	if n == nil {
+		return false
+	}
+	last := n.last.Load()
+	return last != nil && *last == s
 }

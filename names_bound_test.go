@@ -38,6 +38,11 @@ func TestTransportRefusesModelNamesItCannotKeep(t *testing.T) {
 	assert.ErrorContains(t, pool.Do(t.Context(), strings.Repeat("d", 300), func(context.Context, Key) error { return nil }), "longer than 256")
 	assert.Zero(t, sent, "nothing is sent")
 	require.NoError(t, send(`{"model":"`+strings.Repeat("m", 256)+`"}`, "/v1/chat"), "256 bytes is a name")
+	for range 3 { // a name the last request named is checked once: the next bad one is not spared
+		require.NoError(t, send(`{"model":"gpt-4o"}`, "/v1/chat"))
+		assert.ErrorContains(t, send("{\"model\":\"gpt-4o\u0000\"}", "/v1/chat"), "control character")
+		assert.ErrorContains(t, send("{\"model\":\"gpt-4o\r\nX: y\"}", "/v1/chat"), "control character")
+	}
 
 	var before, after runtime.MemStats
 	runtime.GC()

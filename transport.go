@@ -360,8 +360,12 @@ func (p *Pool) inspect(req *http.Request, b *replay) (RequestInfo, error) {
 }
 
 // checkModel returns an error for a model name no store may keep (see
-// windowspec.CheckModel), closing the request's body.
+// windowspec.CheckModel), closing the request's body. A name the pool's
+// names hold has been checked.
 func (p *Pool) checkModel(model string, b *replay) error {
+	if p.models.holds(model) {
+		return nil
+	}
 	if err := windowspec.CheckModel(model); err != nil {
 		b.discard()
 		return fmt.Errorf("keypool: %s: %w", p.provider, err)
