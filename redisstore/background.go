@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -185,19 +186,37 @@ func (s *Store) checkCarried(ctx context.Context, calls []*evalCall) error {
 	return err
 }
 
-// sendPending sends every adjustment waiting, in pipelines.
+// sendPending sends the adjustments waiting when it is called, in
+// pipelines, each holding s.sends. It sends no more than those: calls that
+// go on queueing adjustments as it sends would otherwise keep it sending
+// each alone, a round trip more each, for as long as they come.
 func (s *Store) sendPending(ctx context.Context) error {
-	for {
-		calls := s.carry(maxSent)
+	s.mu.Lock()
+	left := len(s.pending)
+	s.mu.Unlock()
+	for left > 0 {
+		s.sends.Lock()
+		calls := s.carry(min(left, maxSent))
 		if len(calls) == 0 {
-			return nil
+			s.sends.Unlock()
+			return nil // carried by takes meanwhile
+		}
+		if hook := testHookSending.Load(); hook != nil {
+			(*hook)()
 		}
 		s.exec(ctx, calls, nil)
+		s.sends.Unlock()
+		left -= len(calls)
 		if err := s.checkCarried(ctx, calls); err != nil {
 			return err
 		}
 	}
+	return nil
 }
+
+// testHookSending, when set by a test, runs as a send has carried its
+// adjustments and before it sends them.
+var testHookSending atomic.Pointer[func()]
 
 // change makes a change of benches or levels in Redis. While Redis is
 // down, with WithLocalFallback, it makes it in the local store and keeps it

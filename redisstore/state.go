@@ -22,6 +22,7 @@ func (s *Store) state(ctx context.Context, provider, keyID string, clientNow tim
 		index, benches, cm, cd, cc *redis.MapStringStringCmd
 		spent                      *redis.SliceCmd
 	)
+	s.sends.RLock()
 	carried := s.carry(maxPending)
 	s.exec(ctx, carried, func(p redis.Pipeliner) {
 		clock = p.Time(ctx)
@@ -32,6 +33,7 @@ func (s *Store) state(ctx context.Context, provider, keyID string, clientNow tim
 		cc = p.HGetAll(ctx, n.capCalendar())
 		spent = p.HMGet(ctx, n.spend(), "ds", "de", "d", "ms", "me", "m")
 	})
+	s.sends.RUnlock()
 	_ = s.checkCarried(ctx, carried) // reported there
 	for _, c := range []redis.Cmder{clock, index, benches, cm, cd, cc, spent} {
 		if err := c.Err(); err != nil {

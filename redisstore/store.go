@@ -46,6 +46,12 @@ type Store struct {
 	done      sync.WaitGroup
 	closeOnce sync.Once
 	closeErr  error
+	// sends orders the sends of adjustments: sendPending holds it whole
+	// from carrying to answer, and a call that carries adjustments with
+	// its own holds it shared, so that a call begun after a send carried a
+	// caller's settle or statement runs after that send, never beside it:
+	// a caller reads what it wrote.
+	sends sync.RWMutex
 
 	mu sync.Mutex // guards the fields below
 	// pending are the adjustments of settles and releases not yet sent.
@@ -161,8 +167,10 @@ func (s *Store) Take(ctx context.Context, t keypool.Claim) (keypool.Grant, error
 		return s.takeLocal(ctx, t, err)
 	}
 	take := s.takeCall(t)
+	s.sends.RLock()
 	carried := s.carry(maxCarried)
 	s.exec(ctx, append(carried, take), nil)
+	s.sends.RUnlock()
 	s.checkCarried(ctx, carried)
 	v, err := take.cmd.Int64Slice()
 	if err == nil && len(v) != 5 && len(v) != 6 {
