@@ -19,11 +19,15 @@
 // the next take carries them in the same pipeline, or, within 20 ms, the
 // store's goroutine sends them. A request is thus one round trip. Until an
 // adjustment is sent, the windows count the request's estimate. Flush, State
-// and Close send what waits.
+// and Close send what waits, and a take or a state that comes while the
+// store's goroutine sends waits for that send: a caller reads what it
+// wrote.
 //
 // The windows are keypool's: sliding windows of 81 buckets of 0.75 s for a
 // minute and 25 of an hour for a day, each counting until all of it has left
-// the span, or calendar days. A Redis store and a MemoryStore given the same
+// the span — or, where the request limit is no more than the slots, each
+// request's own time, so that a key is back the moment its oldest request
+// leaves — or calendar days. A Redis store and a MemoryStore given the same
 // requests at the same times answer the same.
 //
 // # The clock
