@@ -8,7 +8,7 @@
 // (scripts/bench/proxy, as processes of their own) and prints how a
 // request's cost grows with keys, models, accounts and goroutines.
 //
-//	go run ./scripts/bench                 # about fifteen minutes
+//	go run ./scripts/bench                 # about ten minutes on 2 cores
 //	go run ./scripts/bench -count 3        # quicker, noisier
 //	go run ./scripts/bench -proxy=false    # without the proxy's processes
 package main
