@@ -94,11 +94,9 @@ func (t *timeValue) read(v string) {
 			return
 		}
 	}
-	if digits > 0 && digits <= maxDurationDigits {
-		if d, ok := withUnit(n, v[digits:]); ok {
-			*t = timeValue{kind: timeWait, n: int64(min(d, maxHorizon))}
-			return
-		}
+	if d, ok := simpleDuration(v, n, digits); ok {
+		*t = timeValue{kind: timeWait, n: int64(min(d, maxHorizon))}
+		return
 	}
 	t.readOther(v)
 }
@@ -175,10 +173,10 @@ const maxDurationDigits = 12
 
 // simpleDuration reads a Go duration of one whole number and one unit
 // ("6ms", "0s", "30m"), the reset OpenAI sends on most answers, as
-// time.ParseDuration reads it but without its lookup of the unit. It
-// reports false for any other text, which time.ParseDuration then reads.
-func simpleDuration(v string) (time.Duration, bool) {
-	n, digits := leadingWhole(v)
+// time.ParseDuration reads it but without its lookup of the unit; n and
+// digits are what leadingWhole says of v. It reports false for any other
+// text, which time.ParseDuration then reads.
+func simpleDuration(v string, n int64, digits int) (time.Duration, bool) {
 	if digits == 0 || digits > maxDurationDigits {
 		return 0, false
 	}

@@ -94,7 +94,8 @@ func FuzzSimpleDuration(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
-		got, ok := simpleDuration(v)
+		n, digits := leadingWhole(v)
+		got, ok := simpleDuration(v, n, digits)
 		if !ok {
 			return
 		}

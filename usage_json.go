@@ -60,8 +60,8 @@ type jsonLexer struct {
 	state lexState
 	// depth counts the containers open.
 	depth int
-	// objects has bit d-1 set when the container at depth d is an object.
-	objects uint64
+	// objects says which of the open containers are objects.
+	objects containers
 	// wantKey is set when the next string is an object key.
 	wantKey bool
 	// escaped is set inside a string when the last input ended on a
@@ -85,12 +85,29 @@ type jsonLexer struct {
 func (l *jsonLexer) zero() { *l = jsonLexer{} }
 
 // inObject reports whether the innermost open container is an object.
-func (l *jsonLexer) inObject() bool { return l.objectAt(l.depth) }
+func (l *jsonLexer) inObject() bool { return l.objects.objectAt(l.depth) }
+
+// containers records which open containers are objects: bit d-1 for the
+// one at depth d, to maxTrackedDepth, as each reader of JSON here keeps
+// them.
+type containers uint64
+
+// open records the container opened at depth d, an object when object.
+func (c *containers) open(d int, object bool) {
+	if d < 1 || d > maxTrackedDepth {
+		return
+	}
+	if bit := containers(1) << (d - 1); object {
+		*c |= bit
+	} else {
+		*c &^= bit
+	}
+}
 
 // objectAt reports whether the container open at depth d is an object; a
 // container deeper than maxTrackedDepth reads as an array.
-func (l *jsonLexer) objectAt(d int) bool {
-	return d > 0 && d <= maxTrackedDepth && l.objects&(1<<(d-1)) != 0
+func (c containers) objectAt(d int) bool {
+	return d > 0 && d <= maxTrackedDepth && c&(1<<(d-1)) != 0
 }
 
 // keyIn returns the last key read, in being the input the lexer reported
@@ -156,14 +173,7 @@ func (l *jsonLexer) next(in []byte, i int) (jsonToken, int) {
 			l.wantKey = false
 		case '{', '[':
 			l.depth++
-			if l.depth <= maxTrackedDepth {
-				bit := uint64(1) << (l.depth - 1)
-				if c == '{' {
-					l.objects |= bit
-				} else {
-					l.objects &^= bit
-				}
-			}
+			l.objects.open(l.depth, c == '{')
 			l.wantKey = l.inObject()
 			if c == '{' {
 				return tokBeginObject, i + 1
@@ -365,13 +375,9 @@ func readNumber(in []byte, i int, n int64, ok bool) (end int, _ int64, _ bool) {
 		c := in[i]
 		switch {
 		case c >= '0' && c <= '9':
-			d := int64(c - '0')
-			switch {
-			case n < maxUnsaturated:
-				n = n*10 + d
-			case n > (math.MaxInt64-d)/10:
-				n = math.MaxInt64
-			default:
+			if d := int64(c - '0'); n >= maxUnsaturated && n > (math.MaxInt64-d)/10 {
+				n = math.MaxInt64 // the division only for a number that may saturate
+			} else {
 				n = n*10 + d
 			}
 		case c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E':

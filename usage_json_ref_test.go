@@ -39,14 +39,7 @@ func (l *refLexer) next(in []byte, i int) (jsonToken, int) {
 			i++
 		case c == '{' || c == '[':
 			l.depth++
-			if l.depth <= maxTrackedDepth {
-				bit := uint64(1) << (l.depth - 1)
-				if c == '{' {
-					l.objects |= bit
-				} else {
-					l.objects &^= bit
-				}
-			}
+			l.objects.open(l.depth, c == '{')
 			l.wantKey = l.inObject()
 			if c == '{' {
 				return tokBeginObject, i + 1

@@ -38,10 +38,9 @@ const (
 type requestScanner struct {
 	info  RequestInfo
 	model []byte // the last top-level "model", a slice of the body
-	// depth counts the containers open; objects has bit d-1 set when the
-	// container at depth d is an object, as jsonLexer keeps them.
+	// depth counts the containers open; objects says which are objects.
 	depth   int
-	objects uint64
+	objects containers
 	// keys holds the meaning of the last key read at each depth; flags
 	// the image evidence of each open container. Index 0 is the top level,
 	// outside any container.
@@ -146,19 +145,14 @@ func (s *requestScanner) scan(in []byte) {
 
 // inObject reports whether the innermost open container is an object.
 func (s *requestScanner) inObject() bool {
-	return s.depth > 0 && s.depth <= maxTrackedDepth && s.objects&(1<<(s.depth-1)) != 0
+	return s.objects.objectAt(s.depth)
 }
 
 // open records the beginning of a container, an object when object.
 func (s *requestScanner) open(object bool) {
 	s.depth++
+	s.objects.open(s.depth, object)
 	if d := s.depth; d <= maxTrackedDepth {
-		bit := uint64(1) << (d - 1)
-		if object {
-			s.objects |= bit
-		} else {
-			s.objects &^= bit
-		}
 		s.keys[d], s.flags[d] = keyOther, 0
 	}
 }

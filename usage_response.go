@@ -385,7 +385,7 @@ loop:
 					i++ // the colon that most keys are followed by
 				}
 			} else if i < len(p) && p[i] == ',' {
-				wantKey = l.objectAt(depth)
+				wantKey = l.objects.objectAt(depth)
 				i++ // the comma that most values are followed by
 			}
 		case c >= '0' && c <= '9' || c == '-':
@@ -407,22 +407,15 @@ loop:
 			s.number(n, ok, depth)
 			i = end
 			if p[i] == ',' {
-				wantKey = l.objectAt(depth)
+				wantKey = l.objects.objectAt(depth)
 				i++ // the comma that most values are followed by
 			}
 		case c == ',':
-			wantKey = l.objectAt(depth)
+			wantKey = l.objects.objectAt(depth)
 			i++
 		case c == '{' || c == '[':
 			depth++
-			if depth <= maxTrackedDepth {
-				bit := uint64(1) << (depth - 1)
-				if c == '{' {
-					l.objects |= bit
-				} else {
-					l.objects &^= bit
-				}
-			}
+			l.objects.open(depth, c == '{')
 			wantKey = c == '{' && depth <= maxTrackedDepth
 			s.open(depth, c == '{')
 			i++
