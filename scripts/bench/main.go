@@ -123,21 +123,14 @@ func main() {
 	count := flag.Int("count", 6, "rounds of each benchmark; the table shows medians, of each round's ratio for a ratio")
 	withProxy := flag.Bool("proxy", true, "measure keypool serve against a plain reverse proxy too (scripts/bench/proxy)")
 	flag.Parse()
-	tmp, err := os.MkdirTemp("", "keypool-bench")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
 	fail := func(err error) {
 		fmt.Fprintln(os.Stderr, err)
-		os.RemoveAll(tmp)
 		os.Exit(1)
 	}
-	all, err := measure(tmp, *count)
+	all, err := measure(*count)
 	if err != nil {
 		fail(err)
 	}
-	os.RemoveAll(tmp)
 	rows := goals(all)
 	if *withProxy {
 		proxyRows, err := proxyGoals(*count)
@@ -163,8 +156,14 @@ func main() {
 }
 
 // measure builds and runs every benchmark the table needs, count rounds
-// of each (one of those that report no time).
-func measure(tmp string, count int) (map[string]result, error) {
+// of each (one of those that report no time), its binaries in a directory
+// of its own that it removes.
+func measure(count int) (map[string]result, error) {
+	tmp, err := os.MkdirTemp("", "keypool-bench")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
 	all := map[string]result{}
 	bins := map[string]string{}
 	for _, b := range []struct {
