@@ -185,7 +185,9 @@ func simpleDuration(v string, n int64, digits int) (time.Duration, bool) {
 
 // withUnit returns n of the Go duration unit named ("ms", "s", "m", "h",
 // "us", "ns"); it reports false for any other unit and where n of it
-// overflows, as time.ParseDuration says.
+// overflows, as time.ParseDuration says. The unit is told by its length
+// and its bytes: a switch on the string costs a request about a hundred
+// instructions more, on two resets.
 func withUnit(n int64, unit string) (time.Duration, bool) {
 	var u time.Duration
 	switch {
