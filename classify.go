@@ -18,6 +18,10 @@ type verdict struct {
 	// key of that size serves it, so the pool neither benches the key nor
 	// fails over: the answer goes back to the caller.
 	oversized bool
+	// quoted: the kind rests on words the request could have written (a
+	// 400 or 403 whose prose alone says it; see quoted). It benches
+	// nothing unless another key serves the same request.
+	quoted bool
 	// stated is what the answer's headers state of the key's minute and
 	// day windows: limits and counts the pool learns.
 	stated statedWindows
@@ -88,9 +92,18 @@ func judge(status int, body []byte, e *evidence, now time.Time) verdict {
 	}
 
 	b := readBody(body, now)
+	vendor := b.coded | e.signs() // before the body's prose adds to e
+	e.fill(b.evidence)
+	v := weigh(status, &b, e, now)
+	v.quoted = quoted(status, &v, vendor)
+	return v
+}
+
+// weigh says what a failure of status is, with its headers and body read
+// into e and b.
+func weigh(status int, b *bodyEvidence, e *evidence, now time.Time) verdict {
 	// named: the body names a long window or a usage limit.
 	named := b.quota || (b.hasSpent && b.spent.window != WindowNone)
-	e.fill(b.evidence)
 	switch {
 	case status == http.StatusPaymentRequired, b.billing, e.creditsSpent:
 		return verdict{kind: KindQuota, billing: true, reset: e.reset(now, asLimited)}

@@ -30,6 +30,7 @@ type recordedAnswer struct {
 		Utilization *float64   `json:"utilization"`
 		Billing     bool       `json:"billing"`
 		Oversized   bool       `json:"oversized"`
+		Quoted      bool       `json:"quoted"`
 	} `json:"want"`
 }
 
@@ -76,6 +77,7 @@ func TestRecordedAnswers(t *testing.T) {
 			assert.Equal(t, a.Want.Kind, v.kind.String(), "%s kind = %v, want %v", call, v.kind, a.Want.Kind)
 			assert.Equal(t, a.Want.Billing, v.billing, "%s billing = %v, want %v", call, v.billing, a.Want.Billing)
 			assert.Equal(t, a.Want.Oversized, v.oversized, "%s oversized = %v, want %v", call, v.oversized, a.Want.Oversized)
+			assert.Equal(t, a.Want.Quoted, v.quoted, "%s quoted = %v, want %v", call, v.quoted, a.Want.Quoted)
 			assert.Equal(t, a.Want.Window, got.Window, "%s Window = %q, want %q", call, got.Window, a.Want.Window)
 
 			if a.Want.RetryAfter == "" {

@@ -21,6 +21,12 @@ func (p *Pool) observe(ctx context.Context, l *lease, v *verdict, now time.Time)
 		p.probed(l, true)
 		return time.Time{}
 	}
+	if v.quoted {
+		// Words the request could have written bench nothing until
+		// another key serves the same request (confirm).
+		p.probed(l, false)
+		return time.Time{}
+	}
 	if v.kind == KindNone {
 		p.succeeded(ctx, l)
 		spent := spentWindow(v, l.claim.Limits.over(v.stated.limits), now)
@@ -122,28 +128,31 @@ func spentWindow(v *verdict, limits Limits, now time.Time) verdict {
 // bench sets the lease's key aside as verdict v says, reports it, and
 // returns when the key comes back.
 func (p *Pool) bench(ctx context.Context, l *lease, v *verdict, now time.Time) time.Time {
-	d, climb := p.cfg.bench.benchFor(*v, l.grant.Level, now)
-	level := l.grant.Level
+	return p.benchKey(ctx, l.key, l.claim.Model, l.grant.Level, v, now)
+}
+
+// benchKey sets key k aside for model as verdict v says, k being at level
+// for the model, reports it, and returns when the key comes back.
+func (p *Pool) benchKey(ctx context.Context, k *poolKey, m string, level int, v *verdict, now time.Time) time.Time {
+	d, climb := p.cfg.bench.benchFor(*v, level, now)
 	if climb {
 		level++
 	}
-	b := Bench{Provider: p.provider, KeyID: l.key.ID, Model: l.claim.Model, AllModels: v.wholeKey(),
+	b := Bench{Provider: p.provider, KeyID: k.ID, Model: m, AllModels: v.wholeKey(),
 		Kind: v.kind, Until: now.Add(d), Level: level}
-	if v.kind == KindRate || v.kind == KindQuota {
-		// A throttle or a spent quota is the account's: its keys share the
-		// windows that are spent.
-		b.Account = l.key.Account
+	if v.ofAccount() {
+		b.Account = k.Account
 	}
 	p.storeResult(opBench, p.store.Bench(ctx, b))
-	for _, k := range p.benchedBy(l.key, b) {
+	for _, o := range p.benchedBy(k, b) {
 		if d >= carefulBench {
-			k.returns.mark(model(b), b.Until)
+			o.returns.mark(model(b), b.Until)
 		}
-		extendTo(&k.benchedUntil, b.Until.UnixNano())
+		extendTo(&o.benchedUntil, b.Until.UnixNano())
 	}
-	p.tel.benched(ctx, l.key, v.kind)
+	p.tel.benched(ctx, k, v.kind)
 	if f := p.cfg.onEvict; f != nil {
-		f(Eviction{Provider: p.provider, KeyID: l.key.ID, Model: model(b), Paid: l.key.Paid,
+		f(Eviction{Provider: p.provider, KeyID: k.ID, Model: model(b), Paid: k.Paid,
 			Kind: v.kind, For: d, Until: b.Until})
 	}
 	return b.Until

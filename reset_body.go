@@ -36,6 +36,47 @@ type bodyEvidence struct {
 	// secondary: GitHub's secondary rate limit, which its x-ratelimit-reset
 	// dates although the primary window has room.
 	secondary bool
+	// coded is what the vendor's own fields say — its codes and the
+	// rate-limit headers it forwards — apart from what its prose says,
+	// which may quote the request (see quoted).
+	coded signs
+}
+
+// signs are the conditions an answer states in the vendor's own words.
+type signs uint8
+
+const (
+	signBilling signs = 1 << iota // a spent balance, credit or spend limit
+	signAuth                      // the key itself is refused
+	signLimit                     // a rate limit or a spent window
+)
+
+// signsOf returns the conditions the lower-cased codes name.
+func signsOf(codes string) signs {
+	var s signs
+	if containsAny(codes, billingPhrases[:]) {
+		s |= signBilling
+	}
+	if containsAny(codes, authPhrases[:]) {
+		s |= signAuth
+	}
+	if containsAny(codes, quotaPhrases[:]) || containsAny(codes, throttlePhrases[:]) {
+		s |= signLimit
+	}
+	return s
+}
+
+// signs returns what evidence read from headers states: a spent window or
+// a wait asked for is a limit, spent credits are billing.
+func (e *evidence) signs() signs {
+	var s signs
+	if e.hasSpent || e.hasRetryAfter {
+		s |= signLimit
+	}
+	if e.creditsSpent {
+		s |= signBilling
+	}
+	return s
 }
 
 // readBody reads an error body as of now: a JSON body by its values,
@@ -55,6 +96,7 @@ func readBody(body []byte, now time.Time) bodyEvidence {
 	lower := asciiLower(text)
 
 	b := bodyEvidence{
+		coded:       signsOf(asciiLower(f.codes.String())),
 		billing:     containsAny(lower, billingPhrases[:]),
 		auth:        containsAny(lower, authPhrases[:]),
 		throttled:   containsAny(lower, throttlePhrases[:]),
@@ -68,6 +110,7 @@ func readBody(body []byte, now time.Time) bodyEvidence {
 	var forwarded answerHeaders
 	scanHeaders(f.headers, &forwarded)
 	readHeaders(f.headers, &forwarded, now, &b.evidence)
+	b.coded |= b.evidence.signs()
 
 	var own evidence
 	if own.retryAfter, own.hasRetryAfter = parseWait(f.retryDelay, now); !own.hasRetryAfter {
@@ -122,6 +165,10 @@ func (f *bodyFields) reset(lower, text string, now time.Time) (wait time.Duratio
 // bodyFields are the values of a JSON error body the reading uses.
 type bodyFields struct {
 	text strings.Builder // every string value, one per line
+	// codes are the values of the vendor's own identifier fields (see
+	// vendorCode), one per line: what the body says in words the request
+	// cannot have put there.
+	codes strings.Builder
 	// retryDelay is Gemini's google.rpc.RetryInfo delay ("26s").
 	retryDelay string
 	// resetsAt and resetsIn are the ChatGPT backend's usage_limit_reached
@@ -147,27 +194,37 @@ func (f *bodyFields) decode(data []byte, depth int) bool {
 	if dec.Decode(&v) != nil || len(bytes.TrimSpace(data[dec.InputOffset():])) > 0 {
 		return false
 	}
-	f.walk("", v, depth)
+	f.walk("", v, depth, depth == 0)
 	return true
 }
 
-// walk notes the values under key, in a deterministic order.
-func (f *bodyFields) walk(key string, v any, depth int) {
+// walk notes the values under key, in a deterministic order. own says that
+// v lies where the vendor's own fields are: the body's top level, its
+// error object, that object's metadata, and the entries of its details or
+// errors — not in a document a string carries, nor under any other field,
+// where a vendor may echo what the request sent.
+func (f *bodyFields) walk(key string, v any, depth int, own bool) {
 	switch v := v.(type) {
 	case map[string]any:
 		for _, k := range slices.Sorted(maps.Keys(v)) {
 			if k == "headers" {
-				f.addHeaders(v[k])
+				if own {
+					f.addHeaders(v[k])
+				}
 				continue
 			}
-			f.walk(k, v[k], depth)
+			f.walk(k, v[k], depth, own && ownPlace(k, v[k]))
 		}
 	case []any:
 		for _, x := range v {
-			f.walk("", x, depth) // a field's value is never inside a list
+			f.walk("", x, depth, own) // a field's value is never inside a list
 		}
 	case string:
 		f.note(key, v)
+		if own && vendorCode(key, v) {
+			f.codes.WriteString(v)
+			f.codes.WriteByte('\n')
+		}
 		if strings.HasPrefix(v, "{") && depth < maxBodyNesting && f.decode([]byte(v), depth+1) {
 			return
 		}
@@ -176,6 +233,48 @@ func (f *bodyFields) walk(key string, v any, depth int) {
 	case json.Number:
 		f.note(key, string(v))
 	}
+}
+
+// ownPlace reports whether the value v of field k, itself in the vendor's
+// own place, is too: a value, or an error object, its metadata, its
+// details.
+func ownPlace(k string, v any) bool {
+	switch v.(type) {
+	case map[string]any, []any:
+	default:
+		return true
+	}
+	switch k {
+	case "error", "metadata", "details", "errors":
+		return true
+	}
+	return false
+}
+
+// maxCode is the longest value read as a vendor's code.
+const maxCode = 64
+
+// vendorCode reports whether field key's value v is a code the vendor
+// writes — OpenAI's error.code and error.type ("insufficient_quota"),
+// Google's status and ErrorInfo reason ("API_KEY_INVALID"): a field of
+// that name whose value is one identifier, no prose.
+func vendorCode(key, v string) bool {
+	switch key {
+	case "code", "type", "status", "reason", "error_code", "error_type":
+	default:
+		return false
+	}
+	if len(v) == 0 || len(v) > maxCode {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-', c == '.', c == ':':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // note keeps the value of a field the reading uses.

@@ -48,6 +48,7 @@ var authPhrases = [...]string{
 	"incorrect api key", // xAI 400, OpenAI 401
 	"invalid_api_key",   // OpenAI 401 code
 	"invalid api key",
+	"consumer_suspended", // Gemini 403 ErrorInfo reason: the key's consumer is suspended
 }
 
 // throttlePhrases name a rate limit, which turns a 403 from a permission

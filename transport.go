@@ -87,9 +87,34 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
 		resp, again, err := t.attempt(&r, attempt)
 		if !again {
+			if r.held != nil {
+				return r.held.end(resp, err)
+			}
 			return resp, err
 		}
 	}
+}
+
+// heldAnswer is a quoted failure (see quoted): the answer of a key that
+// failed a request on words the request could have written, held unbenched
+// while one more key tries the request.
+type heldAnswer struct {
+	resp  *http.Response
+	key   *poolKey
+	model string
+	level int
+	v     verdict
+}
+
+// end returns what the request ends with, resp or err, now that it ended
+// with the answer held: the held answer when no other key could take the
+// request, else resp or err, the held answer discarded.
+func (h *heldAnswer) end(resp *http.Response, err error) (*http.Response, error) {
+	if resp == nil && isNoKey(err) {
+		return h.resp, nil
+	}
+	drain(h.resp.Body)
+	return resp, err
 }
 
 // exchange is the state of one request that outlives RoundTrip's frame —
@@ -113,6 +138,8 @@ type request struct {
 	out      *http.Request
 	model    string
 	estimate usageReport
+	// held is the first quoted failure of the request, if it had one.
+	held *heldAnswer
 	call
 }
 
@@ -123,7 +150,12 @@ func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again
 	p := t.pool
 	ctx := r.req.Context()
 	var l lease
-	if err := p.take(ctx, &r.call, r.model, r.estimate, &l); err != nil {
+	if r.held == nil {
+		err = p.take(ctx, &r.call, r.model, r.estimate, &l)
+	} else {
+		err = p.acquire(ctx, &r.call, r.model, r.estimate, &l) // no wait in line: an answer is there to return
+	}
+	if err != nil {
 		r.body.discard()
 		return nil, false, err
 	}
@@ -157,7 +189,22 @@ func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again
 		benched = max(until.Sub(now), 0)
 	}
 	endAttempt(span, resp.StatusCode, v.kind, benched, nil)
-	if v.kind == KindNone || v.oversized || p.single() || !r.body.replayable() {
+	if v.quoted && r.held == nil && !p.single() && r.body.replayable() {
+		// Words the request could have written: one more key tries it,
+		// and this answer is held to return if none can.
+		c := l.charge()
+		p.settle(ctx, &c, usageReport{})
+		r.tried.add(l.key.index)
+		r.held = &heldAnswer{resp: resp, key: l.key, model: l.claim.Model, level: l.grant.Level, v: v}
+		return nil, true, nil
+	}
+	if r.held != nil && v.kind == KindNone && resp.StatusCode < 300 {
+		// Another key served the request: the held answer was its key's.
+		h := r.held
+		p.benchKey(ctx, h.key, h.model, h.level, &h.v, now)
+	}
+	if v.kind == KindNone || v.oversized || p.single() || !r.body.replayable() || v.quoted {
+		// A second quoted failure is the request's: it goes back.
 		p.meter(&l, resp, r.metered)
 		return resp, false, nil
 	}
