@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -41,7 +42,10 @@ type Route struct {
 // spent quota, a revoked key, a server error that its pool could not route
 // around), the request goes to the next route, rewritten for it, and the
 // route is benched until the moment it is back — its pool's RetryAt, or the
-// reset the answer names — not for a fixed minute. A request is sent at most
+// reset the answer names — not for a fixed minute. A failure said only in
+// words the request could have written (a 400 or 403 whose prose alone
+// names it) benches no route: the request goes to the next route, and if
+// that one fails it too, or none can take it, the answer goes back. A request is sent at most
 // once per route, with its body replayed intact; a successful answer,
 // streams included, passes through untouched. When every route is benched,
 // the call fails with a *NoAvailableKeyError whose RetryAt is the soonest
@@ -82,7 +86,9 @@ type RouteEvent struct {
 // kind of the route's bench — KindRate when its pool had no key free (as a
 // *NoAvailableKeyError is), else the kind of the failure it answered with.
 // Earlier reports that an earlier request benched the route, so this one
-// was not sent to it.
+// was not sent to it. A zero Until is a route passed over without a bench:
+// its failure was said in words the request could have written (a 400 or
+// 403 whose prose alone names it), which bench no route.
 type RouteSkip struct {
 	Route   string
 	Kind    Kind
@@ -143,6 +149,10 @@ func (fb *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	sent := false
+	// held is a route's quoted failure (see quoted), returned if no
+	// later route answers; heldAt its place in ev.Skipped.
+	var held *http.Response
+	heldAt := 0
 	for _, r := range fb.routes {
 		now := fb.clock()
 		if until := r.benchedAt(); until > now.UnixNano() {
@@ -155,7 +165,7 @@ func (fb *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 		out, err := r.request(req, body)
 		if err != nil {
 			body.discard()
-			return nil, err
+			return fb.end(held, nil, err)
 		}
 		sent = true
 		resp, err := r.rt.RoundTrip(out)
@@ -166,7 +176,7 @@ func (fb *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return fb.end(held, nil, err)
 		}
 		var v verdict
 		if resp.StatusCode >= 400 {
@@ -174,11 +184,20 @@ func (fb *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 			// headers need not be read again after the route's pool.
 			v = classifyAnswer(resp, now)
 		}
-		if v.kind != KindNone {
+		last := !body.replayable() || r == fb.routes[len(fb.routes)-1]
+		switch {
+		case v.quoted && held == nil && !last:
+			// Words the request could have written bench no route: the
+			// next vendor may read the request otherwise.
+			heldAt, held = len(ev.Skipped), resp
+			ev.Skipped = append(ev.Skipped, RouteSkip{Route: r.Name, Kind: v.kind})
+			held.Request = req
+			continue
+		case v.kind != KindNone && !v.quoted:
 			// The route's own failure: its pool could not route around it.
 			d, _ := r.Pool.cfg.bench.benchFor(v, 0, now)
 			r.bench(now.Add(d), v.kind)
-			if body.replayable() && r != fb.routes[len(fb.routes)-1] {
+			if !last {
 				skip(r, RouteSkip{Kind: v.kind, Until: now.Add(d)})
 				drain(resp.Body)
 				continue
@@ -188,11 +207,30 @@ func (fb *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp.Request = req
 		ev.Route = r.Name
 		fb.report(ev)
-		return resp, nil
+		return fb.end(held, resp, nil)
 	}
 	body.discard()
+	if held != nil {
+		// No later route answered: the held answer is the request's.
+		ev.Route = ev.Skipped[heldAt].Route
+		ev.Skipped = slices.Delete(ev.Skipped, heldAt, heldAt+1)
+	}
 	fb.report(ev)
-	return nil, noKeyError(fb.names, soonest, fb.clock())
+	return fb.end(held, nil, noKeyError(fb.names, soonest, fb.clock()))
+}
+
+// end returns what a request ends with, resp or err, given the quoted
+// failure held: that answer when no later route gave one, else resp or
+// err, the held answer discarded.
+func (fb *Fallback) end(held, resp *http.Response, err error) (*http.Response, error) {
+	switch {
+	case held == nil:
+		return resp, err
+	case resp == nil && isNoKey(err):
+		return held, nil
+	}
+	drain(held.Body)
+	return resp, err
 }
 
 // readReplay reads a request's body into memory, so that each route can be
