@@ -352,7 +352,7 @@ func mapModel(body []byte, models map[string]string) []byte {
 	if !ok {
 		return body
 	}
-	to, ok := models[string(body[start:end])]
+	to, ok := models[string(jsonUnescape(body[start:end]))]
 	if !ok {
 		return body
 	}
@@ -373,7 +373,7 @@ func modelSpan(body []byte) (start, end int, ok bool) {
 		tok, i = lex.next(body, i)
 		switch {
 		case tok == tokKey:
-			model = lex.depth == 1 && string(lex.keyIn(body)) == "model"
+			model = lex.depth == 1 && string(jsonUnescape(lex.keyIn(body))) == "model"
 		case tok == tokString && model && lex.depth == 1 && lex.done:
 			start, end, ok = lex.start, lex.end, true
 			model = false

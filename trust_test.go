@@ -337,3 +337,31 @@ func TestQuotedRouteIsNotBenched(t *testing.T) {
 		"r0 passed over without a bench: %+v", events[0].Skipped)
 	assert.Zero(t, events[0].Benched)
 }
+
+// TestEscapedModelIsTheModel: a model name written with JSON escapes is
+// the model the vendor reads — limited, renamed and benched as that model
+// — and one that decodes to a control character is refused before any key
+// is used.
+func TestEscapedModelIsTheModel(t *testing.T) {
+	f := newFixture(t, WithModelLimits(map[string]Limits{"gpt-4o": {RPM: 1}}))
+	// One a minute on each of three keys.
+	for i := range 3 {
+		resp, err := f.client.Post(f.url, "application/json", strings.NewReader(`{"model":"gpt-4o"}`))
+		require.NoError(t, err, "request %d", i)
+		resp.Body.Close()
+	}
+	_, err := f.client.Post(f.url, "application/json", strings.NewReader(`{"model":"\u0067pt-4o"}`))
+	var na *NoAvailableKeyError
+	require.ErrorAs(t, err, &na, "the escaped name counts in gpt-4o's window")
+	_, err = f.client.Post(f.url, "application/json", strings.NewReader(`{"mod\u0065l":"gpt-4o"}`))
+	require.ErrorAs(t, err, &na, "and so does an escaped key")
+
+	sent := len(f.vendor.received())
+	_, err = f.client.Post(f.url, "application/json", strings.NewReader(`{"model":"a\u0007b"}`))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "control character")
+	assert.Len(t, f.vendor.received(), sent, "never sent")
+
+	assert.Equal(t, `{"model":"openai/gpt-4o"}`,
+		string(mapModel([]byte(`{"model":"\u0067pt-4o"}`), map[string]string{"gpt-4o": "openai/gpt-4o"})), "renamed as gpt-4o")
+}

@@ -3,6 +3,7 @@ package keypool
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"math"
 	"math/bits"
 )
@@ -387,4 +388,26 @@ func readNumber(in []byte, i int, n int64, ok bool) (end int, _ int64, _ bool) {
 		}
 	}
 	return len(in), n, ok
+}
+
+// maxEscape is the most bytes of JSON text one byte of a string takes:
+// \u0007 is six for one, a surrogate pair twelve for four.
+const maxEscape = 6
+
+// jsonUnescape returns a JSON string's bytes between its quotes as a reader of
+// the JSON reads them: "\u0067pt-4o" is gpt-4o to the vendor, and so to the
+// pool. Bytes without a backslash — nearly every string — come back as
+// they are, without a copy; bytes that are no JSON string come back as
+// they are too (the vendor refuses the request).
+func jsonUnescape(raw []byte) []byte {
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return raw
+	}
+	quoted := make([]byte, 0, len(raw)+2)
+	quoted = append(append(append(quoted, '"'), raw...), '"')
+	var s string
+	if json.Unmarshal(quoted, &s) != nil {
+		return raw
+	}
+	return []byte(s)
 }

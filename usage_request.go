@@ -37,7 +37,9 @@ const (
 // too, holding the two readings to one another. It holds no locks.
 type requestScanner struct {
 	info  RequestInfo
-	model []byte // the last top-level "model", a slice of the body
+	model []byte // the last top-level "model", a slice of the body, escapes not decoded
+	// modelCut: the body ends inside the model's string.
+	modelCut bool
 	// depth counts the containers open; objects says which are objects.
 	depth   int
 	objects containers
@@ -67,6 +69,11 @@ func scanRequest(body []byte, in *names) RequestInfo {
 func (s *requestScanner) finish(in *names) RequestInfo {
 	for d := min(s.depth, maxTrackedDepth); d >= 1; d-- {
 		s.close(d)
+	}
+	if !s.modelCut && len(s.model) <= maxEscape*(windowspec.MaxModelName+1) {
+		// The name as the vendor reads it, when it may be short enough
+		// to keep: no escape is longer than maxEscape bytes.
+		s.model = jsonUnescape(s.model)
 	}
 	if len(s.model) > windowspec.MaxModelName {
 		// One byte over the bound is enough to refuse it, and copying
@@ -160,9 +167,9 @@ func (s *requestScanner) open(object bool) {
 // key records an object key of the container at the current depth.
 func (s *requestScanner) key(k []byte) {
 	if d := s.depth; d <= maxTrackedDepth {
-		s.keys[d] = classifyRequestKey(k, d)
+		s.keys[d] = classifyRequestKey(jsonUnescape(k), d)
 		if s.keys[d] == keyModel {
-			s.model = nil // the last "model" names the model, as in JSON
+			s.model, s.modelCut = nil, false // the last "model" names the model, as in JSON
 		}
 	}
 }
@@ -189,7 +196,7 @@ func (s *requestScanner) text(v []byte, done bool) {
 		// A name the prefix cuts is unknown, unless what the prefix
 		// holds of it is already too long to be a name.
 		if done || len(v) > windowspec.MaxModelName {
-			s.model = v
+			s.model, s.modelCut = v, !done
 		}
 	case bytes.HasPrefix(v, []byte("data:")):
 		// A data URL is a payload, never text; an image one is an image.
