@@ -99,31 +99,10 @@ func (b benchPolicy) benchFor(v verdict, level int, now time.Time) (d time.Durat
 	return min(max(d, b.min), b.max), climb
 }
 
-// What an answer may bench rests on who could have written it. The status,
-// the rate-limit headers and the vendor's codes (a body's code, type,
-// status or reason: OpenAI's "insufficient_quota", Google's
-// "API_KEY_INVALID") are the vendor's own words. A message's prose is not:
-// vendors quote what the request sent ("Unrecognized request argument
-// supplied: X", `Unknown name "X"`, "X: Extra inputs are not permitted",
-// "X is not a valid model ID"), so a request that names a field or a model
-// "credit balance is too low" gets back a 400 that says so.
-//
-//   - A 401 or 402 is the key's: it is benched for every model.
-//   - A 429 or a 5xx is the key's (a 429 the account's): the prose may say
-//     which window is spent, or that the money is.
-//   - A 400 or 403 is the request's unless the vendor's own words say
-//     otherwise: a billing or auth code benches the key for every model, a
-//     rate-limit header or code the key (and its account) for the model.
-//     Said in prose alone, the answer is quoted: it benches nothing, and the
-//     request goes to one more key. If that key serves it, the first is
-//     benched for the model alone; if it fails too, its answer goes back to
-//     the caller and nothing is benched. So one request benches at most one
-//     key for one model on words it could have written.
-//   - Any other 4xx (404, 405, 409, 413, 415, 422) is the request's: it
-//     benches nothing and goes back to the caller.
-//   - A Fallback benches a route only on the vendor's own words; a quoted
-//     answer passes the request to the next route, whose vendor may read the
-//     same request otherwise.
+// What an answer may bench is the package doc's rule of that name; quoted,
+// wholeKey and ofAccount are its code, and the vendor's own words are the
+// signs the reading gathers apart from prose (bodyEvidence.coded and the
+// headers' evidence).
 
 // quoted reports whether verdict v of an answer with status rests on words
 // the request could have written: a 400 or 403 that names a kind no field

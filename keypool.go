@@ -19,6 +19,30 @@
 // Pool.Do offers the same order and benches to clients that are not HTTP.
 // Secrets never leave memory: they are not logged, traced, stored, or put in
 // an error; keys are known by their IDs.
+//
+// # What an answer may bench
+//
+// A bench rests on evidence, and an answer benches only what it is evidence
+// about, given who could have written it. The status, the rate-limit
+// headers and the vendor's codes (a body's code, type, status or reason,
+// such as OpenAI's "insufficient_quota" or Google's "API_KEY_INVALID") are
+// the vendor's own words; a message's prose may quote what the request sent
+// ("Unrecognized request argument supplied: X").
+//
+//   - A 401 or a 402 benches the key for every model. A 429 benches the
+//     key and its account for the model — for every model when it says the
+//     money is spent — its prose saying which window and for how long. A
+//     5xx benches the key for the model.
+//   - A 400 or a 403 is the request's fault unless the vendor's own words
+//     say otherwise. Said in prose alone, the failure benches nothing: the
+//     request goes to one more key, and only if that key serves it is the
+//     first benched, for the model alone. If it fails too, the answer goes
+//     back to the caller. One request benches at most one key for one model
+//     on words it could have written.
+//   - Any other 4xx benches nothing.
+//   - A Fallback benches a route only on the vendor's own words.
+//
+// Model names are read as the vendor reads them, JSON escapes decoded.
 package keypool
 
 import (
