@@ -84,6 +84,12 @@ func (r *eventRing) routed(e keypool.RouteEvent) (benched bool) {
 		var why []string
 		until := e.Skipped[0].Until
 		for _, sk := range e.Skipped {
+			if sk.Until.IsZero() {
+				// A failure in words the request could have written
+				// benches no route.
+				why = append(why, sk.Route+" failed it ("+sk.Kind.String()+" in its message's words only, no bench)")
+				continue
+			}
 			why = append(why, sk.Route+" benched ("+sk.Kind.String()+")")
 			until = earlier(until, sk.Until)
 		}
@@ -164,7 +170,7 @@ func (r *eventRing) latest(n int, now time.Time) []eventView {
 // reports.
 func (s *server) routed(e keypool.RouteEvent) {
 	for _, sk := range e.Skipped {
-		if !sk.Earlier { // this request found the route with no key free
+		if !sk.Earlier && !sk.Until.IsZero() { // this request found the route with no key free
 			s.log.Info("route benched", "route", sk.Route, "kind", sk.Kind.String(), "until", sk.Until.Format(time.RFC3339))
 			s.returns.bench(benchScope{route: sk.Route}, sk.Until, sk.Kind)
 		}

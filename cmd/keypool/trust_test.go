@@ -65,8 +65,19 @@ upstreams:
 	}
 	assert.LessOrEqual(t, servedA.Load()+servedB.Load(), int64(3*4), "at most two keys a route a request")
 
-	routes, err := fetchStatus(t.Context(), base, proxyToken)
-	require.NoError(t, err)
+	var report statusReport
+	require.NoError(t, callProxy(t.Context(), http.MethodGet, base, "status", credential{value: proxyToken, from: "-token"}, &report))
+	var failovers int
+	for _, e := range report.Events {
+		assert.NotContains(t, e.Text, "benched", "event %+v", e)
+		if e.Kind == "failover" {
+			failovers += e.Count
+			assert.Contains(t, e.Text, "no bench")
+		}
+	}
+	assert.Equal(t, 3, failovers, "each hostile request tried the second route")
+	routes := report.Routes
+	require.Len(t, routes, 2)
 	for _, r := range routes {
 		assert.Zero(t, r.BenchedUntil, "route %s", r.Name)
 		for _, k := range r.Keys {
