@@ -60,6 +60,11 @@ func (r Retry) CheckRetry(ctx context.Context, resp *http.Response, err error) (
 	}
 	now := time.Now()
 	v := classifyAnswer(resp, now)
+	if v.quoted {
+		// Words the request could have written: sent again, it gets
+		// the same answer.
+		return false, nil
+	}
 	_, maxWait := r.waits()
 	switch v.kind {
 	case KindRate:

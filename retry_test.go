@@ -120,6 +120,20 @@ func TestRetryAuthIsNotRetried(t *testing.T) {
 	assert.Len(t, v.received(), 1)
 }
 
+// A 403 whose prose alone speaks of a rate limit may be quoting the
+// request: retrying it would only get it again.
+func TestRetryQuotedIsNotRetried(t *testing.T) {
+	v, srv := newVendor(t)
+	pool, err := New("test", []Key{{Secret: "sk-only"}})
+	require.NoError(t, err)
+	v.on("sk-only", answer{status: 403, body: `{"error":{"message":"model 'rate limit' is not allowed"}}`})
+	resp, err := retryPost(t, retryClient(pool, time.Second), srv.URL)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode)
+	assert.Len(t, v.received(), 1)
+}
+
 func TestRetryBackoff(t *testing.T) {
 	r := Retry{MinWait: time.Second, MaxWait: 30 * time.Second}
 	resp := func(h map[string]string) *http.Response {
