@@ -48,7 +48,10 @@ const dailyRetry = 24 * time.Hour
 //     day or more (its window is the shortest that fits the wait).
 //   - auth: a 401; a 403 that is a permission failure; a 400 that refuses
 //     the key (Gemini's "API key not valid").
-//   - transient: a 5xx, 529 included.
+//   - transient: a 5xx, 529 included, unless its body speaks of a spent
+//     balance ("insufficient balance" in a 500: quota, billing); a 429 that
+//     speaks of the vendor's overload ("engine overloaded") and names no
+//     spent window.
 //   - none: a success, a bad request, an unknown model, a 413.
 //
 // On a success the Reset is the full reading of the headers (see
@@ -82,11 +85,9 @@ func judge(status int, body []byte, e *evidence, now time.Time) verdict {
 	switch {
 	case status < 400:
 		return verdict{kind: KindNone, reset: e.reset(now, asReported)}
-	case status >= 500:
-		return verdict{kind: KindTransient, reset: e.reset(now, asRetryOnly)}
 	case status == http.StatusUnauthorized:
 		return verdict{kind: KindAuth, reset: e.reset(now, asRetryOnly)}
-	case status != http.StatusBadRequest && status != http.StatusPaymentRequired &&
+	case status < 500 && status != http.StatusBadRequest && status != http.StatusPaymentRequired &&
 		status != http.StatusForbidden && status != http.StatusTooManyRequests:
 		return verdict{kind: KindNone, reset: e.reset(now, asRetryOnly)}
 	}
@@ -105,6 +106,10 @@ func weigh(status int, b *bodyEvidence, e *evidence, now time.Time) verdict {
 	// named: the body names a long window or a usage limit.
 	named := b.quota || (b.hasSpent && b.spent.window != WindowNone)
 	switch {
+	case status >= 500 && !b.billing:
+		// The vendor's bad moment, unless its body speaks of money
+		// ("insufficient balance" in a 500).
+		return verdict{kind: KindTransient, reset: e.reset(now, asRetryOnly)}
 	case status == http.StatusPaymentRequired, b.billing, e.creditsSpent:
 		return verdict{kind: KindQuota, billing: true, reset: e.reset(now, asLimited)}
 	case status == http.StatusBadRequest && b.auth,
@@ -112,6 +117,10 @@ func weigh(status int, b *bodyEvidence, e *evidence, now time.Time) verdict {
 		return verdict{kind: KindAuth, reset: e.reset(now, asRetryOnly)}
 	case b.oversized:
 		return verdict{kind: KindRate, oversized: true, reset: e.reset(now, asLimited)}
+	case b.overloaded && status == http.StatusTooManyRequests && !named && !e.hasSpent:
+		// Overload dressed as a 429 ("engine overloaded"): the vendor's
+		// bad moment, which another key on the same engine shares.
+		return verdict{kind: KindTransient, reset: e.reset(now, asRetryOnly)}
 	case status == http.StatusBadRequest && !named:
 		return verdict{kind: KindNone, reset: e.reset(now, asRetryOnly)}
 	case b.noAllowance:

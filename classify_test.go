@@ -259,3 +259,67 @@ func TestTransportReturnsOversized(t *testing.T) {
 	assert.Empty(t, ev.all(), "OnEvict = %v, want no bench", ev.all())
 	assert.Equal(t, []string{"key-a"}, vendor.keys(), "keys tried = %v, want only the first", vendor.keys())
 }
+
+// TestClassifyUnmetShapes reads the shapes of answers from vendors the
+// recorded answers first lacked (the readings' third pass), as the issue
+// quotes them: billing a status does not announce, plan windows and resets
+// in prose, timing prose of other shapes, overload dressed as a 429.
+func TestClassifyUnmetShapes(t *testing.T) {
+	at := func(s string) time.Time {
+		v, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	for _, tc := range []struct {
+		name    string
+		status  int
+		body    string
+		kind    Kind
+		billing bool
+		quoted  bool
+		want    Reset
+	}{
+		{"403 exceeded_current_quota_error", 403, `{"error":{"message":"Your account is suspended, please check your plan and billing details","type":"exceeded_current_quota_error"}}`,
+			KindQuota, true, false, Reset{}},
+		{"500 insufficient balance in prose", 500, `{"base_resp":{"status_code":1008,"status_msg":"insufficient balance"}}`,
+			KindQuota, true, true, Reset{}},
+		{"500 without a word of money", 500, `{"error":{"message":"internal error"}}`, KindTransient, false, false, Reset{}},
+		{"429 in Chinese", 429, `{"error":{"code":"1113","message":"余额不足或无可用资源包,请充值。"}}`, KindQuota, true, false, Reset{}},
+		{"5-hour limit resets at an RFC 3339 time", 429, `{"type":"error","error":{"type":"rate_limit_error","message":"5-hour usage limit reached. Your limit resets at 2025-03-04T13:00:00Z."}}`,
+			KindQuota, false, false, Reset{Window: Window5h, ResetAt: at("2025-03-04T13:00:00Z")}},
+		{"duration_s", 429, `{"error":{"message":"Rate limit exceeded. Violated duration_s: 86400, limit: 100"}}`,
+			KindQuota, false, false, Reset{Window: WindowDaily}},
+		{"calls a month", 429, `{"message":"You are limited to 1000 API calls / month."}`, KindQuota, false, false, Reset{Window: WindowMonthly}},
+		{"a bare time of day", 429, `{"error":"Rate limit reached (30 requests / 5h). Resets at 10:00 UTC."}`,
+			KindQuota, false, false, Reset{Window: Window5h, ResetAt: at("2025-03-05T10:00:00Z")}},
+		{"a time of day later today", 429, `{"error":"Daily limit reached. Resets at 23:30 UTC"}`,
+			KindQuota, false, false, Reset{Window: WindowDaily, ResetAt: at("2025-03-04T23:30:00Z")}},
+		{"several spent windows: the later binds", 429, `{"error":"Day limit: 2105 / 10 requests. Week limit: 4209 / 20 requests."}`,
+			KindQuota, false, false, Reset{Window: WindowWeekly}},
+		{"hours to wait", 429, `{"error":{"message":"Rate limit exceeded, try again in 2 hours"}}`,
+			KindRate, false, false, Reset{RetryAfter: 2 * time.Hour, HasRetryAfter: true, ResetAt: now.Add(2 * time.Hour)}},
+		{"hours and minutes to a reset", 429, `{"error":{"message":"Usage limit reached, reset in 3 hours 49 minutes"}}`,
+			KindRate, false, false, Reset{ResetAt: now.Add(3*time.Hour + 49*time.Minute)}},
+		{"an approximate reset", 429, `{"error":"rate limited, resets in ~30s"}`, KindRate, false, false, Reset{ResetAt: now.Add(30 * time.Second)}},
+		{"Django REST framework", 429, `{"detail":"Request was throttled. Expected available in 7 seconds."}`,
+			KindRate, false, false, Reset{RetryAfter: 7 * time.Second, HasRetryAfter: true, ResetAt: now.Add(7 * time.Second)}},
+		{"a throttle's reset with a numeric zone", 429, `Throttle limit reached. Throttle resets at 2025-03-04 14:55:00 +0000`,
+			KindRate, false, false, Reset{ResetAt: at("2025-03-04T14:55:00Z")}},
+		{"a wait is no period", 429, `{"error":"limit reached, try again in 5 hours"}`,
+			KindRate, false, false, Reset{RetryAfter: 5 * time.Hour, HasRetryAfter: true, ResetAt: now.Add(5 * time.Hour)}},
+		{"engine overloaded", 429, `{"error":{"message":"The engine is currently overloaded, please try again later","type":"server_error"}}`,
+			KindTransient, false, false, Reset{}},
+		{"model traffic too high", 429, `{"error":{"code":"1305","message":"model traffic too high, please retry later"}}`, KindTransient, false, false, Reset{}},
+		{"overload and a spent window: the window", 429, `{"error":"overloaded; daily limit reached"}`, KindQuota, false, false, Reset{Window: WindowDaily}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := classify(tc.status, nil, []byte(tc.body), now)
+			assert.Equal(t, tc.kind, v.kind, "kind")
+			assert.Equal(t, tc.billing, v.billing, "billing")
+			assert.Equal(t, tc.quoted, v.quoted, "quoted")
+			assertReset(t, "classify", tc.want, v.reset)
+		})
+	}
+}

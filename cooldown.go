@@ -105,10 +105,15 @@ func (b benchPolicy) benchFor(v verdict, level int, now time.Time) (d time.Durat
 // headers' evidence).
 
 // quoted reports whether verdict v of an answer with status rests on words
-// the request could have written: a 400 or 403 that names a kind no field
-// or header in vendor states.
+// the request could have written: a 400 or 403 that names a kind, or a 5xx
+// that names a spent balance, that no field or header in vendor states.
 func quoted(status int, v *verdict, vendor signs) bool {
-	if status != http.StatusBadRequest && status != http.StatusForbidden || v.kind == KindNone || v.oversized {
+	switch {
+	case v.kind == KindNone || v.oversized:
+		return false
+	case status == http.StatusBadRequest, status == http.StatusForbidden:
+	case status >= 500 && v.billing: // a server error that speaks of money
+	default:
 		return false
 	}
 	need := signLimit

@@ -30,6 +30,9 @@ type bodyEvidence struct {
 	auth      bool // the key itself is refused
 	throttled bool // the body speaks of a rate limit
 	oversized bool // the request alone exceeds a per-minute limit: no wait cures it
+	// overloaded: the body speaks of the vendor's overload, not of a
+	// limit of the key's.
+	overloaded bool
 	// noAllowance: the limit is 0 (a free tier without the model), so no
 	// wait brings it back.
 	noAllowance bool
@@ -101,6 +104,7 @@ func readBody(body []byte, now time.Time) bodyEvidence {
 		auth:        containsAny(lower, authPhrases[:]),
 		throttled:   containsAny(lower, throttlePhrases[:]),
 		oversized:   containsAny(lower, oversizedPhrases[:]),
+		overloaded:  containsAny(lower, overloadPhrases[:]),
 		quota:       containsAny(lower, quotaPhrases[:]),
 		noAllowance: f.limitZero || statesLimitZero(lower),
 		secondary:   strings.Contains(lower, secondaryLimitPhrase) || strings.Contains(lower, abuseLimitPhrase),

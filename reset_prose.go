@@ -1,6 +1,7 @@
 package keypool
 
 import (
+	"strconv"
 	"strings"
 	"time"
 )
@@ -27,6 +28,9 @@ var billingPhrases = [...]string{
 	"quota is not enough",          // one-api 403 insufficient_user_quota (songquanpeng/one-api#1270)
 	"budget has been exceeded",     // LiteLLM proxy 400 (BerriAI/litellm#14144)
 	"spend limit",                  // Anthropic 429 "would exceed your account's monthly spend limit" (can1357/oh-my-pi#5418)
+	"exceeded_current_quota",       // Moonshot error.type exceeded_current_quota_error, on a 403 or 429
+	"余额不足",                         // "insufficient balance": Zhipu 1113 "余额不足或无可用资源包,请充值", and kin
+	"请充值",                          // "please top up"
 }
 
 // quotaPhrases name a spent allowance, or one the plan does not include,
@@ -69,6 +73,14 @@ const (
 // model …").
 var oversizedPhrases = [...]string{"request too large"}
 
+// overloadPhrases name the vendor's overload, which some vendors answer
+// with a 429: no other key on the same engine fares better.
+var overloadPhrases = [...]string{
+	"overloaded",       // "engine overloaded"; Anthropic's overloaded_error, OpenAI's "That model is currently overloaded"
+	"traffic too high", // "model traffic too high"
+	"traffic is too high",
+}
+
 // minutePhrases name a per-minute limit. A body that names one beside a
 // per-day limit in prose, and asks for a short wait, is about the minute.
 var minutePhrases = [...]string{"per minute", "per min", "per-minute", "(rpm)", "(tpm)"}
@@ -87,17 +99,103 @@ var windowPhrases = [...]struct {
 	// Anthropic's spend limits are monthly: access is regained on the 1st
 	// (anthropics/claude-code#38035).
 	{"api usage limits", WindowMonthly},
+	// A window named by its period: "limited to 1000 API calls / month",
+	// "Day limit: 2105 / 10 … Week limit: 4209 / 20" (several spent: the
+	// longest binds).
+	{"per week", WindowWeekly}, {"/ week", WindowWeekly}, {"/week", WindowWeekly}, {"week limit", WindowWeekly},
+	{"per month", WindowMonthly}, {"/ month", WindowMonthly}, {"/month", WindowMonthly}, {"month limit", WindowMonthly},
+	{"/ day", WindowDaily}, {"/day", WindowDaily}, {"day limit", WindowDaily},
 }
 
-// delayMarkers introduce a delay stated in prose: OpenAI and Groq "Please try
+// namedWindow returns the longest window the text names, by a phrase of
+// windowPhrases or by a stated length (periodWindow), or "".
+func namedWindow(lower string) Window {
+	w := periodWindow(lower)
+	for _, p := range windowPhrases {
+		if windowRank(p.window) > windowRank(w) && strings.Contains(lower, p.phrase) {
+			w = p.window
+		}
+	}
+	return w
+}
+
+// periodWindow returns the longest window the text names by its length: a
+// length written as a period — "5-hour usage limit", "30 requests / 5h",
+// "per 24 hours", "duration_s: 86400" — not a wait ("try again in 5
+// hours"), as windowOfLength names it.
+func periodWindow(lower string) Window {
+	w := WindowNone
+	for i := 0; i < len(lower); i++ {
+		if !isDigit(lower[i]) || i > 0 && (isDigit(lower[i-1]) || lower[i-1] == '.') {
+			continue
+		}
+		j := i
+		for j < len(lower) && isDigit(lower[j]) && j-i < maxPeriodDigits {
+			j++
+		}
+		n, err := strconv.Atoi(lower[i:j])
+		if err != nil || j < len(lower) && isDigit(lower[j]) {
+			continue
+		}
+		before := strings.TrimRight(lower[max(0, i-len("duration_s: ")):i], " ")
+		var d time.Duration
+		switch {
+		case j < len(lower) && lower[j] == '-': // "5-hour"
+			d = periodOf(n, lower[j+1:])
+		case strings.HasSuffix(before, "/"), strings.HasSuffix(before, "per"), strings.HasSuffix(before, "every"):
+			d = periodOf(n, strings.TrimLeft(lower[j:], " "))
+		case strings.HasSuffix(before, "duration_s:"), strings.HasSuffix(before, "duration_s ="):
+			d = time.Duration(n) * time.Second
+		}
+		if x := windowOfLength(d); windowRank(x) > windowRank(w) {
+			w = x
+		}
+		i = j
+	}
+	return w
+}
+
+// maxPeriodDigits bounds the digits of a stated period: no window lasts a
+// billion seconds.
+const maxPeriodDigits = 9
+
+// periodUnits are the unit words of a stated period.
+var periodUnits = [...]struct {
+	word string
+	unit time.Duration
+}{
+	{"h", time.Hour}, {"hr", time.Hour}, {"hour", time.Hour},
+	{"d", 24 * time.Hour}, {"day", 24 * time.Hour},
+	{"week", 7 * 24 * time.Hour},
+	{"month", 30 * 24 * time.Hour},
+}
+
+// periodOf returns n of the unit word s starts with, or 0.
+func periodOf(n int, s string) time.Duration {
+	end := 0
+	for end < len(s) && isLetter(s[end]) {
+		end++
+	}
+	word := s[:end]
+	for _, u := range periodUnits {
+		if word == u.word || word == u.word+"s" {
+			return time.Duration(n) * u.unit
+		}
+	}
+	return 0
+}
+
+// delayMarkers introduce a delay stated in prose — Django REST framework's
+// "Expected available in 7 seconds" too — OpenAI and Groq "Please try
 // again in 26.604s" and "644ms", Azure "Try again in 50 seconds" and "Please
 // retry after 86400 seconds", Gemini "Please retry in 10.689924287s", GitHub
 // Models "Please wait 60 seconds before retrying".
-var delayMarkers = [...]string{"try again in ", "retry after ", "retry in ", "please wait "}
+var delayMarkers = [...]string{"try again in ", "retry after ", "retry in ", "please wait ", "available in "}
 
 // resetMarkers introduce when a limit lifts, stated in prose: a horizon, not
-// a wait asked for (Gemini Code Assist "Your quota will reset after 54s").
-var resetMarkers = [...]string{"reset after "}
+// a wait asked for (Gemini Code Assist "Your quota will reset after 54s";
+// "resets in ~30s"; "reset in 3 hours 49 minutes").
+var resetMarkers = [...]string{"reset after ", "resets in ", "reset in "}
 
 // delayUnits are the unit words a prose delay may use after a bare number.
 var delayUnits = [...]struct {
@@ -111,11 +209,97 @@ var delayUnits = [...]struct {
 	{"day", 24 * time.Hour},
 }
 
-// resetDateForms are reset dates a vendor states only in prose: the marker
-// that introduces the date, and the date's layout.
-var resetDateForms = [...]struct{ marker, layout string }{
-	// Anthropic 400: "You will regain access on 2026-04-01 at 00:00 UTC."
-	{"regain access on ", "2006-01-02 at 15:04 MST"},
+// resetAtMarkers introduce the moment a limit lifts, stated in prose.
+var resetAtMarkers = [...]string{
+	"regain access on ", // Anthropic 400: "You will regain access on 2026-04-01 at 00:00 UTC."
+	"resets at ",        // "Throttle resets at 2024-10-18 14:55:00 +0000"; "Resets at 10:00 UTC"
+	"reset at ",
+	"resets on ",
+	"available at ",
+}
+
+// proseTimeLayouts are the absolute times prose states beyond what a
+// vendor's time fields hold (RFC 3339, HTTP-dates, epochs, which
+// timeValue reads); a layout without a zone is UTC.
+var proseTimeLayouts = [...]string{
+	"2006-01-02 at 15:04 MST",   // Anthropic's "2026-04-01 at 00:00 UTC"
+	"2006-01-02 15:04:05 -0700", // a Rails throttle's "2024-10-18 14:55:00 +0000"
+	"2006-01-02 15:04:05 MST",
+	"2006-01-02 15:04 MST",
+	"2006-01-02 15:04:05",
+}
+
+// clockLayouts are a bare time of day ("Resets at 10:00 UTC"), which names
+// its next coming after now.
+var clockLayouts = [...]string{"15:04:05 MST", "15:04 MST", "15:04:05", "15:04"}
+
+// maxProseTime bounds how much text after a marker is read as a time.
+const maxProseTime = 40
+
+// proseResetDate returns the wait until a moment the text states in prose
+// after one of resetAtMarkers: a time a vendor's field would hold, a date
+// and time of proseTimeLayouts, or a bare time of day. lower and text are
+// the same text, lower-cased byte for byte, so that the moment is parsed in
+// its own case.
+func proseResetDate(lower, text string, now time.Time) (time.Duration, bool) {
+	for _, m := range resetAtMarkers {
+		for at := 0; ; {
+			i := strings.Index(lower[at:], m)
+			if i < 0 {
+				break
+			}
+			at += i + len(m)
+			if d, ok := leadingTime(text[at:min(len(text), at+maxProseTime)], now); ok {
+				return d, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// leadingTime reads the moment s starts with as the wait from now until it.
+func leadingTime(s string, now time.Time) (time.Duration, bool) {
+	token := strings.TrimRight(s[:strings.IndexFunc(s+" ", isTimeEnd)], ".")
+	var t timeValue
+	if t.read(token); t.kind == timeEpoch || t.kind == timeDate {
+		return t.waitFrom(now)
+	}
+	for _, layout := range proseTimeLayouts {
+		if len(s) >= len(layout) {
+			if at, err := time.Parse(layout, s[:len(layout)]); err == nil {
+				return clampWait(at.Sub(now)), true
+			}
+		}
+	}
+	for _, layout := range clockLayouts {
+		if len(s) < len(layout) {
+			continue
+		}
+		if c, err := time.Parse(layout, s[:len(layout)]); err == nil && (len(s) == len(layout) || !isDigit(s[len(layout)])) {
+			return untilClock(c, now), true
+		}
+	}
+	return 0, false
+}
+
+// isTimeEnd reports whether r ends a time written as one token.
+func isTimeEnd(r rune) bool {
+	switch r {
+	case ' ', '\n', '\t', '"', '\'', ',', ';', ')', '(':
+		return true
+	}
+	return false
+}
+
+// untilClock returns the wait from now until the next time of day c (a
+// time on day zero, in its own zone) comes.
+func untilClock(c, now time.Time) time.Duration {
+	n := now.In(c.Location())
+	at := time.Date(n.Year(), n.Month(), n.Day(), c.Hour(), c.Minute(), c.Second(), 0, c.Location())
+	if !at.After(n) {
+		at = at.AddDate(0, 0, 1)
+	}
+	return at.Sub(now)
 }
 
 // containsAny reports whether s contains any of the phrases.
@@ -126,17 +310,6 @@ func containsAny(s string, phrases []string) bool {
 		}
 	}
 	return false
-}
-
-// namedWindow returns the longest window the text names, or "".
-func namedWindow(lower string) Window {
-	w := WindowNone
-	for _, p := range windowPhrases {
-		if windowRank(p.window) > windowRank(w) && strings.Contains(lower, p.phrase) {
-			w = p.window
-		}
-	}
-	return w
 }
 
 // proseDelay returns the first delay the text states after one of the
@@ -158,9 +331,15 @@ func proseDelay(lower string, markers []string, now time.Time) (time.Duration, b
 	return 0, false
 }
 
+// approxWords may come before a delay: "resets in ~30s", "about 2 hours".
+var approxWords = [...]string{"~", "about ", "approximately ", "approx. ", "around "}
+
 // leadingDelay reads the delay s starts with: a Go duration, or one or more
 // numbers each with a unit word.
 func leadingDelay(s string, now time.Time) (time.Duration, bool) {
+	for _, p := range approxWords {
+		s = strings.TrimPrefix(s, p)
+	}
 	token := strings.TrimRight(s[:tokenEnd(s)], ".")
 	if token == "" || !isDigit(token[0]) {
 		return 0, false
@@ -233,26 +412,6 @@ func statedUsage(lower string) (limit, used float64, ok bool) {
 			return limit, used, true
 		}
 	}
-}
-
-// proseResetDate returns the wait until a reset date the text states in
-// prose (see resetDateForms). lower and text are the same text, lower-cased
-// byte for byte, so that the date is parsed in its own case.
-func proseResetDate(lower, text string, now time.Time) (time.Duration, bool) {
-	for _, f := range resetDateForms {
-		i := strings.Index(lower, f.marker)
-		if i < 0 {
-			continue
-		}
-		date := text[i+len(f.marker):]
-		if len(date) < len(f.layout) {
-			continue
-		}
-		if t, err := time.Parse(f.layout, date[:len(f.layout)]); err == nil {
-			return clampWait(t.Sub(now)), true
-		}
-	}
-	return 0, false
 }
 
 // windowOfWait names the window a usage limit implies by the wait until it
