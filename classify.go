@@ -86,7 +86,13 @@ func judge(status int, body []byte, e *evidence, now time.Time) verdict {
 	case status < 400:
 		return verdict{kind: KindNone, reset: e.reset(now, asReported)}
 	case status == http.StatusUnauthorized:
-		return verdict{kind: KindAuth, reset: e.reset(now, asRetryOnly)}
+		v := verdict{kind: KindAuth, reset: e.reset(now, asRetryOnly)}
+		if len(body) > 0 && readBody(body, now).billing {
+			// A key refused for its spent credits (ElevenLabs' 401
+			// quota_exceeded): out for every model all the same.
+			v.kind, v.billing = KindQuota, true
+		}
+		return v
 	case status < 500 && status != http.StatusBadRequest && status != http.StatusPaymentRequired &&
 		status != http.StatusForbidden && status != http.StatusTooManyRequests:
 		return verdict{kind: KindNone, reset: e.reset(now, asRetryOnly)}

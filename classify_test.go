@@ -297,7 +297,7 @@ func TestClassifyUnmetShapes(t *testing.T) {
 		{"a time of day later today", 429, `{"error":"Daily limit reached. Resets at 23:30 UTC"}`,
 			KindQuota, false, false, Reset{Window: WindowDaily, ResetAt: at("2025-03-04T23:30:00Z")}},
 		{"several spent windows: the later binds", 429, `{"error":"Day limit: 2105 / 10 requests. Week limit: 4209 / 20 requests."}`,
-			KindQuota, false, false, Reset{Window: WindowWeekly}},
+			KindQuota, false, false, Reset{Window: WindowWeekly, Utilization: 4209.0 / 20, HasUtilization: true}},
 		{"hours to wait", 429, `{"error":{"message":"Rate limit exceeded, try again in 2 hours"}}`,
 			KindRate, false, false, Reset{RetryAfter: 2 * time.Hour, HasRetryAfter: true, ResetAt: now.Add(2 * time.Hour)}},
 		{"hours and minutes to a reset", 429, `{"error":{"message":"Usage limit reached, reset in 3 hours 49 minutes"}}`,

@@ -132,6 +132,9 @@ func readBody(body []byte, now time.Time) bodyEvidence {
 	if limit, used, ok := statedUsage(lower); ok {
 		spent.used, spent.hasUsed, stated = used/limit, true, true
 	}
+	if w, used, ok := periodLimits(lower); ok {
+		spent.window, spent.used, spent.hasUsed, stated = w, used, true, true
+	}
 	var usageReset bool
 	spent.wait, spent.hasReset, usageReset = f.reset(lower, text, now)
 	stated = stated || spent.hasReset
@@ -284,7 +287,7 @@ func vendorCode(key, v string) bool {
 // note keeps the value of a field the reading uses.
 func (f *bodyFields) note(key, v string) {
 	switch key {
-	case "retryDelay":
+	case "retryDelay", "retry_after": // Gemini's RetryInfo; Replicate's 429 body
 		f.retryDelay = v
 	case "resets_at":
 		f.resetsAt = v

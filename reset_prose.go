@@ -29,6 +29,11 @@ var billingPhrases = [...]string{
 	"budget has been exceeded",     // LiteLLM proxy 400 (BerriAI/litellm#14144)
 	"spend limit",                  // Anthropic 429 "would exceed your account's monthly spend limit" (can1357/oh-my-pi#5418)
 	"exceeded_current_quota",       // Moonshot error.type exceeded_current_quota_error, on a 403 or 429
+	"balance is insufficient",      // SiliconFlow 403 30011 "Your paid balance is insufficient"
+	"payment is past due",          // Ollama Cloud 403 "your subscription payment is past due"
+	"overdue",                      // Volcengine 403 code AccountOverdueError
+	"arrearage",                    // DashScope 400 code Arrearage
+	"credits remaining",            // ElevenLabs 401 quota_exceeded "You have 0 credits remaining"
 	"余额不足",                         // "insufficient balance": Zhipu 1113 "余额不足或无可用资源包,请充值", and kin
 	"请充值",                          // "please top up"
 }
@@ -42,6 +47,7 @@ var quotaPhrases = [...]string{
 	"extra usage",               // Anthropic subscription: "Extra usage is required for long context requests."
 	"are cooling down",          // a router's own cooldown: "All credentials for model X are cooling down" (CLIProxyAPI)
 	"free-usage-exhausted",      // Grok CLI 429 (Vanszs/VansRouter#56)
+	"allocated quota exceeded",  // Qwen 429 "Free allocated quota exceeded."
 }
 
 // authPhrases name a refused key where the status does not (Gemini and xAI
@@ -76,9 +82,11 @@ var oversizedPhrases = [...]string{"request too large"}
 // overloadPhrases name the vendor's overload, which some vendors answer
 // with a 429: no other key on the same engine fares better.
 var overloadPhrases = [...]string{
-	"overloaded",       // "engine overloaded"; Anthropic's overloaded_error, OpenAI's "That model is currently overloaded"
+	"overload",         // Moonshot 429 "engine is currently overloaded"; Novita 429 "server overload"
 	"traffic too high", // "model traffic too high"
 	"traffic is too high",
+	"at capacity", // Nous 429 "temporarily at capacity upstream. This is not your API key's rate limit"
+	"访问量过大",       // Zhipu 429 1305 "该模型当前访问量过大" (the model's traffic is too high)
 }
 
 // minutePhrases name a per-minute limit. A body that names one beside a
@@ -99,12 +107,12 @@ var windowPhrases = [...]struct {
 	// Anthropic's spend limits are monthly: access is regained on the 1st
 	// (anthropics/claude-code#38035).
 	{"api usage limits", WindowMonthly},
-	// A window named by its period: "limited to 1000 API calls / month",
-	// "Day limit: 2105 / 10 … Week limit: 4209 / 20" (several spent: the
-	// longest binds).
-	{"per week", WindowWeekly}, {"/ week", WindowWeekly}, {"/week", WindowWeekly}, {"week limit", WindowWeekly},
-	{"per month", WindowMonthly}, {"/ month", WindowMonthly}, {"/month", WindowMonthly}, {"month limit", WindowMonthly},
-	{"/ day", WindowDaily}, {"/day", WindowDaily}, {"day limit", WindowDaily},
+	// A window named by its period: "limited to 1000 API calls / month".
+	{"per week", WindowWeekly}, {"/ week", WindowWeekly}, {"/week", WindowWeekly},
+	{"per month", WindowMonthly}, {"/ month", WindowMonthly}, {"/month", WindowMonthly},
+	{"/ day", WindowDaily}, {"/day", WindowDaily},
+	// Ollama Cloud's session limit is its 5-hour window (fgrehm/pi-ollama-cloud#42).
+	{"session usage limit", Window5h},
 }
 
 // namedWindow returns the longest window the text names, by a phrase of
@@ -142,10 +150,18 @@ func periodWindow(lower string) Window {
 		switch {
 		case j < len(lower) && lower[j] == '-': // "5-hour"
 			d = periodOf(n, lower[j+1:])
-		case strings.HasSuffix(before, "/"), strings.HasSuffix(before, "per"), strings.HasSuffix(before, "every"):
-			d = periodOf(n, strings.TrimLeft(lower[j:], " "))
+		case strings.HasSuffix(before, "/"), strings.HasSuffix(before, "per"), strings.HasSuffix(before, "every"),
+			strings.HasSuffix(before, "reached for"): // "Usage limit reached for 5 hour"
+			d, _ = periodAndRest(n, lower[j:])
 		case strings.HasSuffix(before, "duration_s:"), strings.HasSuffix(before, "duration_s ="):
 			d = time.Duration(n) * time.Second
+		default:
+			// "your 5 hour session limits", "5 小时的使用上限": a length
+			// that qualifies a limit.
+			var rest string
+			if d, rest = periodAndRest(n, lower[j:]); !qualifiesLimit(rest) {
+				d = 0
+			}
 		}
 		if x := windowOfLength(d); windowRank(x) > windowRank(w) {
 			w = x
@@ -170,8 +186,22 @@ var periodUnits = [...]struct {
 	{"month", 30 * 24 * time.Hour},
 }
 
+// cjkPeriodUnits are the unit words of a period written in Chinese.
+var cjkPeriodUnits = [...]struct {
+	word string
+	unit time.Duration
+}{{"小时", time.Hour}, {"天", 24 * time.Hour}, {"周", 7 * 24 * time.Hour}, {"个月", 30 * 24 * time.Hour}}
+
 // periodOf returns n of the unit word s starts with, or 0.
 func periodOf(n int, s string) time.Duration {
+	d, _ := periodAndRest(n, s)
+	return d
+}
+
+// periodAndRest returns n of the unit word s starts with (after a space),
+// or 0, and the text after the word.
+func periodAndRest(n int, s string) (time.Duration, string) {
+	s = strings.TrimLeft(s, " ")
 	end := 0
 	for end < len(s) && isLetter(s[end]) {
 		end++
@@ -179,10 +209,56 @@ func periodOf(n int, s string) time.Duration {
 	word := s[:end]
 	for _, u := range periodUnits {
 		if word == u.word || word == u.word+"s" {
-			return time.Duration(n) * u.unit
+			return time.Duration(n) * u.unit, s[end:]
 		}
 	}
-	return 0
+	for _, u := range cjkPeriodUnits {
+		if strings.HasPrefix(s, u.word) {
+			return time.Duration(n) * u.unit, s[len(u.word):]
+		}
+	}
+	return 0, s
+}
+
+// qualifiesLimit reports whether the text after a length makes it the
+// length of a limit: "… session limits", "… usage limit", "的使用上限".
+func qualifiesLimit(rest string) bool {
+	rest = strings.TrimLeft(rest, " ")
+	if strings.HasPrefix(rest, "的") {
+		return true // Chinese: "5 小时的" — the 5 hours' (limit)
+	}
+	for _, w := range [...]string{"session", "usage", "limit", "window", "quota", "rolling"} {
+		if strings.HasPrefix(rest, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// periodLimits reads the windows DIAL states as "<period> limit: used /
+// limit" ("Day limit: 2105 / 10 tokens. Week limit: 4209 / 20 tokens."):
+// of those whose use reached their limit, the longest, which binds, and
+// how full it is.
+func periodLimits(lower string) (w Window, used float64, ok bool) {
+	for _, p := range [...]struct {
+		word   string
+		window Window
+	}{{"day limit: ", WindowDaily}, {"week limit: ", WindowWeekly}, {"month limit: ", WindowMonthly}} {
+		_, after, found := strings.Cut(lower, p.word)
+		if !found {
+			continue
+		}
+		u, tail, found := strings.Cut(after, " / ")
+		if !found {
+			continue
+		}
+		n, okUsed := parseNumber(u)
+		l, okLimit := parseNumber(tail[:tokenEnd(tail)])
+		if okUsed && okLimit && l > 0 && n >= l && windowRank(p.window) > windowRank(w) {
+			w, used, ok = p.window, n/l, true
+		}
+	}
+	return w, used, ok
 }
 
 // delayMarkers introduce a delay stated in prose — Django REST framework's
@@ -215,18 +291,53 @@ var resetAtMarkers = [...]string{
 	"resets at ",        // "Throttle resets at 2024-10-18 14:55:00 +0000"; "Resets at 10:00 UTC"
 	"reset at ",
 	"resets on ",
+	"reset on ", // Copilot 429 "wait for your limit to reset on April 20, 2026 at 2:00 AM"
+	"将在 ",       // Zhipu 429 1308 "您的限额将在 2026-08-25 07:41:44 重置" (your limit will reset at …)
 	"available at ",
 }
 
 // proseTimeLayouts are the absolute times prose states beyond what a
 // vendor's time fields hold (RFC 3339, HTTP-dates, epochs, which
-// timeValue reads); a layout without a zone is UTC.
+// timeValue reads); a layout without a zone is in the zone of the text
+// (zoneOfText).
 var proseTimeLayouts = [...]string{
 	"2006-01-02 at 15:04 MST",   // Anthropic's "2026-04-01 at 00:00 UTC"
 	"2006-01-02 15:04:05 -0700", // a Rails throttle's "2024-10-18 14:55:00 +0000"
 	"2006-01-02 15:04:05 MST",
 	"2006-01-02 15:04 MST",
-	"2006-01-02 15:04:05",
+	"2006-01-02 15:04:05",        // Zhipu 429 1308 "Your limit will reset at 2026-09-09 05:38:28"
+	"January 2, 2006 at 3:04 PM", // Copilot 429 "reset on April 20, 2026 at 2:00 AM"
+	"January 2, 2006 at 15:04",
+}
+
+// chinaTime is the zone of a time a vendor answering in Chinese states
+// without one: China's, UTC+8 all year.
+var chinaTime = time.FixedZone("UTC+8", 8*60*60)
+
+// chinaTimePhrases name answers whose times without a zone are China's
+// though their text is English: Zhipu's coding plan ("the dated reset is
+// Beijing time", hugalafutro/model-hotel#955; its retry-after-ms agrees,
+// Yeachan-Heo/gajae-code#1821).
+var chinaTimePhrases = [...]string{"usage limit reached for 5 hour", "weekly/monthly limit exhausted"}
+
+// zoneOfText returns the zone a time without one is read in: China's for
+// a text in Chinese or of a vendor in chinaTimePhrases, else UTC.
+func zoneOfText(lower string) *time.Location {
+	if containsAny(lower, chinaTimePhrases[:]) || hasHan(lower) {
+		return chinaTime
+	}
+	return time.UTC
+}
+
+// hasHan reports whether s holds a Han character (CJK Unified
+// Ideographs, U+4E00–U+9FFF: three bytes in UTF-8 from 0xE4 to 0xE9).
+func hasHan(s string) bool {
+	for _, r := range s {
+		if r >= 0x4E00 && r <= 0x9FFF {
+			return true
+		}
+	}
+	return false
 }
 
 // clockLayouts are a bare time of day ("Resets at 10:00 UTC"), which names
@@ -242,6 +353,7 @@ const maxProseTime = 40
 // the same text, lower-cased byte for byte, so that the moment is parsed in
 // its own case.
 func proseResetDate(lower, text string, now time.Time) (time.Duration, bool) {
+	loc := zoneOfText(lower)
 	for _, m := range resetAtMarkers {
 		for at := 0; ; {
 			i := strings.Index(lower[at:], m)
@@ -249,7 +361,7 @@ func proseResetDate(lower, text string, now time.Time) (time.Duration, bool) {
 				break
 			}
 			at += i + len(m)
-			if d, ok := leadingTime(text[at:min(len(text), at+maxProseTime)], now); ok {
+			if d, ok := leadingTime(text[at:min(len(text), at+maxProseTime)], loc, now); ok {
 				return d, true
 			}
 		}
@@ -257,26 +369,30 @@ func proseResetDate(lower, text string, now time.Time) (time.Duration, bool) {
 	return 0, false
 }
 
-// leadingTime reads the moment s starts with as the wait from now until it.
-func leadingTime(s string, now time.Time) (time.Duration, bool) {
+// leadingTime reads the moment s starts with as the wait from now until it,
+// a time without a zone being in loc.
+func leadingTime(s string, loc *time.Location, now time.Time) (time.Duration, bool) {
 	token := strings.TrimRight(s[:strings.IndexFunc(s+" ", isTimeEnd)], ".")
 	var t timeValue
 	if t.read(token); t.kind == timeEpoch || t.kind == timeDate {
 		return t.waitFrom(now)
 	}
-	for _, layout := range proseTimeLayouts {
-		if len(s) >= len(layout) {
-			if at, err := time.Parse(layout, s[:len(layout)]); err == nil {
-				return clampWait(at.Sub(now)), true
+	// The moment ends at a word's end, within its line; the longest
+	// reading stands.
+	if i := strings.IndexAny(s, "\n]"); i >= 0 {
+		s = s[:i]
+	}
+	for end := len(s); end > 0; end = strings.LastIndexAny(s[:end], " ,;(") {
+		at := strings.TrimRight(s[:end], ".)")
+		for _, layout := range proseTimeLayouts {
+			if t, err := time.ParseInLocation(layout, at, loc); err == nil {
+				return clampWait(t.Sub(now)), true
 			}
 		}
-	}
-	for _, layout := range clockLayouts {
-		if len(s) < len(layout) {
-			continue
-		}
-		if c, err := time.Parse(layout, s[:len(layout)]); err == nil && (len(s) == len(layout) || !isDigit(s[len(layout)])) {
-			return untilClock(c, now), true
+		for _, layout := range clockLayouts {
+			if c, err := time.ParseInLocation(layout, at, loc); err == nil {
+				return untilClock(c, now), true
+			}
 		}
 	}
 	return 0, false
@@ -451,8 +567,8 @@ func statesLimitZero(lower string) bool {
 		if !found {
 			break
 		}
-		if after == "" || !isDigit(after[0]) && after[0] != '.' {
-			return true
+		if after == "" || !isDigit(after[0]) && after[0] != '.' && !strings.HasPrefix(after, " / ") {
+			return true // "limit: 0 / 1600000" is DIAL's use of a limit, not a limit of 0
 		}
 		rest = after
 	}
