@@ -253,6 +253,33 @@ func TestProxyStripsEveryCopyOfTheToken(t *testing.T) {
 	}
 }
 
+// A browser sends its cookies for the proxy's address with every request,
+// the status page's session among them: none reaches the upstream.
+func TestProxyNeverForwardsCookies(t *testing.T) {
+	rec, upstream := recordingUpstream(t)
+	base, _ := startProxy(t, oneUpstream(t, upstream.URL, "keys: [{secret: sk-upstream-key}]"))
+	c := sessionOf(login(t, base, proxyToken, nil))
+	require.NotNil(t, c, "a status page session")
+	req, err := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader("{}"))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+proxyToken)
+	req.AddCookie(c)
+	req.AddCookie(&http.Cookie{Name: "other_app", Value: "its-own-session"})
+	req.Header.Add("Cookie", "third=a")
+	req.Header.Set("X-Kept", "yes")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	seen := rec.requests()
+	require.Len(t, seen, 1)
+	assert.NotContains(t, strings.ToLower(seen[0]), "cookie", "no cookie header of any case")
+	for _, v := range []string{c.Value, "its-own-session", "third=a"} {
+		assert.NotContains(t, seen[0], v)
+	}
+	assert.Contains(t, seen[0], "X-Kept: yes", "other headers pass")
+}
+
 func TestProxyRefusesPathsOutsideTheRoute(t *testing.T) {
 	rec, upstream := recordingUpstream(t)
 	addr := serveReal(t, oneUpstream(t, upstream.URL+"/openai", "auth: 'query:key', keys: [{secret: sk-route-key}]"))

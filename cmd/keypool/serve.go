@@ -439,12 +439,14 @@ func bearerToken(h string) string {
 	return ""
 }
 
-// rewrite strips the client's credentials — every copy of its proxy token —
-// from a forwarded request; the pool puts an upstream key on it, and the
-// fallback its upstream URL.
+// rewrite strips the client's credentials — every copy of its proxy token,
+// and its cookies, the status page's session among them (a browser sends
+// them with every request to the proxy's address) — from a forwarded
+// request; the pool puts an upstream key on it, and the fallback its
+// upstream URL.
 func (s *server) rewrite(pr *httputil.ProxyRequest) {
 	out := pr.Out
-	for _, name := range []string{"Authorization", "Proxy-Authorization", "X-Api-Key", "X-Goog-Api-Key"} {
+	for _, name := range []string{"Authorization", "Proxy-Authorization", "X-Api-Key", "X-Goog-Api-Key", "Cookie"} {
 		delete(out.Header, name)
 	}
 	for name, values := range out.Header {
