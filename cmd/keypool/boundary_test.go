@@ -280,6 +280,37 @@ func TestProxyNeverForwardsCookies(t *testing.T) {
 	assert.Contains(t, seen[0], "X-Kept: yes", "other headers pass")
 }
 
+func TestProxyRefusesMethodsNoAPIUses(t *testing.T) {
+	rec, upstream := recordingUpstream(t)
+	addr := serveReal(t, oneUpstream(t, upstream.URL, "keys: [{secret: sk-upstream-key}]"))
+	auth := "Authorization: Bearer " + proxyToken + "\r\n"
+	for _, line := range []string{
+		"TRACE /v1/models HTTP/1.1",
+		"TRACE /status HTTP/1.1",
+		"CONNECT api.openai.com:443 HTTP/1.1",
+		"PROPFIND /v1/files HTTP/1.1",
+		"BREW /v1/models HTTP/1.1",
+	} {
+		t.Run(line, func(t *testing.T) {
+			answer := rawExchange(t, addr, line+"\r\nHost: "+addr+"\r\n"+auth+"Cookie: keypool_session=x\r\n\r\n", 5*time.Second)
+			require.True(t, strings.HasPrefix(answer, "HTTP/1.1 405 "), "%s", answer)
+			assert.Contains(t, answer, "Allow: GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS\r\n")
+			assert.NotContains(t, answer, proxyToken, "nothing of the request is echoed")
+		})
+	}
+	assert.Empty(t, rec.requests(), "nothing reached the upstream")
+	for _, method := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions} {
+		req, err := http.NewRequest(method, "http://"+addr+"/v1/files", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+proxyToken)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusOK, resp.StatusCode, method)
+	}
+	assert.Len(t, rec.requests(), 7, "an API's methods are forwarded")
+}
+
 func TestProxyRefusesPathsOutsideTheRoute(t *testing.T) {
 	rec, upstream := recordingUpstream(t)
 	addr := serveReal(t, oneUpstream(t, upstream.URL+"/openai", "auth: 'query:key', keys: [{secret: sk-route-key}]"))

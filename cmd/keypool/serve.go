@@ -320,7 +320,7 @@ func (s *server) handler() http.Handler {
 	mux := newOwnMux(forwardable(s.guard(http.HandlerFunc(s.forward))))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	s.handleOwn(mux) // the status page, /status, /metrics, unbench
-	return s.inFlight.track(s.logRequests(mux))
+	return s.inFlight.track(s.logRequests(apiMethods(mux)))
 }
 
 // writeWithin gives next's whole answer write_timeout to be written.
