@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"compress/gzip"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -39,6 +40,13 @@ func serveReal(t testing.TB, conf string) string {
 // test-only settings, such as its clock, the test may have set.
 func serveSettings(t testing.TB, s *settings) string {
 	t.Helper()
+	addr, _ := serveServer(t, s)
+	return addr
+}
+
+// serveServer is serveSettings that also returns the server.
+func serveServer(t testing.TB, s *settings) (string, *server) {
+	t.Helper()
 	srv, err := newServer(s, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -50,7 +58,7 @@ func serveSettings(t testing.TB, s *settings) string {
 		cancel()
 		assert.NoError(t, <-done)
 	})
-	return ln.Addr().String()
+	return ln.Addr().String(), srv
 }
 
 // recorder is an upstream that records the requests it gets.
@@ -424,6 +432,63 @@ func TestProxyClosesIdleConnections(t *testing.T) {
 	answer := rawExchange(t, addr, "GET /v1/models HTTP/1.1\r\nHost: proxy\r\n\r\n", 5*time.Second)
 	assert.True(t, strings.HasPrefix(answer, "HTTP/1.1 401 "), "%s", answer)
 	assert.Contains(t, answer, "Connection: close")
+}
+
+func TestProxyRefusesOversizedHeaders(t *testing.T) {
+	rec, upstream := recordingUpstream(t)
+	addr := serveReal(t, oneUpstream(t, upstream.URL, "keys: [{secret: sk-a}]"))
+	request := func(padding int) string {
+		return "GET /v1/models HTTP/1.1\r\nHost: proxy\r\nAuthorization: Bearer " + proxyToken +
+			"\r\nX-Padding: " + strings.Repeat("p", padding) + "\r\nConnection: close\r\n\r\n"
+	}
+	answer := rawExchange(t, addr, request(2*defaultMaxHeaderBytes), 5*time.Second)
+	assert.True(t, strings.HasPrefix(answer, "HTTP/1.1 431 "), "headers over max_header_bytes: %.200q", answer)
+	assert.Empty(t, rec.requests(), "nothing reached the upstream")
+	answer = rawExchange(t, addr, request(defaultMaxHeaderBytes/2), 5*time.Second)
+	assert.True(t, strings.HasPrefix(answer, "HTTP/1.1 200 "), "headers within it: %.200q", answer)
+}
+
+// A connection whose headers never end holds what was read of them; at
+// most max_pending_conns such connections are held, the newest, and a
+// client that sends its request at once is answered through them.
+func TestProxyBoundsPendingConnections(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "{}") }))
+	t.Cleanup(upstream.Close)
+	var c config
+	require.NoError(t, yaml.Unmarshal([]byte("max_pending_conns: 20\nheader_timeout: 1m\n"+oneUpstream(t, upstream.URL, "keys: [{secret: sk-a}]")), &c))
+	s, err := c.resolve(func(string) (string, bool) { return "", false })
+	require.NoError(t, err)
+	addr, srv := serveServer(t, s)
+	var flood []net.Conn
+	for range 100 {
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		_, err = io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: proxy\r\nX-Never: ends\r\n")
+		require.NoError(t, err)
+		flood = append(flood, c)
+	}
+	t.Cleanup(func() {
+		for _, c := range flood {
+			c.Close()
+		}
+	})
+	for i, c := range flood[:80] {
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
+		_, err := c.Read(make([]byte, 1))
+		var ne net.Error
+		require.Error(t, err)
+		require.False(t, errors.As(err, &ne) && ne.Timeout(), "connection %d, of the 80 that waited longest, was closed", i)
+	}
+	assert.Equal(t, 20, srv.pending.count(), "the 20 newest are held")
+
+	req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/v1/models", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+proxyToken)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "a client that sends its request at once")
+	assert.Equal(t, 19, srv.pending.count(), "its connection, once its request is in, is not held: the oldest of the flood made room for it")
 }
 
 func TestProxyStreamOutlivesTheWriteTimeout(t *testing.T) {

@@ -41,6 +41,13 @@ type config struct {
 	// MaxRequestBody bounds a client's request body: a number of bytes, or
 	// a size such as 32MiB; default 32MiB. A longer body is answered 413.
 	MaxRequestBody string `yaml:"max_request_body"`
+	// MaxHeaderBytes bounds a request's headers: a number of bytes, or a
+	// size such as 64KiB; default 64KiB. Longer headers are answered 431.
+	MaxHeaderBytes string `yaml:"max_header_bytes"`
+	// MaxPendingConns bounds the connections whose first request's headers
+	// are not all in — no token checked yet; when one more opens, the one
+	// that has waited longest is closed; default 512.
+	MaxPendingConns *int `yaml:"max_pending_conns"`
 	// HeaderTimeout bounds how long a client may take to send a request's
 	// headers, from the first byte of the connection or the end of the last
 	// answer; default 10s.
@@ -145,6 +152,8 @@ type settings struct {
 	clock func() time.Time
 
 	maxBody         int64 // bytes of a request body
+	maxHeaderBytes  int   // bytes of a request's headers
+	maxPendingConns int
 	headerTimeout   time.Duration
 	bodyTimeout     time.Duration
 	idleTimeout     time.Duration
@@ -171,6 +180,18 @@ const (
 	// to the directory serve runs in.
 	defaultState  = "keypool-state"
 	defaultListen = "127.0.0.1:8787"
+
+	// defaultMaxHeaderBytes bounds a request's headers: an SDK's are a
+	// few KiB (nginx takes 32 KiB at most; the proxy drops cookies), and
+	// Go's default, 1 MiB, let 2,000 connections that never ended their
+	// headers hold 1 GiB. defaultMaxPendingConns bounds the connections
+	// that hold them: together at most 32 MiB of headers read.
+	defaultMaxHeaderBytes  = 64 << 10
+	defaultMaxPendingConns = 512
+	// The bounds of max_header_bytes, and of max_pending_conns.
+	minHeaderBytes  = 4 << 10
+	maxHeaderBytes  = 16 << 20
+	maxPendingConns = 1 << 20
 
 	// defaultMaxBody is the largest request body Anthropic's Messages API
 	// takes (https://docs.anthropic.com/en/api/overview, "Request size
@@ -393,6 +414,24 @@ func (c *config) resolveLimits(s *settings, m *mistakes) {
 			m.add(&configError{field: "max_request_body", err: err})
 		}
 		s.maxBody = n
+	}
+	s.maxHeaderBytes = defaultMaxHeaderBytes
+	if c.MaxHeaderBytes != "" {
+		n, err := parseSize(c.MaxHeaderBytes)
+		if err == nil && (n < minHeaderBytes || n > maxHeaderBytes) {
+			err = fmt.Errorf("%q is not a size from 4KiB to 16MiB", c.MaxHeaderBytes)
+		}
+		if err != nil {
+			m.add(&configError{field: "max_header_bytes", err: err})
+		}
+		s.maxHeaderBytes = int(n)
+	}
+	s.maxPendingConns = defaultMaxPendingConns
+	if c.MaxPendingConns != nil {
+		if *c.MaxPendingConns < 1 || *c.MaxPendingConns > maxPendingConns {
+			m.addf("max_pending_conns", "%d is not in 1..%d", *c.MaxPendingConns, maxPendingConns)
+		}
+		s.maxPendingConns = *c.MaxPendingConns
 	}
 	readDurations("", []durationField{
 		{"header_timeout", c.HeaderTimeout, defaultHeaderTimeout, &s.headerTimeout},

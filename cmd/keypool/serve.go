@@ -113,8 +113,8 @@ type server struct {
 	redact   *redactor
 	tokens   []string // the proxy tokens, to find in what goes upstream
 	inFlight inFlight
-	fresh    freshConns // connections that have sent no request yet
-	watch    *watcher   // polls the store's health and logs returns
+	pending  pendingConns // connections whose first request is not in yet
+	watch    *watcher     // polls the store's health and logs returns
 	// milestones logs where the proxy is — serving, stopped — whatever
 	// the level of log; nil: log.
 	milestones *slog.Logger
@@ -269,16 +269,22 @@ func openState(s *settings, log *slog.Logger) (keypool.Store, io.Closer, error) 
 // timeout.
 func (s *server) serve(ctx context.Context, ln net.Listener) error {
 	st := s.settings
+	s.pending.max, s.pending.log = st.maxPendingConns, s.log
 	hs := &http.Server{
-		Handler:           s.handler(),
+		Handler:           s.pending.arrive(s.handler()),
 		ReadHeaderTimeout: st.headerTimeout,
-		IdleTimeout:       st.idleTimeout,
+		// What a connection may make the proxy hold before any token is
+		// checked: a request's headers, each at most MaxHeaderBytes (431
+		// beyond), on at most max_pending_conns connections at once.
+		MaxHeaderBytes: st.maxHeaderBytes,
+		ConnContext:    s.pending.opened,
+		ConnState:      s.pending.note,
+		IdleTimeout:    st.idleTimeout,
 		// No ReadTimeout: it would cancel a request whose answer comes
 		// after it; forward bounds the body instead. No WriteTimeout: it
 		// would run from the request's arrival, and an upstream may think
 		// for minutes; each handler sets its own.
-		ErrorLog:  slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-		ConnState: s.fresh.note,
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	names := make([]string, 0, len(s.settings.routes))
 	for _, r := range s.settings.routes {
