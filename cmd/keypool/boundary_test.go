@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"net/http/httptrace"
 	"net/textproto"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -154,6 +155,27 @@ func echoVendor(rec *recorder) http.Handler {
 			w.Header().Set("Content-Encoding", "br") // not brotli: the key as is, unreadable to a proxy that trusts the name
 			w.WriteHeader(http.StatusBadRequest)
 			_, _ = fmt.Fprintf(w, `{"error":{"message":"bad request to %s"}}`, u)
+		case strings.HasSuffix(r.URL.Path, "/keys"): // key management: the key in a success
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = fmt.Fprintf(w, `{"data":[{"id":"live","key":%q}]}`, key)
+		case strings.HasSuffix(r.URL.Path, "/keys-created"):
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			_, _ = fmt.Fprintf(w, `{"id":"live","key":%q}`, key)
+		case strings.HasSuffix(r.URL.Path, "/keys-chunked"): // no length, the key across two writes
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"data":[{"id":"live","key":"`+key[:8])
+			w.(http.Flusher).Flush()
+			_, _ = io.WriteString(w, key[8:]+`"}]}`)
+		case strings.HasSuffix(r.URL.Path, "/keys-gzip") && strings.Contains(r.Header.Get("Accept-Encoding"), "gzip"):
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Encoding", "gzip")
+			zw := gzip.NewWriter(w)
+			_, _ = fmt.Fprintf(zw, `{"data":[{"id":"live","key":%q}]}`, key)
+			_ = zw.Close()
+		case strings.HasSuffix(r.URL.Path, "/keys-brotli"):
+			w.Header().Set("Content-Encoding", "br") // not brotli: the key as is
+			_, _ = fmt.Fprintf(w, `{"data":[{"id":"live","key":%q}]}`, key)
 		case strings.HasSuffix(r.URL.Path, "/masked"):
 			w.WriteHeader(http.StatusUnauthorized)
 			_, _ = fmt.Fprintf(w, `{"error":{"message":"Incorrect API key provided: %s***%s. You can find your API key at https://vendor.test."}}`, key[:6], key[len(key)-4:])
@@ -208,6 +230,12 @@ func TestProxyNeverHandsOutTheUpstreamKey(t *testing.T) {
 				{"an error quoting the URL", http.MethodPost, "/v1/nowhere", http.StatusNotFound, ""},
 				{"a gzipped error quoting the URL", http.MethodPost, "/v1/x/gzip", http.StatusBadRequest, "bad request to "},
 				{"an error in an encoding the proxy cannot read", http.MethodPost, "/v1/x/brotli", http.StatusBadRequest, "which the proxy cannot check for keys; withheld"},
+				{"a success that holds the key", http.MethodGet, "/v1/x/keys", http.StatusOK, `"key":"[redacted:live]"`},
+				{"a 201 that holds the key", http.MethodPost, "/v1/x/keys-created", http.StatusCreated, `"key":"[redacted:live]"`},
+				{"a success of no length, the key across two writes", http.MethodGet, "/v1/x/keys-chunked", http.StatusOK, `"key":"[redacted:live]"`},
+				{"a gzipped success", http.MethodGet, "/v1/x/keys-gzip", http.StatusOK, `"key":"[redacted:live]"`},
+				{"a success in an encoding the proxy cannot read", http.MethodGet, "/v1/x/keys-brotli", http.StatusBadGateway, "answered 200 with a body in \"br\" encoding, which the proxy cannot check for keys; withheld"},
+				// Last: a 401 benches the key.
 				{"a masked echo", http.MethodPost, "/v1/x/masked", http.StatusUnauthorized, "Incorrect API key provided: [redacted:live]. You"},
 			}
 			for _, tt := range tests {
@@ -228,6 +256,62 @@ func TestProxyNeverHandsOutTheUpstreamKey(t *testing.T) {
 	}
 	require.NotEmpty(t, rec.requests())
 	assert.Contains(t, strings.Join(rec.requests(), "\n"), boundarySecret, "the upstream did get the key")
+}
+
+// A success too long to hold passes whole, as it comes, and so do streams,
+// unheld: their first part reaches the client before the upstream sends
+// the rest.
+func TestProxyPassesLongSuccessesAndStreamsAsTheyCome(t *testing.T) {
+	long := `{"data":"` + strings.Repeat("x", maxHeldBody) + `"}`
+	release := make(chan struct{})
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/long"):
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Length", strconv.Itoa(len(long)))
+			_, _ = io.WriteString(w, long)
+		case strings.HasSuffix(r.URL.Path, "/long-chunked"):
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, long[:100])
+			w.(http.Flusher).Flush()
+			_, _ = io.WriteString(w, long[100:])
+		default: // a stream: a Gemini JSON array, or Ollama's lines
+			if strings.HasSuffix(r.URL.Path, "/api/chat") {
+				w.Header().Set("Content-Type", "application/x-ndjson")
+			} else {
+				w.Header().Set("Content-Type", "application/json")
+			}
+			_, _ = io.WriteString(w, "[{\"n\":1}\n")
+			w.(http.Flusher).Flush()
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			_, _ = io.WriteString(w, ",{\"n\":2}]\n")
+		}
+	}))
+	t.Cleanup(upstream.Close)
+	t.Cleanup(func() { close(release) })
+	base, _ := startProxy(t, oneUpstream(t, upstream.URL, "keys: [{secret: sk-a}]"))
+	do := func(path string) *http.Response {
+		req, err := http.NewRequest(http.MethodPost, base+path, strings.NewReader("{}"))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+proxyToken)
+		resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req) // a stream held back fails, rather than hangs
+		require.NoError(t, err)
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	for _, path := range []string{"/v1/long", "/v1/long-chunked"} {
+		b, err := io.ReadAll(do(path).Body)
+		require.NoError(t, err)
+		assert.Equal(t, long, string(b), "%s passes whole", path)
+	}
+	for _, path := range []string{"/v1beta/models/gemini-2.0-flash:streamGenerateContent", "/api/chat"} {
+		first, err := bufio.NewReader(do(path).Body).ReadString('\n')
+		require.NoError(t, err)
+		assert.Equal(t, "[{\"n\":1}\n", first, "%s: the first part arrives while the upstream holds the rest", path)
+	}
 }
 
 func TestProxyStripsEveryCopyOfTheToken(t *testing.T) {

@@ -512,47 +512,97 @@ func (s *server) holdsToken(v string) bool {
 	return false
 }
 
-// maxFailureBody bounds the body of a failure the proxy reads to redact:
-// vendors' error bodies are a few KiB; what is beyond is cut.
-const maxFailureBody = 256 << 10
+// maxHeldBody bounds the body of an answer the proxy holds to redact:
+// vendors' error bodies are a few KiB, and an answer that is not a stream
+// — a completion, a list, a key management answer — seldom more than a
+// few dozen.
+const maxHeldBody = 256 << 10
 
 // modifyResponse redacts an upstream's answer before the client has it:
-// every header, and the body of an answer that is not a success. A
-// success's body — a stream, or a completion — passes as it comes, unread.
+// every header, and the body of every answer that is not a stream, held
+// whole when it is at most maxHeldBody. Beyond it, a failure is cut there,
+// and a success — which cutting would break — passes as it comes,
+// unscanned. A stream passes as it comes, unread: holding any of it back
+// would hold back the events.
 func (s *server) modifyResponse(resp *http.Response) error {
 	s.redact.header(resp.Header)
-	if resp.StatusCode < 300 || resp.StatusCode == http.StatusNotModified || resp.Request != nil && resp.Request.Method == http.MethodHead {
-		return nil // a success, or no body
+	if resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified || resp.Request != nil && resp.Request.Method == http.MethodHead {
+		return nil // no body
 	}
-	var body []byte
+	success := resp.StatusCode < 300
+	if success && (isStream(resp) || resp.ContentLength > maxHeldBody) {
+		return nil
+	}
 	if ce := resp.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
 		// Not one the transport asked for and decoded: unreadable, so
 		// withheld.
 		_ = resp.Body.Close()
-		body = fmt.Appendf(nil, `{"error":{"type":"api_error","message":"keypool: the upstream answered %d with a body in %q encoding, which the proxy cannot check for keys; withheld"}}`,
-			resp.StatusCode, s.redact.String(ce))
+		status := resp.StatusCode
+		if success {
+			resp.StatusCode, resp.Status = http.StatusBadGateway, ""
+		}
+		hold(resp, fmt.Appendf(nil, `{"error":{"type":"api_error","message":"keypool: the upstream answered %d with a body in %q encoding, which the proxy cannot check for keys; withheld"}}`,
+			status, s.redact.String(ce)))
 		resp.Header.Set("Content-Type", "application/json")
 		resp.Header.Del("Content-Encoding")
-	} else {
-		var err error
-		body, err = io.ReadAll(io.LimitReader(resp.Body, maxFailureBody+1))
-		_ = resp.Body.Close()
-		if err != nil {
-			return err
-		}
-		if len(body) > maxFailureBody {
-			s.log.Warn("an upstream's failure body is over the bound the proxy reads: cut", "status", resp.StatusCode, "bytes", maxFailureBody)
-			body = body[:maxFailureBody]
-		}
-		if text := string(body); s.redact.String(text) != text {
-			body = []byte(s.redact.String(text))
-		}
+		return nil
 	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxHeldBody+1))
+	if err != nil {
+		_ = resp.Body.Close()
+		return err
+	}
+	if len(body) > maxHeldBody && success {
+		// Too long to hold: what was read, then the rest, as they come.
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(body), resp.Body), resp.Body}
+		return nil
+	}
+	_ = resp.Body.Close()
+	if len(body) > maxHeldBody {
+		s.log.Warn("an upstream's failure body is over the bound the proxy reads: cut", "status", resp.StatusCode, "bytes", maxHeldBody)
+		body = body[:maxHeldBody]
+	}
+	if text := string(body); s.redact.String(text) != text {
+		body = []byte(s.redact.String(text))
+	}
+	hold(resp, body)
+	return nil
+}
+
+// hold makes body, held whole, the body of resp.
+func hold(resp *http.Response, body []byte) {
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	resp.ContentLength = int64(len(body))
 	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
 	resp.TransferEncoding = nil
-	return nil
+}
+
+// streamTypes are the media types of answers that stream: server-sent
+// events (OpenAI, Anthropic, Gemini's alt=sse), and JSON a line or a
+// record at a time (Ollama's application/x-ndjson, and their kin).
+var streamTypes = []string{"text/event-stream", "application/x-ndjson", "application/jsonl", "application/json-seq", "application/stream+json"}
+
+// isStream reports whether an answer streams: its media type is one of
+// streamTypes, or it answers a Google-style streaming method
+// (…/models/NAME:streamGenerateContent), whose stream without alt=sse is
+// one JSON array sent an element at a time.
+func isStream(resp *http.Response) bool {
+	mediaType, _, _ := strings.Cut(resp.Header.Get("Content-Type"), ";")
+	mediaType = strings.TrimSpace(mediaType)
+	for _, t := range streamTypes {
+		if strings.EqualFold(mediaType, t) {
+			return true
+		}
+	}
+	if resp.Request == nil {
+		return false
+	}
+	p := resp.Request.URL.Path
+	_, method, ok := strings.Cut(p[strings.LastIndexByte(p, '/')+1:], ":")
+	return ok && len(method) >= len("stream") && strings.EqualFold(method[:len("stream")], "stream")
 }
 
 // proxyError answers a request the proxy could not forward: 429 with a
