@@ -326,12 +326,32 @@ func loadConfig(path string, env func(string) (string, bool)) (*settings, error)
 	}
 	s, err := c.resolve(env)
 	all.merge(err)
-	if s.inlineKey {
-		if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 {
-			s.warnings = append(s.warnings, fmt.Sprintf("%s holds secrets and is readable by others (mode %04o); chmod 600 it", path, st.Mode().Perm()))
+	s.warnings = append(s.warnings, readableSecrets(path, s.inlineKey, c)...)
+	return s, all.err()
+}
+
+// readableSecrets warns of each file that holds secrets and that other
+// users may read: the configuration at path, when it holds a secret
+// inline, and each key file c names.
+func readableSecrets(path string, inline bool, c *config) []string {
+	var files []string
+	if inline {
+		files = append(files, path)
+	}
+	for _, u := range c.Upstreams {
+		for _, k := range u.Keys {
+			if k.File != "" && !slices.Contains(files, k.File) {
+				files = append(files, k.File)
+			}
 		}
 	}
-	return s, all.err()
+	var warnings []string
+	for _, f := range files {
+		if st, err := os.Stat(f); err == nil && st.Mode().Perm()&0o077 != 0 {
+			warnings = append(warnings, fmt.Sprintf("%s holds secrets and is readable by others (mode %04o); chmod 600 it", f, st.Mode().Perm()))
+		}
+	}
+	return warnings
 }
 
 // parseConfig decodes the text of a configuration file; name names the file

@@ -363,16 +363,29 @@ func TestConfigStateHeldByAnotherProcess(t *testing.T) {
 }
 
 func TestConfigWarnsOfReadableSecrets(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "c.yaml")
-	require.NoError(t, os.WriteFile(path, []byte("proxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{secret: sk-inline}]}]\n"), 0o644))
-	s, err := loadConfig(path, os.LookupEnv)
-	require.NoError(t, err)
-	require.Len(t, s.warnings, 1)
-	assert.Contains(t, s.warnings[0], "holds secrets and is readable by others (mode 0644)")
+	dir := t.TempDir()
+	path, keys := filepath.Join(dir, "c.yaml"), filepath.Join(dir, "keys.txt")
+	require.NoError(t, os.WriteFile(keys, []byte("sk-from-file\n"), 0o640))
+	require.NoError(t, os.WriteFile(path, []byte("proxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{secret: sk-inline}, {file: "+keys+"}]}, {url: 'https://y', keys: [{file: "+keys+"}]}]\n"), 0o644))
+	readable := func() []string {
+		s, err := loadConfig(path, os.LookupEnv)
+		require.NoError(t, err)
+		var found []string
+		for _, w := range s.warnings {
+			if strings.Contains(w, "readable by others") {
+				found = append(found, w)
+				assert.NotContains(t, w, "sk-", "no secret in a warning")
+			}
+		}
+		return found
+	}
+	assert.Equal(t, []string{
+		path + " holds secrets and is readable by others (mode 0644); chmod 600 it",
+		keys + " holds secrets and is readable by others (mode 0640); chmod 600 it",
+	}, readable(), "the configuration with a secret inline, and the key file, once")
 	require.NoError(t, os.Chmod(path, 0o600))
-	s, err = loadConfig(path, os.LookupEnv)
-	require.NoError(t, err)
-	assert.Empty(t, s.warnings)
+	require.NoError(t, os.Chmod(keys, 0o600))
+	assert.Empty(t, readable())
 }
 
 func TestConfigKeysFromEnvAndFile(t *testing.T) {
