@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/keypool-go/keypool"
 )
@@ -24,6 +25,11 @@ type config struct {
 	// ProxyTokens are what the proxy's own clients present, as a bearer
 	// token or an API-key header, instead of an upstream key.
 	ProxyTokens []secretRef `yaml:"proxy_tokens"`
+	// OperatorTokens are what the proxy's operators present to read its
+	// own endpoints — /status, /metrics, the status page — and to unbench
+	// keys, which a proxy token then may not; without them a proxy token
+	// may, and serve warns of it.
+	OperatorTokens []secretRef `yaml:"operator_tokens"`
 	// State is where the pools keep their state: a directory (Badger), or
 	// a redis:// URL that replicas of the proxy share; default
 	// keypool-state, in the directory serve runs in.
@@ -138,15 +144,16 @@ type calendarDay struct {
 // settings is a configuration checked and resolved: secrets read, styles
 // parsed, durations parsed.
 type settings struct {
-	listen       string
-	tokens       [][]byte
-	state        string
-	stateDefault bool // state is not set: the default
-	replicas     int
-	logLevel     slog.Level
-	routes       []routeSettings
-	warnings     []string
-	inlineKey    bool // some secret is written in the file itself
+	listen         string
+	tokens         [][]byte // the proxy tokens, which forward
+	operatorTokens [][]byte // the operator tokens, which read the own endpoints
+	state          string
+	stateDefault   bool // state is not set: the default
+	replicas       int
+	logLevel       slog.Level
+	routes         []routeSettings
+	warnings       []string
+	inlineKey      bool // some secret is written in the file itself
 	// clock is the pools' and the fallback's clock, and the one answers
 	// are dated by; nil: time.Now. Tests set it; the file cannot.
 	clock func() time.Time
@@ -368,7 +375,7 @@ func parseConfig(data []byte, name string) (*config, error) {
 }
 
 func (c *config) isZero() bool {
-	return c.Listen == "" && c.ProxyTokens == nil && c.State == "" && c.Upstreams == nil
+	return c.Listen == "" && c.ProxyTokens == nil && c.OperatorTokens == nil && c.State == "" && c.Upstreams == nil
 }
 
 // resolve checks c and reads its secrets, looking environment variables up
@@ -402,14 +409,15 @@ func (c *config) resolve(env func(string) (string, bool)) (*settings, error) {
 	if len(c.ProxyTokens) == 0 {
 		m.addf("proxy_tokens", "at least one token is required: clients present it instead of an upstream key")
 	}
-	for i, t := range c.ProxyTokens {
-		v, inline, err := t.value(env)
-		if err != nil {
-			m.add(&configError{fmt.Sprintf("proxy_tokens[%d]", i), err})
-			continue
+	s.tokens = s.readTokens("proxy_tokens", c.ProxyTokens, env, &m)
+	s.operatorTokens = s.readTokens("operator_tokens", c.OperatorTokens, env, &m)
+	for i, op := range s.operatorTokens {
+		if j := slices.IndexFunc(s.tokens, func(t []byte) bool { return string(t) == string(op) }); j >= 0 {
+			m.addf(fmt.Sprintf("operator_tokens[%d]", i), "the same token as proxy_tokens[%d]: an operator's token is its own, apart from the clients'", j)
 		}
-		s.inlineKey = s.inlineKey || inline
-		s.tokens = append(s.tokens, []byte(v))
+	}
+	if len(c.OperatorTokens) == 0 {
+		s.warnings = append(s.warnings, "operator_tokens is not set: every proxy token may read /status, /metrics and the status page, and unbench keys; give operators tokens of their own in operator_tokens")
 	}
 	if len(c.Upstreams) == 0 {
 		m.addf("upstreams", "missing: name at least one upstream")
@@ -423,6 +431,43 @@ func (c *config) resolve(env func(string) (string, bool)) (*settings, error) {
 	}
 	judgeRoutes(s.routes, fields, &m)
 	return s, m.err()
+}
+
+// minTokenLength is the length under which a token is warned of as one
+// that may be guessed.
+const minTokenLength = 16
+
+// readTokens reads the tokens of the list field, noting each mistake in m
+// and warning in s of each shorter than minTokenLength; the values it
+// returns are those read, in order, whose index is their place in the
+// list when there is no mistake.
+func (s *settings) readTokens(field string, refs []secretRef, env func(string) (string, bool), m *mistakes) [][]byte {
+	var tokens [][]byte
+	for i, t := range refs {
+		at := fmt.Sprintf("%s[%d]", field, i)
+		v, inline, err := t.value(env)
+		if err != nil {
+			m.add(&configError{at, err})
+			continue
+		}
+		if n := utf8.RuneCountInString(v); n < minTokenLength {
+			s.warnings = append(s.warnings, fmt.Sprintf("%s is %s long: a token shorter than %d may be guessed; use a long random one (openssl rand -hex 32)",
+				at, count(n, "character"), minTokenLength))
+		}
+		s.inlineKey = s.inlineKey || inline
+		tokens = append(tokens, []byte(v))
+	}
+	return tokens
+}
+
+// operators returns the tokens that may read the proxy's own endpoints
+// and unbench, and the field that lists them: the operator tokens, or,
+// when there are none, the proxy tokens.
+func (s *settings) operators() (tokens [][]byte, field string) {
+	if len(s.operatorTokens) > 0 {
+		return s.operatorTokens, "operator_tokens"
+	}
+	return s.tokens, "proxy_tokens"
 }
 
 // resolveLimits reads the server's size and time limits into s.

@@ -111,7 +111,7 @@ type server struct {
 	events   eventRing // for the status page
 	returns  returns   // benches whose end is logged
 	redact   *redactor
-	tokens   []string // the proxy tokens, to find in what goes upstream
+	tokens   []string // the proxy and operator tokens, to find in what goes upstream
 	inFlight inFlight
 	pending  pendingConns // connections whose first request is not in yet
 	watch    *watcher     // polls the store's health and logs returns
@@ -144,7 +144,7 @@ func newServerWith(s *settings, log *slog.Logger, store keypool.Store, closer io
 func newServerPolling(s *settings, log *slog.Logger, store keypool.Store, closer io.Closer, poll time.Duration) (*server, error) {
 	srv := &server{settings: s, log: log, store: store, state: closer}
 	srv.events.now = srv.now
-	for _, t := range s.tokens {
+	for _, t := range slices.Concat(s.tokens, s.operatorTokens) {
 		srv.tokens = append(srv.tokens, string(t))
 	}
 	registry := prometheus.NewRegistry()
@@ -421,7 +421,7 @@ func (s *server) guard(next http.Handler) http.Handler {
 		// A client without the token gets nothing more on this connection.
 		refused(r, "unauthorized")
 		w.Header().Set("Connection", "close")
-		writeError(w, http.StatusUnauthorized, "authentication_error", "keypool: this proxy needs its proxy token, not an upstream key", nil)
+		writeError(w, http.StatusUnauthorized, "authentication_error", "keypool: this proxy needs its proxy token, not an upstream key (nor an operator token, which does not forward)", nil)
 	})
 }
 

@@ -327,6 +327,12 @@ func TestConfigErrors(t *testing.T) {
 			`max_header_bytes: "1KiB" is not a size from 4KiB to 16MiB`},
 		{"no pending connection", "max_pending_conns: 0\nproxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n",
 			"max_pending_conns: 0 is not in 1..1048576"},
+		{"an operator token that is a proxy token", "proxy_tokens: [kp-one, kp-two]\noperator_tokens: [op-one, kp-two]\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n",
+			"operator_tokens[1]: the same token as proxy_tokens[1]: an operator's token is its own, apart from the clients'"},
+		{"an operator token from an unset variable", "proxy_tokens: [t]\noperator_tokens: [\"env:NOPE_OPERATOR\"]\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n",
+			"operator_tokens[0]: NOPE_OPERATOR is not set"},
+		{"control character in an operator token", "proxy_tokens: [t]\noperator_tokens: [\"op-\\tab\"]\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n",
+			"operator_tokens[0]: the token has a control character at byte 3"},
 		{"negative timeout", "header_timeout: -1s\nproxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n",
 			`header_timeout: "-1s" is not a positive duration such as 10s`},
 		{"bad shutdown timeout", "shutdown_timeout: soon\nproxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n",
@@ -386,6 +392,25 @@ func TestConfigWarnsOfReadableSecrets(t *testing.T) {
 	require.NoError(t, os.Chmod(path, 0o600))
 	require.NoError(t, os.Chmod(keys, 0o600))
 	assert.Empty(t, readable())
+}
+
+func TestConfigWarnsOfWeakTokens(t *testing.T) {
+	warnings := func(conf string) []string {
+		c, err := parseConfig([]byte(conf+"upstreams: [{url: 'https://x', keys: [{secret: sk-a}]}]\n"), "c.yaml")
+		require.NoError(t, err)
+		s, err := c.resolve(func(name string) (string, bool) { return "short", name == "SHORT" })
+		require.NoError(t, err)
+		return s.warnings
+	}
+	assert.Equal(t, []string{
+		"proxy_tokens[1] is 1 character long: a token shorter than 16 may be guessed; use a long random one (openssl rand -hex 32)",
+		"proxy_tokens[2] is 15 characters long: a token shorter than 16 may be guessed; use a long random one (openssl rand -hex 32)",
+		"operator_tokens[1] is 5 characters long: a token shorter than 16 may be guessed; use a long random one (openssl rand -hex 32)",
+	}, warnings("proxy_tokens: [kp-sixteen-chars, t, kp-fifteen-char]\noperator_tokens: [op-sixteen-chars, env:SHORT]\n"),
+		"each token under 16 characters, by its place, never its value")
+	assert.Equal(t, []string{
+		"operator_tokens is not set: every proxy token may read /status, /metrics and the status page, and unbench keys; give operators tokens of their own in operator_tokens",
+	}, warnings("proxy_tokens: [kp-a-long-proxy-token]\n"), "without operator tokens, proxy tokens read the page: said at start")
 }
 
 func TestConfigKeysFromEnvAndFile(t *testing.T) {

@@ -26,9 +26,11 @@ import (
 //	GET  /metrics                        Prometheus
 //	POST /keys/{route}/{key}/unbench     lifts a key's benches and its route's
 //
-// /status, /metrics and unbench take the proxy token (as the forwarded
-// requests do) or the page's session cookie; the cookie never lets a
-// request through to an upstream. The state-changing ones refuse a
+// /status, /metrics and unbench take an operator token (as the forwarded
+// requests take a proxy token) or the page's session cookie, and the page
+// logs in with an operator token; without operator_tokens, a proxy token
+// serves as one. An operator token never lets a request through to an
+// upstream, nor does the cookie. The state-changing ones refuse a
 // cross-origin browser request.
 
 //go:embed web
@@ -105,45 +107,51 @@ func page(name string) http.Handler {
 // callerKey is the context key of who called an own endpoint.
 type callerKey struct{}
 
-// caller says who made a request that own let through: "proxy_tokens[0]",
-// or "proxy_tokens[0] (status page)".
+// caller says who made a request that own let through: "operator_tokens[0]",
+// or "operator_tokens[0] (status page)" (proxy_tokens without operator
+// tokens).
 func caller(r *http.Request) string {
 	who, _ := r.Context().Value(callerKey{}).(string)
 	return who
 }
 
-// own lets through a request with a proxy token or a status page session,
-// and answers 401 to others, saying whether the token was missing or wrong.
+// own lets through a request with an operator token or a status page
+// session, and answers 401 to others, saying whether the token was
+// missing or wrong.
 func (s *server) own(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		i, presented := s.tokenOf(r)
-		who := fmt.Sprintf("proxy_tokens[%d]", i)
+		_, field := s.settings.operators()
+		i, presented := s.operatorOf(r)
+		who := fmt.Sprintf("%s[%d]", field, i)
 		if i < 0 {
 			if c, err := r.Cookie(sessionCookie); err == nil {
 				if i = s.sessionToken(c.Value, time.Now()); i >= 0 {
-					who = fmt.Sprintf("proxy_tokens[%d] (status page)", i)
+					who = fmt.Sprintf("%s[%d] (status page)", field, i)
 				}
 			}
+		}
+		needs := "keypool: this proxy needs its proxy token"
+		if field == "operator_tokens" {
+			needs = "keypool: this endpoint needs an operator token (a proxy token only forwards)"
 		}
 		switch {
 		case i < 0 && presented:
 			w.Header().Set("WWW-Authenticate", "Bearer")
-			writeError(w, http.StatusUnauthorized, "authentication_error",
-				"keypool: this proxy needs its proxy token: the one sent is not one of proxy_tokens in its configuration", nil)
+			writeError(w, http.StatusUnauthorized, "authentication_error", needs+": the one sent is not one of "+field+" in its configuration", nil)
 		case i < 0:
 			w.Header().Set("WWW-Authenticate", "Bearer")
 			writeError(w, http.StatusUnauthorized, "authentication_error",
-				"keypool: this proxy needs its proxy token: none was sent; send it as Authorization: Bearer TOKEN, or log in on the status page at /", nil)
+				needs+": none was sent; send it as Authorization: Bearer TOKEN, or log in on the status page at /", nil)
 		default:
 			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, who)))
 		}
 	})
 }
 
-// tokenOf returns the index of the proxy token a request presents — as a
-// bearer token, an API-key header or a key parameter, as guard reads them
-// — or -1, and whether it presented anything.
-func (s *server) tokenOf(r *http.Request) (index int, presented bool) {
+// operatorOf returns the index of the operator token a request presents —
+// as a bearer token, an API-key header or a key parameter, as guard reads
+// a proxy token — or -1, and whether it presented anything.
+func (s *server) operatorOf(r *http.Request) (index int, presented bool) {
 	for _, p := range []string{
 		strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "),
 		r.Header.Get("X-Api-Key"),
@@ -154,18 +162,19 @@ func (s *server) tokenOf(r *http.Request) (index int, presented bool) {
 			continue
 		}
 		presented = true
-		if i := s.tokenIndex([]byte(p)); i >= 0 {
+		if i := s.operatorIndex([]byte(p)); i >= 0 {
 			return i, true
 		}
 	}
 	return -1, presented
 }
 
-// tokenIndex returns the index of token among the proxy tokens, or -1; it
-// compares in constant time.
-func (s *server) tokenIndex(token []byte) int {
+// operatorIndex returns the index of token among the operator tokens (the
+// proxy tokens, without them), or -1; it compares in constant time.
+func (s *server) operatorIndex(token []byte) int {
+	tokens, _ := s.settings.operators()
 	found := -1
-	for i, t := range s.settings.tokens {
+	for i, t := range tokens {
 		if subtle.ConstantTimeCompare(token, t) == 1 && found < 0 {
 			found = i
 		}
@@ -196,8 +205,9 @@ func (s *server) sessionToken(v string, now time.Time) int {
 	if err != nil || !now.Before(time.Unix(unix, 0)) || time.Unix(unix, 0).After(now.Add(sessionLife)) {
 		return -1
 	}
+	tokens, _ := s.settings.operators()
 	found := -1
-	for i, t := range s.settings.tokens {
+	for i, t := range tokens {
 		if hmac.Equal([]byte(v), []byte(session(t, time.Unix(unix, 0)))) && found < 0 {
 			found = i
 		}
@@ -205,8 +215,9 @@ func (s *server) sessionToken(v string, now time.Time) int {
 	return found
 }
 
-// login checks the form field token and, when it is a proxy token, sets
-// the session cookie; either way it sends the browser back to the page.
+// login checks the form field token and, when it is an operator token,
+// sets the session cookie; either way it sends the browser back to the
+// page.
 func (s *server) login(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxLoginBody)
 	if err := r.ParseForm(); err != nil {
@@ -218,19 +229,20 @@ func (s *server) login(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "keypool: unreadable login form", http.StatusBadRequest)
 		return
 	}
-	i := s.tokenIndex([]byte(r.PostForm.Get("token")))
+	i := s.operatorIndex([]byte(r.PostForm.Get("token")))
 	if i < 0 {
 		s.log.Warn("status page login refused", "from", r.RemoteAddr)
 		http.Redirect(w, r, "/#login-failed", http.StatusSeeOther)
 		return
 	}
+	tokens, field := s.settings.operators()
 	expires := time.Now().Add(sessionLife)
 	http.SetCookie(w, &http.Cookie{
-		Name: sessionCookie, Value: session(s.settings.tokens[i], expires), Path: "/",
+		Name: sessionCookie, Value: session(tokens[i], expires), Path: "/",
 		Expires: expires, MaxAge: int(sessionLife / time.Second),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
 	})
-	s.log.Info("status page login", "by", fmt.Sprintf("proxy_tokens[%d]", i), "from", r.RemoteAddr)
+	s.log.Info("status page login", "by", fmt.Sprintf("%s[%d]", field, i), "from", r.RemoteAddr)
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 

@@ -88,7 +88,14 @@ func sessionOf(resp *http.Response) *http.Cookie {
 // get sends a GET with the cookie, if any, and returns the status and body.
 func get(t *testing.T, u string, cookie *http.Cookie, header http.Header) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, u, nil)
+	return sendWith(t, http.MethodGet, u, cookie, header)
+}
+
+// sendWith sends a request of method, without a body, with the cookie, if
+// any, and returns the status and body.
+func sendWith(t *testing.T, method, u string, cookie *http.Cookie, header http.Header) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, u, nil)
 	require.NoError(t, err)
 	if cookie != nil {
 		req.AddCookie(cookie)
@@ -386,4 +393,48 @@ func TestUnbenchBringsBackAOneKeyRoute(t *testing.T) {
 	assert.Equal(t, http.StatusUnauthorized, statusOf(), "the request reaches the vendor again")
 	st, _ := sim.StatsOf("only")
 	assert.Equal(t, int64(2), st.Requests)
+}
+
+const operatorToken = "op-operator-token-for-tests"
+
+// With operator_tokens, only they read the proxy's own endpoints, log in
+// on the page and unbench; a proxy token only forwards, and an operator
+// token does not forward.
+func TestOperatorTokensApartFromProxyTokens(t *testing.T) {
+	rec, upstream := recordingUpstream(t)
+	var c config
+	require.NoError(t, yaml.Unmarshal([]byte(oneUpstream(t, upstream.URL, "keys: [{id: a, secret: sk-a}]")), &c))
+	c.OperatorTokens = []secretRef{operatorToken}
+	base, _, logs := startLogged(t, &c, slog.LevelInfo, healthPoll, nil)
+	bearer := func(token string) http.Header { return http.Header{"Authorization": {"Bearer " + token}} }
+	send := func(method, path string, header http.Header) (int, string) {
+		return sendWith(t, method, base+path, nil, header)
+	}
+	for _, own := range []struct{ method, path string }{
+		{http.MethodGet, "/status"}, {http.MethodGet, "/metrics"}, {http.MethodPost, "/keys/up/a/unbench"},
+	} {
+		t.Run(own.path, func(t *testing.T) {
+			status, body := send(own.method, own.path, bearer(proxyToken))
+			assert.Equal(t, http.StatusUnauthorized, status, "a proxy token")
+			assert.Contains(t, body, "this endpoint needs an operator token (a proxy token only forwards): the one sent is not one of operator_tokens")
+			status, body = send(own.method, own.path, bearer(operatorToken))
+			assert.Equal(t, http.StatusOK, status, "an operator token: %s", body)
+		})
+	}
+	assert.Contains(t, logs.String(), "by=operator_tokens[0]", "the unbench names the operator's token")
+
+	assert.Nil(t, sessionOf(login(t, base, proxyToken, nil)), "a proxy token does not log in")
+	session := sessionOf(login(t, base, operatorToken, nil))
+	require.NotNil(t, session, "an operator token does")
+	status, _ := get(t, base+"/status", session, nil)
+	assert.Equal(t, http.StatusOK, status)
+
+	status, body := send(http.MethodPost, "/v1/chat/completions", bearer(operatorToken))
+	assert.Equal(t, http.StatusUnauthorized, status, "an operator token does not forward")
+	assert.Contains(t, body, "nor an operator token, which does not forward")
+	assert.Empty(t, rec.requests())
+	status, _ = send(http.MethodPost, "/v1/chat/completions", http.Header{"Authorization": {"Bearer " + proxyToken}, "X-Note": {"op " + operatorToken}})
+	assert.Equal(t, http.StatusOK, status, "a proxy token forwards")
+	require.Len(t, rec.requests(), 1)
+	assert.NotContains(t, rec.requests()[0], operatorToken, "an operator token never goes upstream")
 }
