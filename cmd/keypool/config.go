@@ -44,6 +44,11 @@ type config struct {
 	// Upstreams are the vendors, in fallback order.
 	Upstreams []upstream `yaml:"upstreams"`
 
+	// SecureCookies marks the status page's session cookie Secure — sent
+	// back over HTTPS only — for a proxy behind a front that ends TLS; a
+	// request that comes over TLS gets a Secure cookie without it.
+	SecureCookies bool `yaml:"secure_cookies"`
+
 	// MaxRequestBody bounds a client's request body: a number of bytes, or
 	// a size such as 32MiB; default 32MiB. A longer body is answered 413.
 	MaxRequestBody string `yaml:"max_request_body"`
@@ -154,6 +159,7 @@ type settings struct {
 	routes         []routeSettings
 	warnings       []string
 	inlineKey      bool // some secret is written in the file itself
+	secureCookies  bool
 	// clock is the pools' and the fallback's clock, and the one answers
 	// are dated by; nil: time.Now. Tests set it; the file cannot.
 	clock func() time.Time
@@ -383,7 +389,7 @@ func (c *config) isZero() bool {
 // settings are complete only when there is none.
 func (c *config) resolve(env func(string) (string, bool)) (*settings, error) {
 	var m mistakes
-	s := &settings{listen: c.Listen, state: c.State, replicas: c.Replicas}
+	s := &settings{listen: c.Listen, state: c.State, replicas: c.Replicas, secureCookies: c.SecureCookies}
 	if s.listen == "" {
 		s.listen = defaultListen
 	}

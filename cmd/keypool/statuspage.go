@@ -2,11 +2,8 @@ package main
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -44,8 +41,6 @@ const ownEndpointHeader = "Keypool-Endpoint"
 
 const (
 	sessionCookie = "keypool_session"
-	// sessionLife is how long a status page login lasts.
-	sessionLife = 7 * 24 * time.Hour
 	// maxLoginBody bounds the body of POST /login.
 	maxLoginBody = 4 << 10
 	// statusEvents is how many recent events /status shows.
@@ -59,7 +54,7 @@ func (s *server) handleOwn(mux *ownMux) {
 	mux.Handle("GET /ui/app.js", page("web/app.js"))
 	mux.Handle("GET /ui/style.css", page("web/style.css"))
 	mux.Handle("POST /login", cop.Handler(http.HandlerFunc(s.login)))
-	mux.Handle("POST /logout", cop.Handler(http.HandlerFunc(logout)))
+	mux.Handle("POST /logout", cop.Handler(http.HandlerFunc(s.logout)))
 	mux.Handle("GET /status", s.own(s.writeWithin(http.HandlerFunc(s.statusJSON))))
 	mux.Handle("GET /metrics", s.own(s.writeWithin(s.metrics)))
 	mux.Handle("POST /keys/{route}/{key}/unbench", cop.Handler(s.own(http.HandlerFunc(s.unbench))))
@@ -125,7 +120,8 @@ func (s *server) own(next http.Handler) http.Handler {
 		who := fmt.Sprintf("%s[%d]", field, i)
 		if i < 0 {
 			if c, err := r.Cookie(sessionCookie); err == nil {
-				if i = s.sessionToken(c.Value, time.Now()); i >= 0 {
+				if token, ok := s.sessions.token(c.Value, s.now(), func(t []byte) bool { return s.operatorIndex(t) >= 0 }); ok {
+					i = s.operatorIndex(token)
 					who = fmt.Sprintf("%s[%d] (status page)", field, i)
 				}
 			}
@@ -182,39 +178,6 @@ func (s *server) operatorIndex(token []byte) int {
 	return found
 }
 
-// session returns the session cookie's value for a login with token that
-// lasts until expires: the expiry and an HMAC of it keyed by the token.
-// The cookie is not the token and does not reveal it; a session holds
-// across restarts and replicas of the proxy, and ends when it expires or
-// its token leaves the configuration.
-func session(token []byte, expires time.Time) string {
-	exp := strconv.FormatInt(expires.Unix(), 10)
-	mac := hmac.New(sha256.New, token)
-	mac.Write([]byte("keypool status page session\x00" + exp))
-	return exp + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
-}
-
-// sessionToken returns the index of the proxy token whose session value is
-// v, unexpired at now, or -1. It compares in constant time.
-func (s *server) sessionToken(v string, now time.Time) int {
-	exp, _, ok := strings.Cut(v, ".")
-	if !ok || len(v) > 128 {
-		return -1
-	}
-	unix, err := strconv.ParseInt(exp, 10, 64)
-	if err != nil || !now.Before(time.Unix(unix, 0)) || time.Unix(unix, 0).After(now.Add(sessionLife)) {
-		return -1
-	}
-	tokens, _ := s.settings.operators()
-	found := -1
-	for i, t := range tokens {
-		if hmac.Equal([]byte(v), []byte(session(t, time.Unix(unix, 0)))) && found < 0 {
-			found = i
-		}
-	}
-	return found
-}
-
 // login checks the form field token and, when it is an operator token,
 // sets the session cookie; either way it sends the browser back to the
 // page.
@@ -236,21 +199,31 @@ func (s *server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tokens, field := s.settings.operators()
-	expires := time.Now().Add(sessionLife)
+	id, expires := s.sessions.open(tokens[i], s.now())
 	http.SetCookie(w, &http.Cookie{
-		Name: sessionCookie, Value: session(tokens[i], expires), Path: "/",
+		Name: sessionCookie, Value: id, Path: "/",
 		Expires: expires, MaxAge: int(sessionLife / time.Second),
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: s.secureCookie(r),
 	})
 	s.log.Info("status page login", "by", fmt.Sprintf("%s[%d]", field, i), "from", r.RemoteAddr)
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
-// logout clears the session cookie.
-func logout(w http.ResponseWriter, r *http.Request) {
+// logout ends the session and clears its cookie.
+func (s *server) logout(w http.ResponseWriter, r *http.Request) {
+	if c, err := r.Cookie(sessionCookie); err == nil {
+		s.sessions.close(c.Value)
+	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: s.secureCookie(r)})
 	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+// secureCookie reports whether the session cookie of an answer to r is
+// Secure, sent back over HTTPS only: when r came over TLS, or always with
+// secure_cookies, for a proxy behind a front that ends TLS.
+func (s *server) secureCookie(r *http.Request) bool {
+	return r.TLS != nil || s.settings.secureCookies
 }
 
 // report returns the proxy's status at now.
