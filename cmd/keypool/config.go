@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,6 +46,11 @@ type config struct {
 	// Upstreams are the vendors, in fallback order.
 	Upstreams []upstream `yaml:"upstreams"`
 
+	// Hosts are the names, besides localhost and the listen address's,
+	// by which browsers reach the proxy's status page and own endpoints;
+	// a request for them under any other name — a DNS rebinding — is
+	// refused. An IP address is always taken.
+	Hosts []string `yaml:"hosts"`
 	// SecureCookies marks the status page's session cookie Secure — sent
 	// back over HTTPS only — for a proxy behind a front that ends TLS; a
 	// request that comes over TLS gets a Secure cookie without it.
@@ -160,6 +167,7 @@ type settings struct {
 	warnings       []string
 	inlineKey      bool // some secret is written in the file itself
 	secureCookies  bool
+	hosts          []string // the names of the own endpoints, in lower case, without a final dot
 	// clock is the pools' and the fallback's clock, and the one answers
 	// are dated by; nil: time.Now. Tests set it; the file cannot.
 	clock func() time.Time
@@ -399,6 +407,7 @@ func (c *config) resolve(env func(string) (string, bool)) (*settings, error) {
 	if s.state == "" {
 		s.state, s.stateDefault = defaultState, true
 	}
+	s.hosts = ownHosts(s.listen, c.Hosts, &m)
 	switch {
 	case c.Replicas < 0:
 		m.addf("replicas", "%d is negative", c.Replicas)
@@ -437,6 +446,43 @@ func (c *config) resolve(env func(string) (string, bool)) (*settings, error) {
 	}
 	judgeRoutes(s.routes, fields, &m)
 	return s, m.err()
+}
+
+// hostName matches a host name as a Host header carries it, without its
+// port: labels of letters, digits and hyphens, with a final dot or not.
+var hostName = regexp.MustCompile(`^(?i)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*\.?$`)
+
+// ownHosts returns the names the own endpoints answer for — localhost,
+// the listen address's host when it is a name, and hosts — in lower case
+// and without a final dot, noting in m each of hosts that is not a host
+// name.
+func ownHosts(listen string, hosts []string, m *mistakes) []string {
+	names := []string{"localhost"}
+	if host, _, err := net.SplitHostPort(listen); err == nil && !isIP(host) && hostName.MatchString(host) {
+		names = append(names, canonicalHost(host))
+	}
+	for i, h := range hosts {
+		if isIP(h) {
+			continue // always taken
+		}
+		if len(h) > 253 || !hostName.MatchString(h) {
+			m.addf(fmt.Sprintf("hosts[%d]", i), "%q is not a host name such as keypool.example.com: give it without a scheme, port or path", h)
+			continue
+		}
+		names = append(names, canonicalHost(h))
+	}
+	return names
+}
+
+// isIP reports whether a host is an IP address, with its brackets or not.
+func isIP(host string) bool {
+	_, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"))
+	return err == nil
+}
+
+// canonicalHost returns a host name in lower case, without a final dot.
+func canonicalHost(h string) string {
+	return strings.ToLower(strings.TrimSuffix(h, "."))
 }
 
 // minTokenLength is the length under which a token is warned of as one

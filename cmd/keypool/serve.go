@@ -114,6 +114,7 @@ type server struct {
 	tokens   []string // the proxy and operator tokens, to find in what goes upstream
 	inFlight inFlight
 	sessions sessions     // the status page's logins
+	attempts attempts     // tries at an operator token, by client address
 	pending  pendingConns // connections whose first request is not in yet
 	watch    *watcher     // polls the store's health and logs returns
 	// milestones logs where the proxy is — serving, stopped — whatever

@@ -7,7 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -50,14 +53,42 @@ const (
 // handleOwn registers the proxy's own endpoints on mux, except /healthz.
 func (s *server) handleOwn(mux *ownMux) {
 	cop := http.NewCrossOriginProtection()
-	mux.Handle("GET /{$}", page("web/index.html"))
-	mux.Handle("GET /ui/app.js", page("web/app.js"))
-	mux.Handle("GET /ui/style.css", page("web/style.css"))
-	mux.Handle("POST /login", cop.Handler(http.HandlerFunc(s.login)))
-	mux.Handle("POST /logout", cop.Handler(http.HandlerFunc(s.logout)))
-	mux.Handle("GET /status", s.own(s.writeWithin(http.HandlerFunc(s.statusJSON))))
-	mux.Handle("GET /metrics", s.own(s.writeWithin(s.metrics)))
-	mux.Handle("POST /keys/{route}/{key}/unbench", cop.Handler(s.own(http.HandlerFunc(s.unbench))))
+	handle := func(pattern string, h http.Handler) { mux.Handle(pattern, s.named(h)) }
+	handle("GET /{$}", page("web/index.html"))
+	handle("GET /ui/app.js", page("web/app.js"))
+	handle("GET /ui/style.css", page("web/style.css"))
+	handle("POST /login", cop.Handler(http.HandlerFunc(s.login)))
+	handle("POST /logout", cop.Handler(http.HandlerFunc(s.logout)))
+	handle("GET /status", s.own(s.writeWithin(http.HandlerFunc(s.statusJSON))))
+	handle("GET /metrics", s.own(s.writeWithin(s.metrics)))
+	handle("POST /keys/{route}/{key}/unbench", cop.Handler(s.own(http.HandlerFunc(s.unbench))))
+}
+
+// named answers 421 to a request for an own endpoint under a name that is
+// not the proxy's — an IP address, localhost, the listen address's host or
+// one of hosts — and passes the rest to next: a page of another site that
+// a DNS rebinding points at the proxy's address sends its own name, and
+// gets nothing, not even a try at a login.
+func (s *server) named(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.ownHost(r.Host) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		s.log.Warn("own endpoint refused: a host that is not the proxy's", "host", quotePath(r.Host), "path", quotePath(r.URL.Path), "from", r.RemoteAddr)
+		writeError(w, http.StatusMisdirectedRequest, "invalid_request_error",
+			"keypool: the proxy's own endpoints do not answer for the host "+quotePath(r.Host)+
+				"; if it is reached so, add the name to hosts in its configuration (a guard against DNS rebinding)", nil)
+	})
+}
+
+// ownHost reports whether a Host header names the proxy, as named says.
+func (s *server) ownHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	return isIP(host) || host != "" && slices.Contains(s.settings.hosts, canonicalHost(host))
 }
 
 // forwardable refuses a request that carries ownEndpointHeader with 404: it
@@ -116,7 +147,18 @@ func caller(r *http.Request) string {
 func (s *server) own(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, field := s.settings.operators()
-		i, presented := s.operatorOf(r)
+		sent := presented(r)
+		if wait := s.attempts.wait(r.RemoteAddr, s.now()); wait > 0 && len(sent) > 0 {
+			s.tooManyTries(w, r, wait)
+			return
+		}
+		i := s.operatorOf(sent)
+		switch {
+		case i >= 0:
+			s.attempts.succeeded(r.RemoteAddr)
+		case len(sent) > 0:
+			s.attempts.failed(r.RemoteAddr, s.now())
+		}
 		who := fmt.Sprintf("%s[%d]", field, i)
 		if i < 0 {
 			if c, err := r.Cookie(sessionCookie); err == nil {
@@ -131,7 +173,7 @@ func (s *server) own(next http.Handler) http.Handler {
 			needs = "keypool: this endpoint needs an operator token (a proxy token only forwards)"
 		}
 		switch {
-		case i < 0 && presented:
+		case i < 0 && len(sent) > 0:
 			w.Header().Set("WWW-Authenticate", "Bearer")
 			writeError(w, http.StatusUnauthorized, "authentication_error", needs+": the one sent is not one of "+field+" in its configuration", nil)
 		case i < 0:
@@ -144,25 +186,43 @@ func (s *server) own(next http.Handler) http.Handler {
 	})
 }
 
-// operatorOf returns the index of the operator token a request presents —
-// as a bearer token, an API-key header or a key parameter, as guard reads
-// a proxy token — or -1, and whether it presented anything.
-func (s *server) operatorOf(r *http.Request) (index int, presented bool) {
+// tooManyTries answers a request with a token from an address that has
+// failed too often, whose next try may come after wait.
+func (s *server) tooManyTries(w http.ResponseWriter, r *http.Request, wait time.Duration) {
+	secs := int64(math.Ceil(wait.Seconds()))
+	s.log.Warn("operator token refused unread: too many failures from this address", "from", r.RemoteAddr, "path", quotePath(r.URL.Path), "wait", wait.Round(time.Second).String())
+	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+	writeError(w, http.StatusTooManyRequests, "rate_limit_error",
+		fmt.Sprintf("keypool: too many wrong tokens from this address: try again in %d s", secs), nil)
+}
+
+// presented returns what a request presents as a token, in this order: a
+// bearer token, an API-key header, a key parameter, as guard reads a proxy
+// token; none when it presents none.
+func presented(r *http.Request) []string {
+	var sent []string
 	for _, p := range []string{
 		strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "),
 		r.Header.Get("X-Api-Key"),
 		r.Header.Get("X-Goog-Api-Key"),
 		r.URL.Query().Get("key"),
 	} {
-		if p == "" {
-			continue
-		}
-		presented = true
-		if i := s.operatorIndex([]byte(p)); i >= 0 {
-			return i, true
+		if p != "" {
+			sent = append(sent, p)
 		}
 	}
-	return -1, presented
+	return sent
+}
+
+// operatorOf returns the index of the first operator token among sent, or
+// -1.
+func (s *server) operatorOf(sent []string) int {
+	for _, p := range sent {
+		if i := s.operatorIndex([]byte(p)); i >= 0 {
+			return i
+		}
+	}
+	return -1
 }
 
 // operatorIndex returns the index of token among the operator tokens (the
@@ -192,12 +252,19 @@ func (s *server) login(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "keypool: unreadable login form", http.StatusBadRequest)
 		return
 	}
+	if wait := s.attempts.wait(r.RemoteAddr, s.now()); wait > 0 {
+		s.log.Warn("status page login refused: too many failures from this address", "from", r.RemoteAddr, "wait", wait.Round(time.Second).String())
+		http.Redirect(w, r, "/#login-wait", http.StatusSeeOther)
+		return
+	}
 	i := s.operatorIndex([]byte(r.PostForm.Get("token")))
 	if i < 0 {
+		s.attempts.failed(r.RemoteAddr, s.now())
 		s.log.Warn("status page login refused", "from", r.RemoteAddr)
 		http.Redirect(w, r, "/#login-failed", http.StatusSeeOther)
 		return
 	}
+	s.attempts.succeeded(r.RemoteAddr)
 	tokens, field := s.settings.operators()
 	id, expires := s.sessions.open(tokens[i], s.now())
 	http.SetCookie(w, &http.Cookie{

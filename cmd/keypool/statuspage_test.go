@@ -553,3 +553,161 @@ func TestOperatorTokensApartFromProxyTokens(t *testing.T) {
 	require.Len(t, rec.requests(), 1)
 	assert.NotContains(t, rec.requests()[0], operatorToken, "an operator token never goes upstream")
 }
+
+func TestWaitAfter(t *testing.T) {
+	tests := []struct {
+		failures int
+		want     time.Duration
+	}{
+		{0, 0}, {1, 0}, {freeAttempts - 1, 0},
+		{freeAttempts, time.Second}, {freeAttempts + 1, 2 * time.Second}, {freeAttempts + 2, 4 * time.Second},
+		{freeAttempts + 9, 512 * time.Second}, {freeAttempts + 10, longestWait}, {freeAttempts + 63, longestWait}, {1 << 40, longestWait},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, waitAfter(tt.failures), "waitAfter(%d)", tt.failures)
+	}
+}
+
+func TestClientAddr(t *testing.T) {
+	for remote, want := range map[string]string{
+		"192.0.2.7:5123":                    "192.0.2.7",
+		"[::ffff:192.0.2.7]:5123":           "192.0.2.7",
+		"[2001:db8:1:2:3:4:5:6]:443":        "2001:db8:1:2::/64",
+		"[2001:db8:1:2:ffff:ffff:ffff:1]:1": "2001:db8:1:2::/64",
+		"[fe80::1%eth0]:80":                 "fe80::/64",
+		"@":                                 "@",
+	} {
+		assert.Equal(t, want, clientAddr(remote), "clientAddr(%q)", remote)
+	}
+}
+
+func TestAttempts(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	const addr = "192.0.2.7:1000"
+	var a attempts
+	for i := range freeAttempts {
+		assert.Zero(t, a.wait(addr, now), "before failure %d", i+1)
+		a.failed(addr, now)
+	}
+	assert.Equal(t, time.Second, a.wait(addr, now), "after the free tries")
+	assert.Equal(t, time.Second, a.wait("192.0.2.7:2000", now), "from another port of the address")
+	assert.Zero(t, a.wait("192.0.2.8:1000", now), "another address is apart")
+	now = now.Add(time.Second)
+	assert.Zero(t, a.wait(addr, now), "once the wait is over")
+	a.failed(addr, now)
+	assert.Equal(t, 2*time.Second, a.wait(addr, now), "the next failure doubles it")
+	a.succeeded(addr)
+	assert.Zero(t, a.wait(addr, now), "a success starts afresh")
+
+	for range freeAttempts + 1 {
+		a.failed(addr, now)
+	}
+	now = now.Add(forgetAfter)
+	a.failed(addr, now)
+	assert.Zero(t, a.wait(addr, now), "a failure an hour after the last starts a new count")
+
+	var full attempts
+	for i := range maxAddrs {
+		full.failed(fmt.Sprintf("10.0.%d.%d:1", i/256, i%256), now)
+	}
+	for i := range freeAttempts {
+		full.failed(fmt.Sprintf("10.1.0.%d:1", i), now) // addresses beyond the bound
+	}
+	assert.Len(t, full.byAddr, maxAddrs, "bounded")
+	assert.Equal(t, time.Second, full.wait("10.2.0.1:1", now), "beyond the bound, addresses share one count")
+	later := now.Add(forgetAfter)
+	full.failed("10.1.0.9:1", later)
+	assert.Contains(t, full.byAddr, "10.1.0.9", "counts forgotten make room")
+	assert.LessOrEqual(t, len(full.byAddr), maxAddrs)
+}
+
+// A login, or an operator token sent to an own endpoint, from an address
+// that failed too often is refused unread — the right token too — until
+// its wait is over, on the proxy's clock.
+func TestStatusPageLoginAttemptsWait(t *testing.T) {
+	clock := newTestClock(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))
+	conf := fmt.Sprintf("proxy_tokens: [%q]\noperator_tokens: [%q]\nstate: %s\nupstreams: [{url: 'http://127.0.0.1:1', keys: [{secret: sk-a}]}]\n",
+		proxyToken, operatorToken, t.TempDir())
+	base, _, client := clockedProxy(t, conf, clock, false)
+	try := func(token string) string {
+		resp, err := client.PostForm(base+"/login", url.Values{"token": {token}})
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.Header.Get("Location")
+	}
+	for range freeAttempts {
+		assert.Equal(t, "/#login-failed", try("guess"))
+	}
+	assert.Equal(t, "/#login-wait", try(operatorToken), "the right token, during the wait, is not read")
+	bearer := http.Header{"Authorization": {"Bearer " + operatorToken}}
+	req, err := http.NewRequest(http.MethodGet, base+"/status", nil)
+	require.NoError(t, err)
+	req.Header = bearer
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "nor a token sent to an own endpoint: %s", b)
+	assert.Equal(t, "1", resp.Header.Get("Retry-After"))
+	assert.Contains(t, string(b), "too many wrong tokens from this address")
+	assert.NotContains(t, string(b), operatorToken)
+
+	clock.set(clock.now().Add(time.Second))
+	assert.Equal(t, "/#login-failed", try("guess"), "tried once the wait is over")
+	clock.set(clock.now().Add(time.Second))
+	assert.Equal(t, "/#login-wait", try(operatorToken), "the wait doubled")
+	clock.set(clock.now().Add(time.Second))
+	assert.Equal(t, "/", try(operatorToken), "logged in")
+	assert.Equal(t, "/#login-failed", try("guess"), "and started afresh")
+	status, _ := get(t, base+"/status", nil, bearer)
+	assert.Equal(t, http.StatusOK, status)
+}
+
+// A page of another site that a DNS rebinding points at the proxy's
+// address sends the other site's name as its Host: the own endpoints
+// answer only for an IP address, localhost, the listen address's name and
+// hosts; forwarded requests, which need a proxy token, and /healthz, which
+// holds nothing, answer whatever the name.
+func TestOwnEndpointsAnswerOnlyForTheProxysNames(t *testing.T) {
+	rec, upstream := recordingUpstream(t)
+	var c config
+	require.NoError(t, yaml.Unmarshal([]byte("listen: keypool-box.lan:8787\nhosts: [keypool.internal]\n"+oneUpstream(t, upstream.URL, "keys: [{id: a, secret: sk-a}]")), &c))
+	c.OperatorTokens = []secretRef{operatorToken}
+	base, _, logs := startLogged(t, &c, slog.LevelInfo, healthPoll, nil)
+	port := base[strings.LastIndexByte(base, ':'):]
+	send := func(method, path, host string, token string) (int, string) {
+		req, err := http.NewRequest(method, base+path, nil)
+		require.NoError(t, err)
+		req.Host = host
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := noRedirects.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	own := []struct{ method, path string }{
+		{http.MethodGet, "/"}, {http.MethodGet, "/ui/app.js"}, {http.MethodGet, "/status"}, {http.MethodGet, "/metrics"},
+		{http.MethodPost, "/login"}, {http.MethodPost, "/logout"}, {http.MethodPost, "/keys/up/a/unbench"},
+	}
+	for _, host := range []string{"evil.example", "evil.example" + port, "keypool.internal.evil.example", "localhost.evil.example" + port} {
+		for _, e := range own {
+			status, body := send(e.method, e.path, host, operatorToken)
+			assert.Equal(t, http.StatusMisdirectedRequest, status, "%s %s for %q", e.method, e.path, host)
+			assert.Contains(t, body, "add the name to hosts in its configuration")
+			assert.NotContains(t, body, "sk-a")
+		}
+	}
+	assert.Contains(t, logs.String(), "own endpoint refused: a host that is not the proxy's")
+	for _, host := range []string{"127.0.0.1" + port, "[::1]" + port, "192.0.2.7", "localhost" + port, "LocalHost.", "keypool.internal", "KEYPOOL.Internal.:8787", "keypool-box.lan" + port} {
+		status, body := send(http.MethodGet, "/status", host, operatorToken)
+		assert.Equal(t, http.StatusOK, status, "for %q: %s", host, body)
+	}
+	status, _ := send(http.MethodGet, "/healthz", "evil.example", "")
+	assert.Equal(t, http.StatusOK, status, "/healthz")
+	status, _ = send(http.MethodGet, "/v1/models", "evil.example", proxyToken)
+	assert.Equal(t, http.StatusOK, status, "a forwarded request")
+	assert.Len(t, rec.requests(), 1)
+}
