@@ -589,6 +589,7 @@ func TestServeShutsDownGracefully(t *testing.T) {
 		t.Fatal("serve did not stop")
 	}
 	assert.Contains(t, stderr.String(), "stopped")
+	assert.Contains(t, stderr.String(), `level=WARN msg="operator_tokens is not set: every proxy token may read /status`, "said at start")
 	var out bytes.Buffer
 	require.NoError(t, printState(t.Context(), &out, state), "the state directory is free again")
 	assert.Contains(t, out.String(), "benched (auth), back in", "the bench was written")

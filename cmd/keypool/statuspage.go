@@ -31,7 +31,9 @@ import (
 // logs in with an operator token; without operator_tokens, a proxy token
 // serves as one. An operator token never lets a request through to an
 // upstream, nor does the cookie. The state-changing ones refuse a
-// cross-origin browser request.
+// cross-origin browser request. All of them answer only under the proxy's
+// names (named), the session is the proxy's (sessions.go), and tries at a
+// token are limited by client address (logins.go).
 
 //go:embed web
 var webFiles embed.FS
@@ -148,9 +150,11 @@ func (s *server) own(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, field := s.settings.operators()
 		sent := presented(r)
-		if wait := s.attempts.wait(r.RemoteAddr, s.now()); wait > 0 && len(sent) > 0 {
-			s.tooManyTries(w, r, wait)
-			return
+		if len(sent) > 0 {
+			if wait := s.attempts.wait(r.RemoteAddr, s.now()); wait > 0 {
+				s.tooManyTries(w, r, wait)
+				return
+			}
 		}
 		i := s.operatorOf(sent)
 		switch {
