@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"compress/gzip"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"net/http/httptest"
 	"net/http/httptrace"
 	"net/textproto"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,6 +41,13 @@ func serveReal(t testing.TB, conf string) string {
 // test-only settings, such as its clock, the test may have set.
 func serveSettings(t testing.TB, s *settings) string {
 	t.Helper()
+	addr, _ := serveServer(t, s)
+	return addr
+}
+
+// serveServer is serveSettings that also returns the server.
+func serveServer(t testing.TB, s *settings) (string, *server) {
+	t.Helper()
 	srv, err := newServer(s, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -50,7 +59,7 @@ func serveSettings(t testing.TB, s *settings) string {
 		cancel()
 		assert.NoError(t, <-done)
 	})
-	return ln.Addr().String()
+	return ln.Addr().String(), srv
 }
 
 // recorder is an upstream that records the requests it gets.
@@ -146,6 +155,27 @@ func echoVendor(rec *recorder) http.Handler {
 			w.Header().Set("Content-Encoding", "br") // not brotli: the key as is, unreadable to a proxy that trusts the name
 			w.WriteHeader(http.StatusBadRequest)
 			_, _ = fmt.Fprintf(w, `{"error":{"message":"bad request to %s"}}`, u)
+		case strings.HasSuffix(r.URL.Path, "/keys"): // key management: the key in a success
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = fmt.Fprintf(w, `{"data":[{"id":"live","key":%q}]}`, key)
+		case strings.HasSuffix(r.URL.Path, "/keys-created"):
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			_, _ = fmt.Fprintf(w, `{"id":"live","key":%q}`, key)
+		case strings.HasSuffix(r.URL.Path, "/keys-chunked"): // no length, the key across two writes
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"data":[{"id":"live","key":"`+key[:8])
+			w.(http.Flusher).Flush()
+			_, _ = io.WriteString(w, key[8:]+`"}]}`)
+		case strings.HasSuffix(r.URL.Path, "/keys-gzip") && strings.Contains(r.Header.Get("Accept-Encoding"), "gzip"):
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Encoding", "gzip")
+			zw := gzip.NewWriter(w)
+			_, _ = fmt.Fprintf(zw, `{"data":[{"id":"live","key":%q}]}`, key)
+			_ = zw.Close()
+		case strings.HasSuffix(r.URL.Path, "/keys-brotli"):
+			w.Header().Set("Content-Encoding", "br") // not brotli: the key as is
+			_, _ = fmt.Fprintf(w, `{"data":[{"id":"live","key":%q}]}`, key)
 		case strings.HasSuffix(r.URL.Path, "/masked"):
 			w.WriteHeader(http.StatusUnauthorized)
 			_, _ = fmt.Fprintf(w, `{"error":{"message":"Incorrect API key provided: %s***%s. You can find your API key at https://vendor.test."}}`, key[:6], key[len(key)-4:])
@@ -200,6 +230,12 @@ func TestProxyNeverHandsOutTheUpstreamKey(t *testing.T) {
 				{"an error quoting the URL", http.MethodPost, "/v1/nowhere", http.StatusNotFound, ""},
 				{"a gzipped error quoting the URL", http.MethodPost, "/v1/x/gzip", http.StatusBadRequest, "bad request to "},
 				{"an error in an encoding the proxy cannot read", http.MethodPost, "/v1/x/brotli", http.StatusBadRequest, "which the proxy cannot check for keys; withheld"},
+				{"a success that holds the key", http.MethodGet, "/v1/x/keys", http.StatusOK, `"key":"[redacted:live]"`},
+				{"a 201 that holds the key", http.MethodPost, "/v1/x/keys-created", http.StatusCreated, `"key":"[redacted:live]"`},
+				{"a success of no length, the key across two writes", http.MethodGet, "/v1/x/keys-chunked", http.StatusOK, `"key":"[redacted:live]"`},
+				{"a gzipped success", http.MethodGet, "/v1/x/keys-gzip", http.StatusOK, `"key":"[redacted:live]"`},
+				{"a success in an encoding the proxy cannot read", http.MethodGet, "/v1/x/keys-brotli", http.StatusBadGateway, "answered 200 with a body in \"br\" encoding, which the proxy cannot check for keys; withheld"},
+				// Last: a 401 benches the key.
 				{"a masked echo", http.MethodPost, "/v1/x/masked", http.StatusUnauthorized, "Incorrect API key provided: [redacted:live]. You"},
 			}
 			for _, tt := range tests {
@@ -220,6 +256,62 @@ func TestProxyNeverHandsOutTheUpstreamKey(t *testing.T) {
 	}
 	require.NotEmpty(t, rec.requests())
 	assert.Contains(t, strings.Join(rec.requests(), "\n"), boundarySecret, "the upstream did get the key")
+}
+
+// A success too long to hold passes whole, as it comes, and so do streams,
+// unheld: their first part reaches the client before the upstream sends
+// the rest.
+func TestProxyPassesLongSuccessesAndStreamsAsTheyCome(t *testing.T) {
+	long := `{"data":"` + strings.Repeat("x", maxHeldBody) + `"}`
+	release := make(chan struct{})
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/long"):
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Length", strconv.Itoa(len(long)))
+			_, _ = io.WriteString(w, long)
+		case strings.HasSuffix(r.URL.Path, "/long-chunked"):
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, long[:100])
+			w.(http.Flusher).Flush()
+			_, _ = io.WriteString(w, long[100:])
+		default: // a stream: a Gemini JSON array, or Ollama's lines
+			if strings.HasSuffix(r.URL.Path, "/api/chat") {
+				w.Header().Set("Content-Type", "application/x-ndjson")
+			} else {
+				w.Header().Set("Content-Type", "application/json")
+			}
+			_, _ = io.WriteString(w, "[{\"n\":1}\n")
+			w.(http.Flusher).Flush()
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			_, _ = io.WriteString(w, ",{\"n\":2}]\n")
+		}
+	}))
+	t.Cleanup(upstream.Close)
+	t.Cleanup(func() { close(release) })
+	base, _ := startProxy(t, oneUpstream(t, upstream.URL, "keys: [{secret: sk-a}]"))
+	do := func(path string) *http.Response {
+		req, err := http.NewRequest(http.MethodPost, base+path, strings.NewReader("{}"))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+proxyToken)
+		resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req) // a stream held back fails, rather than hangs
+		require.NoError(t, err)
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	for _, path := range []string{"/v1/long", "/v1/long-chunked"} {
+		b, err := io.ReadAll(do(path).Body)
+		require.NoError(t, err)
+		assert.Equal(t, long, string(b), "%s passes whole", path)
+	}
+	for _, path := range []string{"/v1beta/models/gemini-2.0-flash:streamGenerateContent", "/api/chat"} {
+		first, err := bufio.NewReader(do(path).Body).ReadString('\n')
+		require.NoError(t, err)
+		assert.Equal(t, "[{\"n\":1}\n", first, "%s: the first part arrives while the upstream holds the rest", path)
+	}
 }
 
 func TestProxyStripsEveryCopyOfTheToken(t *testing.T) {
@@ -251,6 +343,64 @@ func TestProxyStripsEveryCopyOfTheToken(t *testing.T) {
 			assert.Contains(t, got, "X-Kept: yes", "other headers pass")
 		})
 	}
+}
+
+// A browser sends its cookies for the proxy's address with every request,
+// the status page's session among them: none reaches the upstream.
+func TestProxyNeverForwardsCookies(t *testing.T) {
+	rec, upstream := recordingUpstream(t)
+	base, _ := startProxy(t, oneUpstream(t, upstream.URL, "keys: [{secret: sk-upstream-key}]"))
+	c := sessionOf(login(t, base, proxyToken, nil))
+	require.NotNil(t, c, "a status page session")
+	req, err := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader("{}"))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+proxyToken)
+	req.AddCookie(c)
+	req.AddCookie(&http.Cookie{Name: "other_app", Value: "its-own-session"})
+	req.Header.Add("Cookie", "third=a")
+	req.Header.Set("X-Kept", "yes")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	seen := rec.requests()
+	require.Len(t, seen, 1)
+	assert.NotContains(t, strings.ToLower(seen[0]), "cookie", "no cookie header of any case")
+	for _, v := range []string{c.Value, "its-own-session", "third=a"} {
+		assert.NotContains(t, seen[0], v)
+	}
+	assert.Contains(t, seen[0], "X-Kept: yes", "other headers pass")
+}
+
+func TestProxyRefusesMethodsNoAPIUses(t *testing.T) {
+	rec, upstream := recordingUpstream(t)
+	addr := serveReal(t, oneUpstream(t, upstream.URL, "keys: [{secret: sk-upstream-key}]"))
+	auth := "Authorization: Bearer " + proxyToken + "\r\n"
+	for _, line := range []string{
+		"TRACE /v1/models HTTP/1.1",
+		"TRACE /status HTTP/1.1",
+		"CONNECT api.openai.com:443 HTTP/1.1",
+		"PROPFIND /v1/files HTTP/1.1",
+		"BREW /v1/models HTTP/1.1",
+	} {
+		t.Run(line, func(t *testing.T) {
+			answer := rawExchange(t, addr, line+"\r\nHost: "+addr+"\r\n"+auth+"Cookie: keypool_session=x\r\n\r\n", 5*time.Second)
+			require.True(t, strings.HasPrefix(answer, "HTTP/1.1 405 "), "%s", answer)
+			assert.Contains(t, answer, "Allow: GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS\r\n")
+			assert.NotContains(t, answer, proxyToken, "nothing of the request is echoed")
+		})
+	}
+	assert.Empty(t, rec.requests(), "nothing reached the upstream")
+	for _, method := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions} {
+		req, err := http.NewRequest(method, "http://"+addr+"/v1/files", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+proxyToken)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusOK, resp.StatusCode, method)
+	}
+	assert.Len(t, rec.requests(), 7, "an API's methods are forwarded")
 }
 
 func TestProxyRefusesPathsOutsideTheRoute(t *testing.T) {
@@ -366,6 +516,63 @@ func TestProxyClosesIdleConnections(t *testing.T) {
 	answer := rawExchange(t, addr, "GET /v1/models HTTP/1.1\r\nHost: proxy\r\n\r\n", 5*time.Second)
 	assert.True(t, strings.HasPrefix(answer, "HTTP/1.1 401 "), "%s", answer)
 	assert.Contains(t, answer, "Connection: close")
+}
+
+func TestProxyRefusesOversizedHeaders(t *testing.T) {
+	rec, upstream := recordingUpstream(t)
+	addr := serveReal(t, oneUpstream(t, upstream.URL, "keys: [{secret: sk-a}]"))
+	request := func(padding int) string {
+		return "GET /v1/models HTTP/1.1\r\nHost: proxy\r\nAuthorization: Bearer " + proxyToken +
+			"\r\nX-Padding: " + strings.Repeat("p", padding) + "\r\nConnection: close\r\n\r\n"
+	}
+	answer := rawExchange(t, addr, request(2*defaultMaxHeaderBytes), 5*time.Second)
+	assert.True(t, strings.HasPrefix(answer, "HTTP/1.1 431 "), "headers over max_header_bytes: %.200q", answer)
+	assert.Empty(t, rec.requests(), "nothing reached the upstream")
+	answer = rawExchange(t, addr, request(defaultMaxHeaderBytes/2), 5*time.Second)
+	assert.True(t, strings.HasPrefix(answer, "HTTP/1.1 200 "), "headers within it: %.200q", answer)
+}
+
+// A connection whose headers never end holds what was read of them; at
+// most max_pending_conns such connections are held, the newest, and a
+// client that sends its request at once is answered through them.
+func TestProxyBoundsPendingConnections(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "{}") }))
+	t.Cleanup(upstream.Close)
+	var c config
+	require.NoError(t, yaml.Unmarshal([]byte("max_pending_conns: 20\nheader_timeout: 1m\n"+oneUpstream(t, upstream.URL, "keys: [{secret: sk-a}]")), &c))
+	s, err := c.resolve(func(string) (string, bool) { return "", false })
+	require.NoError(t, err)
+	addr, srv := serveServer(t, s)
+	var flood []net.Conn
+	for range 100 {
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		_, err = io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: proxy\r\nX-Never: ends\r\n")
+		require.NoError(t, err)
+		flood = append(flood, c)
+	}
+	t.Cleanup(func() {
+		for _, c := range flood {
+			c.Close()
+		}
+	})
+	for i, c := range flood[:80] {
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
+		_, err := c.Read(make([]byte, 1))
+		var ne net.Error
+		require.Error(t, err)
+		require.False(t, errors.As(err, &ne) && ne.Timeout(), "connection %d, of the 80 that waited longest, was closed", i)
+	}
+	assert.Equal(t, 20, srv.pending.count(), "the 20 newest are held")
+
+	req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/v1/models", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+proxyToken)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "a client that sends its request at once")
+	assert.Equal(t, 19, srv.pending.count(), "its connection, once its request is in, is not held: the oldest of the flood made room for it")
 }
 
 func TestProxyStreamOutlivesTheWriteTimeout(t *testing.T) {

@@ -72,6 +72,7 @@ upstreams:
     auth: "header:"
     calendar_day: {hour: 25, zone: UTC}
     keys: [{secret: sk-check-a, id: same}, {secret: sk-check-b, id: same}]
+operator_tokens: [op-token-of-the-check-test]
 `
 
 // manyMistakesLines are the lines check and serve answer manyMistakes
@@ -123,7 +124,7 @@ func TestCheckListsEveryMistake(t *testing.T) {
 }
 
 func TestCheckSaysAGoodConfigIsGood(t *testing.T) {
-	path := writeConfig(t, "proxy_tokens: [t]\nupstreams: [{url: 'https://x.example', keys: [{secret: sk-a}, {env: CHECK_TEST_KEY}]}]\n", nil)
+	path := writeConfig(t, "proxy_tokens: [kp-token-of-the-check-test]\noperator_tokens: [op-token-of-the-check-test]\nupstreams: [{url: 'https://x.example', keys: [{secret: sk-a}, {env: CHECK_TEST_KEY}]}]\n", nil)
 	cwd, err := os.Getwd()
 	require.NoError(t, err)
 	t.Chdir(t.TempDir())
@@ -334,7 +335,7 @@ func TestCheckRedisOutOfReachIsOneLine(t *testing.T) {
 	mr := miniredis.RunT(t)
 	addr := mr.Addr()
 	mr.Close() // nothing listens there now
-	conf := fmt.Sprintf("proxy_tokens: [t]\nstate: redis://:hunter2@%s/0\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n", addr)
+	conf := fmt.Sprintf("proxy_tokens: [kp-token-of-the-check-test]\noperator_tokens: [op-token-of-the-check-test]\nstate: redis://:hunter2@%s/0\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n", addr)
 	path := writeConfig(t, conf, nil)
 	// As a process: go-redis logs through the standard logger, to the
 	// process's stderr.

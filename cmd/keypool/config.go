@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/keypool-go/keypool"
 )
@@ -24,6 +27,11 @@ type config struct {
 	// ProxyTokens are what the proxy's own clients present, as a bearer
 	// token or an API-key header, instead of an upstream key.
 	ProxyTokens []secretRef `yaml:"proxy_tokens"`
+	// OperatorTokens are what the proxy's operators present to read its
+	// own endpoints — /status, /metrics, the status page — and to unbench
+	// keys, which a proxy token then may not; without them a proxy token
+	// may, and serve warns of it.
+	OperatorTokens []secretRef `yaml:"operator_tokens"`
 	// State is where the pools keep their state: a directory (Badger), or
 	// a redis:// URL that replicas of the proxy share; default
 	// keypool-state, in the directory serve runs in.
@@ -38,9 +46,26 @@ type config struct {
 	// Upstreams are the vendors, in fallback order.
 	Upstreams []upstream `yaml:"upstreams"`
 
+	// Hosts are the names, besides localhost and the listen address's,
+	// by which browsers reach the proxy's status page and own endpoints;
+	// a request for them under any other name — a DNS rebinding — is
+	// refused. An IP address is always taken.
+	Hosts []string `yaml:"hosts"`
+	// SecureCookies marks the status page's session cookie Secure — sent
+	// back over HTTPS only — for a proxy behind a front that ends TLS; a
+	// request that comes over TLS gets a Secure cookie without it.
+	SecureCookies bool `yaml:"secure_cookies"`
+
 	// MaxRequestBody bounds a client's request body: a number of bytes, or
 	// a size such as 32MiB; default 32MiB. A longer body is answered 413.
 	MaxRequestBody string `yaml:"max_request_body"`
+	// MaxHeaderBytes bounds a request's headers: a number of bytes, or a
+	// size such as 64KiB; default 64KiB. Longer headers are answered 431.
+	MaxHeaderBytes string `yaml:"max_header_bytes"`
+	// MaxPendingConns bounds the connections whose first request's headers
+	// are not all in — no token checked yet; when one more opens, the one
+	// that has waited longest is closed; default 512.
+	MaxPendingConns *int `yaml:"max_pending_conns"`
 	// HeaderTimeout bounds how long a client may take to send a request's
 	// headers, from the first byte of the connection or the end of the last
 	// answer; default 10s.
@@ -131,20 +156,25 @@ type calendarDay struct {
 // settings is a configuration checked and resolved: secrets read, styles
 // parsed, durations parsed.
 type settings struct {
-	listen       string
-	tokens       [][]byte
-	state        string
-	stateDefault bool // state is not set: the default
-	replicas     int
-	logLevel     slog.Level
-	routes       []routeSettings
-	warnings     []string
-	inlineKey    bool // some secret is written in the file itself
+	listen         string
+	tokens         [][]byte // the proxy tokens, which forward
+	operatorTokens [][]byte // the operator tokens, which read the own endpoints
+	state          string
+	stateDefault   bool // state is not set: the default
+	replicas       int
+	logLevel       slog.Level
+	routes         []routeSettings
+	warnings       []string
+	inlineKey      bool // some secret is written in the file itself
+	secureCookies  bool
+	hosts          []string // the names of the own endpoints, in lower case, without a final dot
 	// clock is the pools' and the fallback's clock, and the one answers
 	// are dated by; nil: time.Now. Tests set it; the file cannot.
 	clock func() time.Time
 
 	maxBody         int64 // bytes of a request body
+	maxHeaderBytes  int   // bytes of a request's headers
+	maxPendingConns int
 	headerTimeout   time.Duration
 	bodyTimeout     time.Duration
 	idleTimeout     time.Duration
@@ -171,6 +201,18 @@ const (
 	// to the directory serve runs in.
 	defaultState  = "keypool-state"
 	defaultListen = "127.0.0.1:8787"
+
+	// defaultMaxHeaderBytes bounds a request's headers: an SDK's are a
+	// few KiB (nginx takes 32 KiB at most; the proxy drops cookies), and
+	// Go's default, 1 MiB, let 2,000 connections that never ended their
+	// headers hold 1 GiB. defaultMaxPendingConns bounds the connections
+	// that hold them: together at most 32 MiB of headers read.
+	defaultMaxHeaderBytes  = 64 << 10
+	defaultMaxPendingConns = 512
+	// The bounds of max_header_bytes, and of max_pending_conns.
+	minHeaderBytes  = 4 << 10
+	maxHeaderBytes  = 16 << 20
+	maxPendingConns = 1 << 20
 
 	// defaultMaxBody is the largest request body Anthropic's Messages API
 	// takes (https://docs.anthropic.com/en/api/overview, "Request size
@@ -305,12 +347,32 @@ func loadConfig(path string, env func(string) (string, bool)) (*settings, error)
 	}
 	s, err := c.resolve(env)
 	all.merge(err)
-	if s.inlineKey {
-		if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 {
-			s.warnings = append(s.warnings, fmt.Sprintf("%s holds secrets and is readable by others (mode %04o); chmod 600 it", path, st.Mode().Perm()))
+	s.warnings = append(s.warnings, readableSecrets(path, s.inlineKey, c)...)
+	return s, all.err()
+}
+
+// readableSecrets warns of each file that holds secrets and that other
+// users may read: the configuration at path, when it holds a secret
+// inline, and each key file c names.
+func readableSecrets(path string, inline bool, c *config) []string {
+	var files []string
+	if inline {
+		files = append(files, path)
+	}
+	for _, u := range c.Upstreams {
+		for _, k := range u.Keys {
+			if k.File != "" && !slices.Contains(files, k.File) {
+				files = append(files, k.File)
+			}
 		}
 	}
-	return s, all.err()
+	var warnings []string
+	for _, f := range files {
+		if st, err := os.Stat(f); err == nil && st.Mode().Perm()&0o077 != 0 {
+			warnings = append(warnings, fmt.Sprintf("%s holds secrets and is readable by others (mode %04o); chmod 600 it", f, st.Mode().Perm()))
+		}
+	}
+	return warnings
 }
 
 // parseConfig decodes the text of a configuration file; name names the file
@@ -327,7 +389,7 @@ func parseConfig(data []byte, name string) (*config, error) {
 }
 
 func (c *config) isZero() bool {
-	return c.Listen == "" && c.ProxyTokens == nil && c.State == "" && c.Upstreams == nil
+	return c.Listen == "" && c.ProxyTokens == nil && c.OperatorTokens == nil && c.State == "" && c.Upstreams == nil
 }
 
 // resolve checks c and reads its secrets, looking environment variables up
@@ -335,7 +397,7 @@ func (c *config) isZero() bool {
 // settings are complete only when there is none.
 func (c *config) resolve(env func(string) (string, bool)) (*settings, error) {
 	var m mistakes
-	s := &settings{listen: c.Listen, state: c.State, replicas: c.Replicas}
+	s := &settings{listen: c.Listen, state: c.State, replicas: c.Replicas, secureCookies: c.SecureCookies}
 	if s.listen == "" {
 		s.listen = defaultListen
 	}
@@ -345,6 +407,7 @@ func (c *config) resolve(env func(string) (string, bool)) (*settings, error) {
 	if s.state == "" {
 		s.state, s.stateDefault = defaultState, true
 	}
+	s.hosts = ownHosts(s.listen, c.Hosts, &m)
 	switch {
 	case c.Replicas < 0:
 		m.addf("replicas", "%d is negative", c.Replicas)
@@ -361,14 +424,15 @@ func (c *config) resolve(env func(string) (string, bool)) (*settings, error) {
 	if len(c.ProxyTokens) == 0 {
 		m.addf("proxy_tokens", "at least one token is required: clients present it instead of an upstream key")
 	}
-	for i, t := range c.ProxyTokens {
-		v, inline, err := t.value(env)
-		if err != nil {
-			m.add(&configError{fmt.Sprintf("proxy_tokens[%d]", i), err})
-			continue
+	s.tokens = s.readTokens("proxy_tokens", c.ProxyTokens, env, &m)
+	s.operatorTokens = s.readTokens("operator_tokens", c.OperatorTokens, env, &m)
+	for i, op := range s.operatorTokens {
+		if j := slices.IndexFunc(s.tokens, func(t []byte) bool { return string(t) == string(op) }); j >= 0 {
+			m.addf(fmt.Sprintf("operator_tokens[%d]", i), "the same token as proxy_tokens[%d]: an operator's token is its own, apart from the clients'", j)
 		}
-		s.inlineKey = s.inlineKey || inline
-		s.tokens = append(s.tokens, []byte(v))
+	}
+	if len(c.OperatorTokens) == 0 {
+		s.warnings = append(s.warnings, "operator_tokens is not set: every proxy token may read /status, /metrics and the status page, and unbench keys; give operators tokens of their own in operator_tokens")
 	}
 	if len(c.Upstreams) == 0 {
 		m.addf("upstreams", "missing: name at least one upstream")
@@ -384,6 +448,80 @@ func (c *config) resolve(env func(string) (string, bool)) (*settings, error) {
 	return s, m.err()
 }
 
+// hostName matches a host name as a Host header carries it, without its
+// port: labels of letters, digits and hyphens, with a final dot or not.
+var hostName = regexp.MustCompile(`^(?i)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*\.?$`)
+
+// ownHosts returns the names the own endpoints answer for — localhost,
+// the listen address's host when it is a name, and hosts — in lower case
+// and without a final dot, noting in m each of hosts that is not a host
+// name.
+func ownHosts(listen string, hosts []string, m *mistakes) []string {
+	names := []string{"localhost"}
+	if host, _, err := net.SplitHostPort(listen); err == nil && !isIP(host) && hostName.MatchString(host) {
+		names = append(names, canonicalHost(host))
+	}
+	for i, h := range hosts {
+		if isIP(h) {
+			continue // always taken
+		}
+		if len(h) > 253 || !hostName.MatchString(h) {
+			m.addf(fmt.Sprintf("hosts[%d]", i), "%q is not a host name such as keypool.example.com: give it without a scheme, port or path", h)
+			continue
+		}
+		names = append(names, canonicalHost(h))
+	}
+	return names
+}
+
+// isIP reports whether a host is an IP address, with its brackets or not.
+func isIP(host string) bool {
+	_, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"))
+	return err == nil
+}
+
+// canonicalHost returns a host name in lower case, without a final dot.
+func canonicalHost(h string) string {
+	return strings.ToLower(strings.TrimSuffix(h, "."))
+}
+
+// minTokenLength is the length under which a token is warned of as one
+// that may be guessed.
+const minTokenLength = 16
+
+// readTokens reads the tokens of the list field, noting each mistake in m
+// and warning in s of each shorter than minTokenLength; the values it
+// returns are those read, in order, whose index is their place in the
+// list when there is no mistake.
+func (s *settings) readTokens(field string, refs []secretRef, env func(string) (string, bool), m *mistakes) [][]byte {
+	var tokens [][]byte
+	for i, t := range refs {
+		at := fmt.Sprintf("%s[%d]", field, i)
+		v, inline, err := t.value(env)
+		if err != nil {
+			m.add(&configError{at, err})
+			continue
+		}
+		if n := utf8.RuneCountInString(v); n < minTokenLength {
+			s.warnings = append(s.warnings, fmt.Sprintf("%s is %s long: a token shorter than %d may be guessed; use a long random one (openssl rand -hex 32)",
+				at, count(n, "character"), minTokenLength))
+		}
+		s.inlineKey = s.inlineKey || inline
+		tokens = append(tokens, []byte(v))
+	}
+	return tokens
+}
+
+// operators returns the tokens that may read the proxy's own endpoints
+// and unbench, and the field that lists them: the operator tokens, or,
+// when there are none, the proxy tokens.
+func (s *settings) operators() (tokens [][]byte, field string) {
+	if len(s.operatorTokens) > 0 {
+		return s.operatorTokens, "operator_tokens"
+	}
+	return s.tokens, "proxy_tokens"
+}
+
 // resolveLimits reads the server's size and time limits into s.
 func (c *config) resolveLimits(s *settings, m *mistakes) {
 	s.maxBody = defaultMaxBody
@@ -393,6 +531,24 @@ func (c *config) resolveLimits(s *settings, m *mistakes) {
 			m.add(&configError{field: "max_request_body", err: err})
 		}
 		s.maxBody = n
+	}
+	s.maxHeaderBytes = defaultMaxHeaderBytes
+	if c.MaxHeaderBytes != "" {
+		n, err := parseSize(c.MaxHeaderBytes)
+		if err == nil && (n < minHeaderBytes || n > maxHeaderBytes) {
+			err = fmt.Errorf("%q is not a size from 4KiB to 16MiB", c.MaxHeaderBytes)
+		}
+		if err != nil {
+			m.add(&configError{field: "max_header_bytes", err: err})
+		}
+		s.maxHeaderBytes = int(n)
+	}
+	s.maxPendingConns = defaultMaxPendingConns
+	if c.MaxPendingConns != nil {
+		if *c.MaxPendingConns < 1 || *c.MaxPendingConns > maxPendingConns {
+			m.addf("max_pending_conns", "%d is not in 1..%d", *c.MaxPendingConns, maxPendingConns)
+		}
+		s.maxPendingConns = *c.MaxPendingConns
 	}
 	readDurations("", []durationField{
 		{"header_timeout", c.HeaderTimeout, defaultHeaderTimeout, &s.headerTimeout},

@@ -57,6 +57,29 @@ func escapesRoute(p string) bool {
 	return false
 }
 
+// allowedMethods are the methods an upstream HTTP API uses, as an Allow
+// header lists them.
+const allowedMethods = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"
+
+// apiMethods answers a request whose method no upstream HTTP API uses —
+// TRACE, which would echo the request's headers back, CONNECT, a WebDAV
+// method, one made up — with 405 before anything reads it, and passes the
+// rest to next.
+func apiMethods(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions:
+			next.ServeHTTP(w, r)
+			return
+		}
+		refused(r, "refused")
+		w.Header().Set("Allow", allowedMethods)
+		w.Header().Set("Connection", "close")
+		writeError(w, http.StatusMethodNotAllowed, "invalid_request_error",
+			"keypool: the proxy takes only the methods an upstream API uses: "+allowedMethods, nil)
+	})
+}
+
 // requestBody is a forwarded request's body: at most maxBody bytes, read
 // within the body deadline, which is cleared at its end.
 type requestBody struct {

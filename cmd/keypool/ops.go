@@ -17,7 +17,7 @@ func runUnbench(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		"Lifts the benches of a key of a running proxy, and its route's, so that the next request tries it:\n"+
 			"for a key that was fixed (a topped-up balance, a renewed key). keypool status -url lists routes and keys.")
 	addr := fs.String("url", "", "a running proxy's base URL, as its clients use it: http://127.0.0.1:8787 or http://127.0.0.1:8787/v1")
-	token := fs.String("token", "", "the proxy token (default: $KEYPOOL_PROXY_TOKEN)")
+	token := fs.String("token", "", "an operator token (default: $KEYPOOL_OPERATOR_TOKEN, else $KEYPOOL_PROXY_TOKEN)")
 	rest, err := parseArgs(fs, args, stderr, 1)
 	if err != nil {
 		return err

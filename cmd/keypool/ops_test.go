@@ -66,6 +66,7 @@ func TestStatusURL(t *testing.T) {
 	upstream, reached := countingUpstream(t)
 	base, _ := startProxy(t, oneUpstream(t, upstream, "keys: [{id: a, secret: sk-a}, {id: b, secret: sk-b}]"))
 	t.Setenv("KEYPOOL_PROXY_TOKEN", "")
+	t.Setenv("KEYPOOL_OPERATOR_TOKEN", "")
 	tests := []struct {
 		name   string
 		args   []string
@@ -74,8 +75,8 @@ func TestStatusURL(t *testing.T) {
 	}{
 		{"the base URL", []string{"-url", base, "-token", proxyToken}, 0, "up     a    free  serving"},
 		{"the base URL clients use, with /v1", []string{"-url", base + "/v1", "-token", proxyToken}, 0, "up     b    free  serving"},
-		{"no token", []string{"-url", base + "/v1"}, 1, "needs a proxy token: set KEYPOOL_PROXY_TOKEN or pass -token"},
-		{"a wrong token", []string{"-url", base, "-token", "nope"}, 1, "refused the token from -token: it is not one of proxy_tokens"},
+		{"no token", []string{"-url", base + "/v1"}, 1, "needs an operator token: set KEYPOOL_OPERATOR_TOKEN or pass -token"},
+		{"a wrong token", []string{"-url", base, "-token", "nope"}, 1, "refused the token from -token: it is not one of operator_tokens"},
 		{"a path the proxy forwards", []string{"-url", base + "/openai/x", "-token", proxyToken}, exitUsage, "give the base URL the proxy's clients use"},
 		{"not a URL", []string{"-url", "127.0.0.1:8787"}, exitUsage, "want the proxy's base URL"},
 		{"nothing there", []string{"-url", "http://127.0.0.1:1", "-token", "x"}, 1, "is keypool serve running there?"},
@@ -127,6 +128,7 @@ func TestUnbenchCommand(t *testing.T) {
 	base, srv, logs, sim := pageProxy(t)
 	benchGone(t, base, sim)
 	t.Setenv("KEYPOOL_PROXY_TOKEN", proxyToken)
+	t.Setenv("KEYPOOL_OPERATOR_TOKEN", "")
 
 	status, stdout, stderr := runKeypool(t, "unbench", "-url", base+"/v1", "openai/gone")
 	require.Equal(t, 0, status, "stderr: %s", stderr)

@@ -111,10 +111,12 @@ type server struct {
 	events   eventRing // for the status page
 	returns  returns   // benches whose end is logged
 	redact   *redactor
-	tokens   []string // the proxy tokens, to find in what goes upstream
+	tokens   []string // the proxy and operator tokens, to find in what goes upstream
 	inFlight inFlight
-	fresh    freshConns // connections that have sent no request yet
-	watch    *watcher   // polls the store's health and logs returns
+	sessions sessions     // the status page's logins
+	attempts attempts     // tries at an operator token, by client address
+	pending  pendingConns // connections whose first request is not in yet
+	watch    *watcher     // polls the store's health and logs returns
 	// milestones logs where the proxy is — serving, stopped — whatever
 	// the level of log; nil: log.
 	milestones *slog.Logger
@@ -144,7 +146,7 @@ func newServerWith(s *settings, log *slog.Logger, store keypool.Store, closer io
 func newServerPolling(s *settings, log *slog.Logger, store keypool.Store, closer io.Closer, poll time.Duration) (*server, error) {
 	srv := &server{settings: s, log: log, store: store, state: closer}
 	srv.events.now = srv.now
-	for _, t := range s.tokens {
+	for _, t := range slices.Concat(s.tokens, s.operatorTokens) {
 		srv.tokens = append(srv.tokens, string(t))
 	}
 	registry := prometheus.NewRegistry()
@@ -269,16 +271,22 @@ func openState(s *settings, log *slog.Logger) (keypool.Store, io.Closer, error) 
 // timeout.
 func (s *server) serve(ctx context.Context, ln net.Listener) error {
 	st := s.settings
+	s.pending.max, s.pending.log = st.maxPendingConns, s.log
 	hs := &http.Server{
-		Handler:           s.handler(),
+		Handler:           s.pending.arrive(s.handler()),
 		ReadHeaderTimeout: st.headerTimeout,
-		IdleTimeout:       st.idleTimeout,
+		// What a connection may make the proxy hold before any token is
+		// checked: a request's headers, each at most MaxHeaderBytes (431
+		// beyond), on at most max_pending_conns connections at once.
+		MaxHeaderBytes: st.maxHeaderBytes,
+		ConnContext:    s.pending.opened,
+		ConnState:      s.pending.note,
+		IdleTimeout:    st.idleTimeout,
 		// No ReadTimeout: it would cancel a request whose answer comes
 		// after it; forward bounds the body instead. No WriteTimeout: it
 		// would run from the request's arrival, and an upstream may think
 		// for minutes; each handler sets its own.
-		ErrorLog:  slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-		ConnState: s.fresh.note,
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	names := make([]string, 0, len(s.settings.routes))
 	for _, r := range s.settings.routes {
@@ -320,7 +328,7 @@ func (s *server) handler() http.Handler {
 	mux := newOwnMux(forwardable(s.guard(http.HandlerFunc(s.forward))))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	s.handleOwn(mux) // the status page, /status, /metrics, unbench
-	return s.inFlight.track(s.logRequests(mux))
+	return s.inFlight.track(s.logRequests(apiMethods(mux)))
 }
 
 // writeWithin gives next's whole answer write_timeout to be written.
@@ -415,7 +423,7 @@ func (s *server) guard(next http.Handler) http.Handler {
 		// A client without the token gets nothing more on this connection.
 		refused(r, "unauthorized")
 		w.Header().Set("Connection", "close")
-		writeError(w, http.StatusUnauthorized, "authentication_error", "keypool: this proxy needs its proxy token, not an upstream key", nil)
+		writeError(w, http.StatusUnauthorized, "authentication_error", "keypool: this proxy needs its proxy token, not an upstream key (nor an operator token, which does not forward)", nil)
 	})
 }
 
@@ -439,12 +447,14 @@ func bearerToken(h string) string {
 	return ""
 }
 
-// rewrite strips the client's credentials — every copy of its proxy token —
-// from a forwarded request; the pool puts an upstream key on it, and the
-// fallback its upstream URL.
+// rewrite strips the client's credentials — every copy of its proxy token,
+// and its cookies, the status page's session among them (a browser sends
+// them with every request to the proxy's address) — from a forwarded
+// request; the pool puts an upstream key on it, and the fallback its
+// upstream URL.
 func (s *server) rewrite(pr *httputil.ProxyRequest) {
 	out := pr.Out
-	for _, name := range []string{"Authorization", "Proxy-Authorization", "X-Api-Key", "X-Goog-Api-Key"} {
+	for _, name := range []string{"Authorization", "Proxy-Authorization", "X-Api-Key", "X-Goog-Api-Key", "Cookie"} {
 		delete(out.Header, name)
 	}
 	for name, values := range out.Header {
@@ -504,47 +514,97 @@ func (s *server) holdsToken(v string) bool {
 	return false
 }
 
-// maxFailureBody bounds the body of a failure the proxy reads to redact:
-// vendors' error bodies are a few KiB; what is beyond is cut.
-const maxFailureBody = 256 << 10
+// maxHeldBody bounds the body of an answer the proxy holds to redact:
+// vendors' error bodies are a few KiB, and an answer that is not a stream
+// — a completion, a list, a key management answer — seldom more than a
+// few dozen.
+const maxHeldBody = 256 << 10
 
 // modifyResponse redacts an upstream's answer before the client has it:
-// every header, and the body of an answer that is not a success. A
-// success's body — a stream, or a completion — passes as it comes, unread.
+// every header, and the body of every answer that is not a stream, held
+// whole when it is at most maxHeldBody. Beyond it, a failure is cut there,
+// and a success — which cutting would break — passes as it comes,
+// unscanned. A stream passes as it comes, unread: holding any of it back
+// would hold back the events.
 func (s *server) modifyResponse(resp *http.Response) error {
 	s.redact.header(resp.Header)
-	if resp.StatusCode < 300 || resp.StatusCode == http.StatusNotModified || resp.Request != nil && resp.Request.Method == http.MethodHead {
-		return nil // a success, or no body
+	if resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified || resp.Request != nil && resp.Request.Method == http.MethodHead {
+		return nil // no body
 	}
-	var body []byte
+	success := resp.StatusCode < 300
+	if success && (isStream(resp) || resp.ContentLength > maxHeldBody) {
+		return nil
+	}
 	if ce := resp.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
 		// Not one the transport asked for and decoded: unreadable, so
 		// withheld.
 		_ = resp.Body.Close()
-		body = fmt.Appendf(nil, `{"error":{"type":"api_error","message":"keypool: the upstream answered %d with a body in %q encoding, which the proxy cannot check for keys; withheld"}}`,
-			resp.StatusCode, s.redact.String(ce))
+		status := resp.StatusCode
+		if success {
+			resp.StatusCode, resp.Status = http.StatusBadGateway, ""
+		}
+		hold(resp, fmt.Appendf(nil, `{"error":{"type":"api_error","message":"keypool: the upstream answered %d with a body in %q encoding, which the proxy cannot check for keys; withheld"}}`,
+			status, s.redact.String(ce)))
 		resp.Header.Set("Content-Type", "application/json")
 		resp.Header.Del("Content-Encoding")
-	} else {
-		var err error
-		body, err = io.ReadAll(io.LimitReader(resp.Body, maxFailureBody+1))
-		_ = resp.Body.Close()
-		if err != nil {
-			return err
-		}
-		if len(body) > maxFailureBody {
-			s.log.Warn("an upstream's failure body is over the bound the proxy reads: cut", "status", resp.StatusCode, "bytes", maxFailureBody)
-			body = body[:maxFailureBody]
-		}
-		if text := string(body); s.redact.String(text) != text {
-			body = []byte(s.redact.String(text))
-		}
+		return nil
 	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxHeldBody+1))
+	if err != nil {
+		_ = resp.Body.Close()
+		return err
+	}
+	if len(body) > maxHeldBody && success {
+		// Too long to hold: what was read, then the rest, as they come.
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(body), resp.Body), resp.Body}
+		return nil
+	}
+	_ = resp.Body.Close()
+	if len(body) > maxHeldBody {
+		s.log.Warn("an upstream's failure body is over the bound the proxy reads: cut", "status", resp.StatusCode, "bytes", maxHeldBody)
+		body = body[:maxHeldBody]
+	}
+	if text := string(body); s.redact.String(text) != text {
+		body = []byte(s.redact.String(text))
+	}
+	hold(resp, body)
+	return nil
+}
+
+// hold makes body, held whole, the body of resp.
+func hold(resp *http.Response, body []byte) {
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	resp.ContentLength = int64(len(body))
 	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
 	resp.TransferEncoding = nil
-	return nil
+}
+
+// streamTypes are the media types of answers that stream: server-sent
+// events (OpenAI, Anthropic, Gemini's alt=sse), and JSON a line or a
+// record at a time (Ollama's application/x-ndjson, and their kin).
+var streamTypes = []string{"text/event-stream", "application/x-ndjson", "application/jsonl", "application/json-seq", "application/stream+json"}
+
+// isStream reports whether an answer streams: its media type is one of
+// streamTypes, or it answers a Google-style streaming method
+// (…/models/NAME:streamGenerateContent), whose stream without alt=sse is
+// one JSON array sent an element at a time.
+func isStream(resp *http.Response) bool {
+	mediaType, _, _ := strings.Cut(resp.Header.Get("Content-Type"), ";")
+	mediaType = strings.TrimSpace(mediaType)
+	for _, t := range streamTypes {
+		if strings.EqualFold(mediaType, t) {
+			return true
+		}
+	}
+	if resp.Request == nil {
+		return false
+	}
+	p := resp.Request.URL.Path
+	_, method, ok := strings.Cut(p[strings.LastIndexByte(p, '/')+1:], ":")
+	return ok && len(method) >= len("stream") && strings.EqualFold(method[:len("stream")], "stream")
 }
 
 // proxyError answers a request the proxy could not forward: 429 with a

@@ -323,6 +323,20 @@ func TestConfigErrors(t *testing.T) {
 			`max_request_body: "12 parsecs" is not a size such as 32MiB`},
 		{"body size of nothing", "max_request_body: 0\nproxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n",
 			`max_request_body: "0" is not a size`},
+		{"headers bounded below a request's", "max_header_bytes: 1KiB\nproxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n",
+			`max_header_bytes: "1KiB" is not a size from 4KiB to 16MiB`},
+		{"no pending connection", "max_pending_conns: 0\nproxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n",
+			"max_pending_conns: 0 is not in 1..1048576"},
+		{"an operator token that is a proxy token", "proxy_tokens: [kp-one, kp-two]\noperator_tokens: [op-one, kp-two]\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n",
+			"operator_tokens[1]: the same token as proxy_tokens[1]: an operator's token is its own, apart from the clients'"},
+		{"an operator token from an unset variable", "proxy_tokens: [t]\noperator_tokens: [\"env:NOPE_OPERATOR\"]\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n",
+			"operator_tokens[0]: NOPE_OPERATOR is not set"},
+		{"control character in an operator token", "proxy_tokens: [t]\noperator_tokens: [\"op-\\tab\"]\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n",
+			"operator_tokens[0]: the token has a control character at byte 3"},
+		{"a host with a scheme", "hosts: [keypool.internal, 'http://keypool.example/']\nproxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n",
+			`hosts[1]: "http://keypool.example/" is not a host name such as keypool.example.com: give it without a scheme, port or path`},
+		{"a host with a port", "hosts: ['keypool.internal:8787']\nproxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n",
+			`hosts[0]: "keypool.internal:8787" is not a host name`},
 		{"negative timeout", "header_timeout: -1s\nproxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n",
 			`header_timeout: "-1s" is not a positive duration such as 10s`},
 		{"bad shutdown timeout", "shutdown_timeout: soon\nproxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n",
@@ -359,16 +373,48 @@ func TestConfigStateHeldByAnotherProcess(t *testing.T) {
 }
 
 func TestConfigWarnsOfReadableSecrets(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "c.yaml")
-	require.NoError(t, os.WriteFile(path, []byte("proxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{secret: sk-inline}]}]\n"), 0o644))
-	s, err := loadConfig(path, os.LookupEnv)
-	require.NoError(t, err)
-	require.Len(t, s.warnings, 1)
-	assert.Contains(t, s.warnings[0], "holds secrets and is readable by others (mode 0644)")
+	dir := t.TempDir()
+	path, keys := filepath.Join(dir, "c.yaml"), filepath.Join(dir, "keys.txt")
+	require.NoError(t, os.WriteFile(keys, []byte("sk-from-file\n"), 0o640))
+	require.NoError(t, os.WriteFile(path, []byte("proxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{secret: sk-inline}, {file: "+keys+"}]}, {url: 'https://y', keys: [{file: "+keys+"}]}]\n"), 0o644))
+	readable := func() []string {
+		s, err := loadConfig(path, os.LookupEnv)
+		require.NoError(t, err)
+		var found []string
+		for _, w := range s.warnings {
+			if strings.Contains(w, "readable by others") {
+				found = append(found, w)
+				assert.NotContains(t, w, "sk-", "no secret in a warning")
+			}
+		}
+		return found
+	}
+	assert.Equal(t, []string{
+		path + " holds secrets and is readable by others (mode 0644); chmod 600 it",
+		keys + " holds secrets and is readable by others (mode 0640); chmod 600 it",
+	}, readable(), "the configuration with a secret inline, and the key file, once")
 	require.NoError(t, os.Chmod(path, 0o600))
-	s, err = loadConfig(path, os.LookupEnv)
-	require.NoError(t, err)
-	assert.Empty(t, s.warnings)
+	require.NoError(t, os.Chmod(keys, 0o600))
+	assert.Empty(t, readable())
+}
+
+func TestConfigWarnsOfWeakTokens(t *testing.T) {
+	warnings := func(conf string) []string {
+		c, err := parseConfig([]byte(conf+"upstreams: [{url: 'https://x', keys: [{secret: sk-a}]}]\n"), "c.yaml")
+		require.NoError(t, err)
+		s, err := c.resolve(func(name string) (string, bool) { return "short", name == "SHORT" })
+		require.NoError(t, err)
+		return s.warnings
+	}
+	assert.Equal(t, []string{
+		"proxy_tokens[1] is 1 character long: a token shorter than 16 may be guessed; use a long random one (openssl rand -hex 32)",
+		"proxy_tokens[2] is 15 characters long: a token shorter than 16 may be guessed; use a long random one (openssl rand -hex 32)",
+		"operator_tokens[1] is 5 characters long: a token shorter than 16 may be guessed; use a long random one (openssl rand -hex 32)",
+	}, warnings("proxy_tokens: [kp-sixteen-chars, t, kp-fifteen-char]\noperator_tokens: [op-sixteen-chars, env:SHORT]\n"),
+		"each token under 16 characters, by its place, never its value")
+	assert.Equal(t, []string{
+		"operator_tokens is not set: every proxy token may read /status, /metrics and the status page, and unbench keys; give operators tokens of their own in operator_tokens",
+	}, warnings("proxy_tokens: [kp-a-long-proxy-token]\n"), "without operator tokens, proxy tokens read the page: said at start")
 }
 
 func TestConfigKeysFromEnvAndFile(t *testing.T) {
@@ -543,6 +589,7 @@ func TestServeShutsDownGracefully(t *testing.T) {
 		t.Fatal("serve did not stop")
 	}
 	assert.Contains(t, stderr.String(), "stopped")
+	assert.Contains(t, stderr.String(), `level=WARN msg="operator_tokens is not set: every proxy token may read /status`, "said at start")
 	var out bytes.Buffer
 	require.NoError(t, printState(t.Context(), &out, state), "the state directory is free again")
 	assert.Contains(t, out.String(), "benched (auth), back in", "the bench was written")

@@ -11,8 +11,8 @@ import (
 )
 
 // A shutdown takes at most shutdown_timeout: requests in flight get two
-// thirds of it to finish, and are then cut (connections that have sent no
-// request are closed at once); saving the state — flushing
+// thirds of it to finish, and are then cut (connections whose first
+// request is not in are closed at once); saving the state — flushing
 // each pool's windows and benches to the store, then closing the store —
 // gets the rest. State not saved in time is named on one line, and the
 // command exits with status 1.
@@ -25,7 +25,7 @@ func (s *server) shutdown(hs *http.Server, errc <-chan error) error {
 	drain, cancel := context.WithTimeout(context.Background(), total*2/3)
 	shut := make(chan error, 1)
 	go func() { shut <- hs.Shutdown(drain) }()
-	s.fresh.close() // no request on them to wait for
+	s.pending.close() // no request on them to wait for
 	err := <-shut
 	cancel()
 	if err != nil {

@@ -2,10 +2,12 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -13,8 +15,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -347,6 +351,136 @@ func TestServeProcessAnswersThroughAConnectionFlood(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 	t.Logf("answered after %v", time.Since(start).Round(time.Millisecond))
+}
+
+// floodHeaders opens n connections to addr, each sending the headers of
+// one request, a line of 4 KiB after another, up to size bytes, without
+// the blank line that would end them, as a client that means to hold the
+// proxy's memory does. It returns once each has sent its share or been
+// cut off, with the connections still open, which the test closes, and
+// how many the proxy cut off.
+func floodHeaders(t testing.TB, addr string, n, size int) (open []net.Conn, cut int) {
+	t.Helper()
+	line := "X-Flood: " + strings.Repeat("a", 4<<10) + "\r\n"
+	var mu sync.Mutex
+	var cutOff atomic.Int64
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			c, err := net.Dial("tcp", addr)
+			if !assert.NoError(t, err) {
+				return
+			}
+			// A small send buffer: a write ends only once the proxy has read
+			// all but what its receive buffer holds.
+			_ = c.(*net.TCPConn).SetWriteBuffer(8 << 10)
+			_ = c.SetWriteDeadline(time.Now().Add(30 * time.Second))
+			w := bufio.NewWriterSize(c, 64<<10)
+			_, err = w.WriteString("POST /v1/chat/completions HTTP/1.1\r\nHost: proxy\r\n")
+			for sent := 0; err == nil && sent < size; sent += len(line) {
+				_, err = w.WriteString(line)
+			}
+			if err == nil {
+				err = w.Flush()
+			}
+			if err != nil {
+				cutOff.Add(1)
+				c.Close()
+				return
+			}
+			mu.Lock()
+			open = append(open, c)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return open, int(cutOff.Load())
+}
+
+// procStatus returns a figure of /proc/PID/status in KiB: VmRSS, the
+// memory a process holds now, or VmHWM, the most it has held.
+func procStatus(t testing.TB, pid int, field string) int {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if errors.Is(err, fs.ErrNotExist) {
+		t.Skip("no /proc to read a process's memory from")
+	}
+	require.NoError(t, err)
+	for line := range bytes.Lines(data) {
+		if v, ok := bytes.CutPrefix(line, []byte(field+":")); ok {
+			kib, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(string(v)), " kB"))
+			require.NoError(t, err)
+			return kib
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", field, pid)
+	return 0
+}
+
+// envInt returns the whole number in the environment variable name, or
+// def when it is not set.
+func envInt(t testing.TB, name string, def int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	require.NoError(t, err, name)
+	return n
+}
+
+// Connections that send headers and never end them hold what the proxy
+// has read of them until header_timeout. The proxy, with its defaults,
+// reads at most max_header_bytes of a request's headers — a client that
+// sends more gets 431 and is cut off — and holds at most
+// max_pending_conns connections whose first request's headers are not all
+// in (TestProxyBoundsPendingConnections): what a flood makes it hold is
+// bounded by their product, whatever the number of connections.
+//
+// KEYPOOL_FLOOD_CONNS sets the number of connections (default 300; 2000
+// is the measured attack) and KEYPOOL_FLOOD_BINARY another build of
+// keypool to flood, for a figure of before.
+func TestServeProcessHoldsLittleUnderAHeaderFlood(t *testing.T) {
+	n := envInt(t, "KEYPOOL_FLOOD_CONNS", 300)
+	bin := os.Getenv("KEYPOOL_FLOOD_BINARY")
+	if bin == "" {
+		bin = keypoolBinary(t)
+	}
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "{}") }))
+	t.Cleanup(upstream.Close)
+	path := filepath.Join(t.TempDir(), "keypool.yaml")
+	// header_timeout outlasts the flood, so that nothing but the bounds
+	// lets go of a connection.
+	require.NoError(t, os.WriteFile(path, fmt.Appendf(nil, "listen: 127.0.0.1:0\nheader_timeout: 1m\nproxy_tokens: [%q]\nstate: %s\nupstreams: [{url: %s, keys: [{secret: sk-a}]}]\n",
+		proxyToken, t.TempDir(), upstream.URL), 0o600))
+	p := startCommand(t, exec.Command("sh", "-c", `ulimit -n 8192 && exec "$0" serve -config "$1"`, bin, path))
+	pid := p.cmd.Process.Pid
+	before := procStatus(t, pid, "VmRSS")
+	start := time.Now()
+	open, cut := floodHeaders(t, p.addr, n, 1<<20)
+	t.Cleanup(func() {
+		for _, c := range open {
+			c.Close()
+		}
+	})
+	peak := procStatus(t, pid, "VmHWM")
+	t.Logf("%d connections sending 1 MiB of headers each, in %v: %d cut off while sending; memory %d MiB before, at most %d MiB during the flood",
+		n, time.Since(start).Round(time.Millisecond), cut, before>>10, peak>>10)
+
+	client := &http.Client{Timeout: 10 * time.Second}
+	req, err := http.NewRequest(http.MethodGet, "http://"+p.addr+"/v1/models", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+proxyToken)
+	resp, err := client.Do(req)
+	require.NoError(t, err, "a client with the token is answered after the flood")
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+
+	// What each connection may hold, three times over: read, copied into
+	// the header, and garbage not yet collected.
+	bound := 3*min(n, defaultMaxPendingConns)*(defaultMaxHeaderBytes+4<<10) + 32<<20
+	assert.Less(t, (peak-before)<<10, bound, "the flood made the proxy hold more than %d MiB", bound>>20)
 }
 
 func TestServeShutdownClosesConnectionsThatSentNothing(t *testing.T) {

@@ -320,12 +320,18 @@ func TestStatusCommandShowsSpend(t *testing.T) {
 // serveAt runs the proxy for conf as serveReal does, on the clock.
 func serveAt(t *testing.T, conf string, clock *testClock) string {
 	t.Helper()
+	return serveSettings(t, clocked(t, conf, clock))
+}
+
+// clocked returns the settings of conf, on the clock.
+func clocked(t *testing.T, conf string, clock *testClock) *settings {
+	t.Helper()
 	c, err := parseConfig([]byte(conf), "keypool.yaml")
 	require.NoError(t, err)
 	s, err := c.resolve(func(string) (string, bool) { return "", false })
 	require.NoError(t, err)
 	s.clock = clock.now
-	return serveSettings(t, s)
+	return s
 }
 
 // A model without a price goes to keys without a budget, and waits for

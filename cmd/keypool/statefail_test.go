@@ -78,8 +78,8 @@ func (v *stateVendor) revoke(secret string) {
 // stateConfig is the configuration of the state tests, with the state and
 // more settings as given.
 func stateConfig(v *stateVendor, state, more string) string {
-	return fmt.Sprintf("%sshutdown_timeout: %v\nproxy_tokens: [%q]\nstate: %s\nupstreams: [{name: up, url: %s, keys: [{id: a, secret: sk-state-a}, {id: b, secret: sk-state-b}, {id: c, secret: sk-state-c}]}]\n",
-		more, stateShutdown, proxyToken, state, v.url)
+	return fmt.Sprintf("%sshutdown_timeout: %v\nproxy_tokens: [%q]\noperator_tokens: [%q]\nstate: %s\nupstreams: [{name: up, url: %s, keys: [{id: a, secret: sk-state-a}, {id: b, secret: sk-state-b}, {id: c, secret: sk-state-c}]}]\n",
+		more, stateShutdown, proxyToken, operatorToken, state, v.url)
 }
 
 // stateRun is keypool serve as a process under a request every 20 ms.
@@ -274,7 +274,7 @@ func lineKey(l string) string {
 func restartFinds(t *testing.T, conf string) map[string]string {
 	t.Helper()
 	p := startServe(t, conf)
-	status, body := get(t, "http://"+p.addr+"/status", nil, http.Header{"Authorization": {"Bearer " + proxyToken}})
+	status, body := get(t, "http://"+p.addr+"/status", nil, http.Header{"Authorization": {"Bearer " + operatorToken}})
 	require.Equal(t, http.StatusOK, status, body)
 	var report statusReport
 	require.NoError(t, json.Unmarshal([]byte(body), &report))

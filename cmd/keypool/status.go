@@ -24,7 +24,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := newFlagSet("status", "keypool status -url URL | -state DIR", "Shows each key's state, benches and window use.")
 	state := fs.String("state", "", "a state directory that no running proxy holds")
 	addr := fs.String("url", "", "a running proxy's base URL, as its clients use it: http://127.0.0.1:8787 or http://127.0.0.1:8787/v1")
-	token := fs.String("token", "", "the proxy token for -url (default: $KEYPOOL_PROXY_TOKEN)")
+	token := fs.String("token", "", "an operator token for -url (default: $KEYPOOL_OPERATOR_TOKEN, else $KEYPOOL_PROXY_TOKEN)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
@@ -52,13 +52,17 @@ func fetchStatus(ctx context.Context, base, token string) ([]routeView, error) {
 	return report.Routes, err
 }
 
-// credential is a proxy token and where it came from, for messages.
+// credential is an operator token and where it came from, for messages.
 type credential struct{ value, from string }
 
-// givenToken is the token given with -token, else $KEYPOOL_PROXY_TOKEN.
+// givenToken is the token given with -token, else $KEYPOOL_OPERATOR_TOKEN,
+// else $KEYPOOL_PROXY_TOKEN (which a proxy without operator_tokens takes).
 func givenToken(flag string) credential {
 	if flag != "" {
 		return credential{flag, "-token"}
+	}
+	if v := os.Getenv("KEYPOOL_OPERATOR_TOKEN"); v != "" {
+		return credential{v, "$KEYPOOL_OPERATOR_TOKEN"}
 	}
 	return credential{os.Getenv("KEYPOOL_PROXY_TOKEN"), "$KEYPOOL_PROXY_TOKEN"}
 }
@@ -123,9 +127,9 @@ func callProxy(ctx context.Context, method, base, endpoint string, token credent
 	_ = json.Unmarshal(body, &failure)
 	switch {
 	case resp.StatusCode == http.StatusUnauthorized && token.value == "":
-		return fmt.Errorf("%s needs a proxy token: set KEYPOOL_PROXY_TOKEN or pass -token (one of proxy_tokens in the proxy's configuration)", u)
+		return fmt.Errorf("%s needs an operator token: set KEYPOOL_OPERATOR_TOKEN or pass -token (one of operator_tokens in the proxy's configuration, or of proxy_tokens when it sets none)", u)
 	case resp.StatusCode == http.StatusUnauthorized:
-		return fmt.Errorf("%s refused the token from %s: it is not one of proxy_tokens in the proxy's configuration", u, token.from)
+		return fmt.Errorf("%s refused the token from %s: it is not one of operator_tokens in the proxy's configuration (nor of proxy_tokens, when it sets none)", u, token.from)
 	case resp.StatusCode == http.StatusNotFound && strings.Contains(failure.Error.Message, "own endpoints"):
 		return usageError{fmt.Errorf("-url %s: give the base URL the proxy's clients use, such as http://127.0.0.1:8787/v1 (%s)", base, failure.Error.Message)}
 	case resp.StatusCode != http.StatusOK && failure.Error.Message != "":

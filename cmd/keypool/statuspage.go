@@ -2,15 +2,15 @@ package main
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,10 +26,14 @@ import (
 //	GET  /metrics                        Prometheus
 //	POST /keys/{route}/{key}/unbench     lifts a key's benches and its route's
 //
-// /status, /metrics and unbench take the proxy token (as the forwarded
-// requests do) or the page's session cookie; the cookie never lets a
-// request through to an upstream. The state-changing ones refuse a
-// cross-origin browser request.
+// /status, /metrics and unbench take an operator token (as the forwarded
+// requests take a proxy token) or the page's session cookie, and the page
+// logs in with an operator token; without operator_tokens, a proxy token
+// serves as one. An operator token never lets a request through to an
+// upstream, nor does the cookie. The state-changing ones refuse a
+// cross-origin browser request. All of them answer only under the proxy's
+// names (named), the session is the proxy's (sessions.go), and tries at a
+// token are limited by client address (logins.go).
 
 //go:embed web
 var webFiles embed.FS
@@ -42,8 +46,6 @@ const ownEndpointHeader = "Keypool-Endpoint"
 
 const (
 	sessionCookie = "keypool_session"
-	// sessionLife is how long a status page login lasts.
-	sessionLife = 7 * 24 * time.Hour
 	// maxLoginBody bounds the body of POST /login.
 	maxLoginBody = 4 << 10
 	// statusEvents is how many recent events /status shows.
@@ -53,14 +55,42 @@ const (
 // handleOwn registers the proxy's own endpoints on mux, except /healthz.
 func (s *server) handleOwn(mux *ownMux) {
 	cop := http.NewCrossOriginProtection()
-	mux.Handle("GET /{$}", page("web/index.html"))
-	mux.Handle("GET /ui/app.js", page("web/app.js"))
-	mux.Handle("GET /ui/style.css", page("web/style.css"))
-	mux.Handle("POST /login", cop.Handler(http.HandlerFunc(s.login)))
-	mux.Handle("POST /logout", cop.Handler(http.HandlerFunc(logout)))
-	mux.Handle("GET /status", s.own(s.writeWithin(http.HandlerFunc(s.statusJSON))))
-	mux.Handle("GET /metrics", s.own(s.writeWithin(s.metrics)))
-	mux.Handle("POST /keys/{route}/{key}/unbench", cop.Handler(s.own(http.HandlerFunc(s.unbench))))
+	handle := func(pattern string, h http.Handler) { mux.Handle(pattern, s.named(h)) }
+	handle("GET /{$}", page("web/index.html"))
+	handle("GET /ui/app.js", page("web/app.js"))
+	handle("GET /ui/style.css", page("web/style.css"))
+	handle("POST /login", cop.Handler(http.HandlerFunc(s.login)))
+	handle("POST /logout", cop.Handler(http.HandlerFunc(s.logout)))
+	handle("GET /status", s.own(s.writeWithin(http.HandlerFunc(s.statusJSON))))
+	handle("GET /metrics", s.own(s.writeWithin(s.metrics)))
+	handle("POST /keys/{route}/{key}/unbench", cop.Handler(s.own(http.HandlerFunc(s.unbench))))
+}
+
+// named answers 421 to a request for an own endpoint under a name that is
+// not the proxy's — an IP address, localhost, the listen address's host or
+// one of hosts — and passes the rest to next: a page of another site that
+// a DNS rebinding points at the proxy's address sends its own name, and
+// gets nothing, not even a try at a login.
+func (s *server) named(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.ownHost(r.Host) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		s.log.Warn("own endpoint refused: a host that is not the proxy's", "host", quotePath(r.Host), "path", quotePath(r.URL.Path), "from", r.RemoteAddr)
+		writeError(w, http.StatusMisdirectedRequest, "invalid_request_error",
+			"keypool: the proxy's own endpoints do not answer for the host "+quotePath(r.Host)+
+				"; if it is reached so, add the name to hosts in its configuration (a guard against DNS rebinding)", nil)
+	})
+}
+
+// ownHost reports whether a Host header names the proxy, as named says.
+func (s *server) ownHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	return isIP(host) || host != "" && slices.Contains(s.settings.hosts, canonicalHost(host))
 }
 
 // forwardable refuses a request that carries ownEndpointHeader with 404: it
@@ -105,67 +135,106 @@ func page(name string) http.Handler {
 // callerKey is the context key of who called an own endpoint.
 type callerKey struct{}
 
-// caller says who made a request that own let through: "proxy_tokens[0]",
-// or "proxy_tokens[0] (status page)".
+// caller says who made a request that own let through: "operator_tokens[0]",
+// or "operator_tokens[0] (status page)" (proxy_tokens without operator
+// tokens).
 func caller(r *http.Request) string {
 	who, _ := r.Context().Value(callerKey{}).(string)
 	return who
 }
 
-// own lets through a request with a proxy token or a status page session,
-// and answers 401 to others, saying whether the token was missing or wrong.
+// own lets through a request with an operator token or a status page
+// session, and answers 401 to others, saying whether the token was
+// missing or wrong.
 func (s *server) own(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		i, presented := s.tokenOf(r)
-		who := fmt.Sprintf("proxy_tokens[%d]", i)
+		_, field := s.settings.operators()
+		sent := presented(r)
+		if len(sent) > 0 {
+			if wait := s.attempts.wait(r.RemoteAddr, s.now()); wait > 0 {
+				s.tooManyTries(w, r, wait)
+				return
+			}
+		}
+		i := s.operatorOf(sent)
+		switch {
+		case i >= 0:
+			s.attempts.succeeded(r.RemoteAddr)
+		case len(sent) > 0:
+			s.attempts.failed(r.RemoteAddr, s.now())
+		}
+		who := fmt.Sprintf("%s[%d]", field, i)
 		if i < 0 {
 			if c, err := r.Cookie(sessionCookie); err == nil {
-				if i = s.sessionToken(c.Value, time.Now()); i >= 0 {
-					who = fmt.Sprintf("proxy_tokens[%d] (status page)", i)
+				if token, ok := s.sessions.token(c.Value, s.now(), func(t []byte) bool { return s.operatorIndex(t) >= 0 }); ok {
+					i = s.operatorIndex(token)
+					who = fmt.Sprintf("%s[%d] (status page)", field, i)
 				}
 			}
 		}
+		needs := "keypool: this proxy needs its proxy token"
+		if field == "operator_tokens" {
+			needs = "keypool: this endpoint needs an operator token (a proxy token only forwards)"
+		}
 		switch {
-		case i < 0 && presented:
+		case i < 0 && len(sent) > 0:
 			w.Header().Set("WWW-Authenticate", "Bearer")
-			writeError(w, http.StatusUnauthorized, "authentication_error",
-				"keypool: this proxy needs its proxy token: the one sent is not one of proxy_tokens in its configuration", nil)
+			writeError(w, http.StatusUnauthorized, "authentication_error", needs+": the one sent is not one of "+field+" in its configuration", nil)
 		case i < 0:
 			w.Header().Set("WWW-Authenticate", "Bearer")
 			writeError(w, http.StatusUnauthorized, "authentication_error",
-				"keypool: this proxy needs its proxy token: none was sent; send it as Authorization: Bearer TOKEN, or log in on the status page at /", nil)
+				needs+": none was sent; send it as Authorization: Bearer TOKEN, or log in on the status page at /", nil)
 		default:
 			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, who)))
 		}
 	})
 }
 
-// tokenOf returns the index of the proxy token a request presents — as a
-// bearer token, an API-key header or a key parameter, as guard reads them
-// — or -1, and whether it presented anything.
-func (s *server) tokenOf(r *http.Request) (index int, presented bool) {
+// tooManyTries answers a request with a token from an address that has
+// failed too often, whose next try may come after wait.
+func (s *server) tooManyTries(w http.ResponseWriter, r *http.Request, wait time.Duration) {
+	secs := int64(math.Ceil(wait.Seconds()))
+	s.log.Warn("operator token refused unread: too many failures from this address", "from", r.RemoteAddr, "path", quotePath(r.URL.Path), "wait", wait.Round(time.Second).String())
+	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+	writeError(w, http.StatusTooManyRequests, "rate_limit_error",
+		fmt.Sprintf("keypool: too many wrong tokens from this address: try again in %d s", secs), nil)
+}
+
+// presented returns what a request presents as a token, in this order: a
+// bearer token, an API-key header, a key parameter, as guard reads a proxy
+// token; none when it presents none.
+func presented(r *http.Request) []string {
+	var sent []string
 	for _, p := range []string{
 		strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "),
 		r.Header.Get("X-Api-Key"),
 		r.Header.Get("X-Goog-Api-Key"),
 		r.URL.Query().Get("key"),
 	} {
-		if p == "" {
-			continue
-		}
-		presented = true
-		if i := s.tokenIndex([]byte(p)); i >= 0 {
-			return i, true
+		if p != "" {
+			sent = append(sent, p)
 		}
 	}
-	return -1, presented
+	return sent
 }
 
-// tokenIndex returns the index of token among the proxy tokens, or -1; it
-// compares in constant time.
-func (s *server) tokenIndex(token []byte) int {
+// operatorOf returns the index of the first operator token among sent, or
+// -1.
+func (s *server) operatorOf(sent []string) int {
+	for _, p := range sent {
+		if i := s.operatorIndex([]byte(p)); i >= 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+// operatorIndex returns the index of token among the operator tokens (the
+// proxy tokens, without them), or -1; it compares in constant time.
+func (s *server) operatorIndex(token []byte) int {
+	tokens, _ := s.settings.operators()
 	found := -1
-	for i, t := range s.settings.tokens {
+	for i, t := range tokens {
 		if subtle.ConstantTimeCompare(token, t) == 1 && found < 0 {
 			found = i
 		}
@@ -173,40 +242,9 @@ func (s *server) tokenIndex(token []byte) int {
 	return found
 }
 
-// session returns the session cookie's value for a login with token that
-// lasts until expires: the expiry and an HMAC of it keyed by the token.
-// The cookie is not the token and does not reveal it; a session holds
-// across restarts and replicas of the proxy, and ends when it expires or
-// its token leaves the configuration.
-func session(token []byte, expires time.Time) string {
-	exp := strconv.FormatInt(expires.Unix(), 10)
-	mac := hmac.New(sha256.New, token)
-	mac.Write([]byte("keypool status page session\x00" + exp))
-	return exp + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
-}
-
-// sessionToken returns the index of the proxy token whose session value is
-// v, unexpired at now, or -1. It compares in constant time.
-func (s *server) sessionToken(v string, now time.Time) int {
-	exp, _, ok := strings.Cut(v, ".")
-	if !ok || len(v) > 128 {
-		return -1
-	}
-	unix, err := strconv.ParseInt(exp, 10, 64)
-	if err != nil || !now.Before(time.Unix(unix, 0)) || time.Unix(unix, 0).After(now.Add(sessionLife)) {
-		return -1
-	}
-	found := -1
-	for i, t := range s.settings.tokens {
-		if hmac.Equal([]byte(v), []byte(session(t, time.Unix(unix, 0)))) && found < 0 {
-			found = i
-		}
-	}
-	return found
-}
-
-// login checks the form field token and, when it is a proxy token, sets
-// the session cookie; either way it sends the browser back to the page.
+// login checks the form field token and, when it is an operator token,
+// sets the session cookie; either way it sends the browser back to the
+// page.
 func (s *server) login(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxLoginBody)
 	if err := r.ParseForm(); err != nil {
@@ -218,27 +256,45 @@ func (s *server) login(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "keypool: unreadable login form", http.StatusBadRequest)
 		return
 	}
-	i := s.tokenIndex([]byte(r.PostForm.Get("token")))
+	if wait := s.attempts.wait(r.RemoteAddr, s.now()); wait > 0 {
+		s.log.Warn("status page login refused: too many failures from this address", "from", r.RemoteAddr, "wait", wait.Round(time.Second).String())
+		http.Redirect(w, r, "/#login-wait", http.StatusSeeOther)
+		return
+	}
+	i := s.operatorIndex([]byte(r.PostForm.Get("token")))
 	if i < 0 {
+		s.attempts.failed(r.RemoteAddr, s.now())
 		s.log.Warn("status page login refused", "from", r.RemoteAddr)
 		http.Redirect(w, r, "/#login-failed", http.StatusSeeOther)
 		return
 	}
-	expires := time.Now().Add(sessionLife)
+	s.attempts.succeeded(r.RemoteAddr)
+	tokens, field := s.settings.operators()
+	id, expires := s.sessions.open(tokens[i], s.now())
 	http.SetCookie(w, &http.Cookie{
-		Name: sessionCookie, Value: session(s.settings.tokens[i], expires), Path: "/",
+		Name: sessionCookie, Value: id, Path: "/",
 		Expires: expires, MaxAge: int(sessionLife / time.Second),
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: s.secureCookie(r),
 	})
-	s.log.Info("status page login", "by", fmt.Sprintf("proxy_tokens[%d]", i), "from", r.RemoteAddr)
+	s.log.Info("status page login", "by", fmt.Sprintf("%s[%d]", field, i), "from", r.RemoteAddr)
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
-// logout clears the session cookie.
-func logout(w http.ResponseWriter, r *http.Request) {
+// logout ends the session and clears its cookie.
+func (s *server) logout(w http.ResponseWriter, r *http.Request) {
+	if c, err := r.Cookie(sessionCookie); err == nil {
+		s.sessions.close(c.Value)
+	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: s.secureCookie(r)})
 	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+// secureCookie reports whether the session cookie of an answer to r is
+// Secure, sent back over HTTPS only: when r came over TLS, or always with
+// secure_cookies, for a proxy behind a front that ends TLS.
+func (s *server) secureCookie(r *http.Request) bool {
+	return r.TLS != nil || s.settings.secureCookies
 }
 
 // report returns the proxy's status at now.

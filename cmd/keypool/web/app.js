@@ -330,8 +330,8 @@
     $("store-banner").hidden = true;
     $("events-section").hidden = true;
     $("summary").textContent = "Log in to see the proxy's routes and keys.";
-    if (location.hash === "#login-failed") {
-      $("login-failed").hidden = false;
+    if (location.hash === "#login-failed" || location.hash === "#login-wait") {
+      $(location.hash.slice(1)).hidden = false;
       history.replaceState(null, "", location.pathname);
     }
     $("token").focus();
