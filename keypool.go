@@ -32,7 +32,8 @@
 //   - A 401 or a 402 benches the key for every model. A 429 benches the
 //     key and its account for the model — for every model when it says the
 //     money is spent — its prose saying which window and for how long. A
-//     5xx benches the key for the model.
+//     5xx benches the key for the model; one whose prose alone says the
+//     money is spent is quoted, as below.
 //   - A 400 or a 403 is the request's fault unless the vendor's own words
 //     say otherwise. Said in prose alone, the failure benches nothing: the
 //     request goes to one more key, and only if that key serves it is the
