@@ -22,6 +22,10 @@ type verdict struct {
 	// 400 or 403 whose prose alone says it; see quoted). It benches
 	// nothing unless another key serves the same request.
 	quoted bool
+	// echo names the conditions of a quoted verdict its prose said: a
+	// request without their words cannot have written it (mayHaveWritten).
+	// Zero when the status alone gave the kind.
+	echo signs
 	// stated is what the answer's headers state of the key's minute and
 	// day windows: limits and counts the pool learns.
 	stated statedWindows
@@ -102,7 +106,7 @@ func judge(status int, body []byte, e *evidence, now time.Time) verdict {
 	vendor := b.coded | e.signs() // before the body's prose adds to e
 	e.fill(b.evidence)
 	v := weigh(status, &b, e, now)
-	v.quoted = quoted(status, &v, vendor)
+	quote(status, &v, &b, vendor)
 	return v
 }
 

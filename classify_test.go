@@ -323,3 +323,18 @@ func TestClassifyUnmetShapes(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkHostileProse reads 60 KiB bodies that repeat a marker the prose
+// readings look behind: what a client that has a vendor quote it can make
+// each attempt cost.
+func BenchmarkHostileProse(b *testing.B) {
+	for _, m := range []string{"resets at 1 ", "available at 9 ", "regain access on 2 ", "try again in 5 ", "5-hour "} {
+		body := []byte(`{"error":{"message":"` + strings.Repeat(m, 60000/len(m)) + `"}}`)
+		b.Run(strings.TrimSpace(m), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				classify(http.StatusTooManyRequests, nil, body, now)
+			}
+		})
+	}
+}

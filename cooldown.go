@@ -1,7 +1,9 @@
 package keypool
 
 import (
+	"bytes"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -70,6 +72,13 @@ func defaultBenchPolicy() benchPolicy {
 // its last success. climb reports that the bench came from the quota levels,
 // so the level goes up by one. A zero duration means no bench.
 func (b benchPolicy) benchFor(v verdict, level int, now time.Time) (d time.Duration, climb bool) {
+	if v.quoted {
+		// Confirmed by another key that served the same request, words
+		// the request could have written still date nothing: the shortest
+		// bench, after which the key returns carefully — one request a
+		// minute while it keeps failing.
+		return max(b.rate, b.min), false
+	}
 	dated := !v.reset.ResetAt.IsZero() // a reset at or before now asks for the shortest bench
 	switch v.kind {
 	case KindRate:
@@ -99,32 +108,72 @@ func (b benchPolicy) benchFor(v verdict, level int, now time.Time) (d time.Durat
 	return min(max(d, b.min), b.max), climb
 }
 
-// What an answer may bench is the package doc's rule of that name; quoted,
-// wholeKey and ofAccount are its code, and the vendor's own words are the
+// What an answer may bench is the package doc's rule of that name; quote,
+// mayHaveWritten, wholeKey and ofAccount are its code, and the vendor's own words are the
 // signs the reading gathers apart from prose (bodyEvidence.coded and the
 // headers' evidence).
 
-// quoted reports whether verdict v of an answer with status rests on words
-// the request could have written: a 400 or 403 that names a kind, or a 5xx
-// that names a spent balance, that no field or header in vendor states.
-func quoted(status int, v *verdict, vendor signs) bool {
+// quote marks verdict v of an answer with status, its body read into b,
+// quoted when it rests on words the request could have written: a 400 or
+// 403 — or a 5xx that speaks of money — whose kind no field or header in
+// vendor states, or a 402 that speaks of the request's own size ("fewer
+// max_tokens"). v.echo is what of the prose made it so: a request that
+// holds none of those words cannot have written them (see mayHaveWritten),
+// and its answer is the key's after all. A kind the status alone gives (a
+// bare 403) or a 402 of the request's size stays quoted whatever the
+// request holds.
+func quote(status int, v *verdict, b *bodyEvidence, vendor signs) {
 	switch {
 	case v.kind == KindNone || v.oversized:
-		return false
+		return
+	case status == http.StatusPaymentRequired && b.sized:
+		v.quoted = true
+		return
 	case status == http.StatusBadRequest, status == http.StatusForbidden:
 	case status >= 500 && v.billing: // a server error that speaks of money
 	default:
-		return false
+		return
 	}
-	need := signLimit
+	need, said := signLimit, b.throttled || b.quota || b.hasSpent || b.hasRetryAfter || b.noAllowance
 	switch {
 	case v.billing:
-		need = signBilling
+		need, said = signBilling, b.billing
 	case v.kind == KindAuth:
-		need = signAuth
+		need, said = signAuth, b.auth
 	}
-	return vendor&need == 0
+	if vendor&need != 0 {
+		return
+	}
+	v.quoted = true
+	if said {
+		v.echo = need
+	}
 }
+
+// mayHaveWritten reports whether a request could have written the words
+// of a quoted answer's conditions echo: its path, its query or its body
+// holds a phrase of theirs or a JSON escape that may hide one — or the pool
+// does not hold its body whole (whole false) to tell.
+func mayHaveWritten(echo signs, req *http.Request, body []byte, whole bool) bool {
+	if !whole || echo == 0 {
+		return true
+	}
+	if bytes.Contains(body, []byte(`\u`)) {
+		return true
+	}
+	for _, s := range [...]string{string(body), req.URL.Path, req.URL.RawQuery} {
+		if s = asciiLower(s); echo&signBilling != 0 && containsAny(s, billingPhrases[:]) ||
+			echo&signAuth != 0 && containsAny(s, authPhrases[:]) ||
+			echo&signLimit != 0 && (containsAny(s, quotaPhrases[:]) || containsAny(s, throttlePhrases[:]) || containsAny(s, limitWords[:])) {
+			return true
+		}
+	}
+	return req.URL.RawQuery != "" && strings.Contains(req.URL.RawQuery, "%")
+}
+
+// limitWords are the words any prose that names a window or a wait holds
+// one of; a request that holds none cannot have written such prose.
+var limitWords = [...]string{"limit", "quota", "per ", "daily", "weekly", "monthly", "hour", "day", "week", "month", "minute", "second", "retry", "reset", "wait", "try again", "available"}
 
 // wholeKey reports whether verdict v benches the whole key rather than the
 // key for one model: a key that is revoked or out of money, in the vendor's

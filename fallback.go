@@ -165,7 +165,7 @@ func (fb *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 		out, err := r.request(req, body)
 		if err != nil {
 			body.discard()
-			return fb.end(held, nil, err)
+			return endHeld(held, nil, err)
 		}
 		sent = true
 		resp, err := r.rt.RoundTrip(out)
@@ -176,13 +176,18 @@ func (fb *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 			continue
 		}
 		if err != nil {
-			return fb.end(held, nil, err)
+			return endHeld(held, nil, err)
 		}
 		var v verdict
 		if resp.StatusCode >= 400 {
 			// Below 400 an answer is never a failure (classify): its
 			// headers need not be read again after the route's pool.
 			v = classifyAnswer(resp, now)
+			if v.quoted {
+				if data, whole := body.known(); !mayHaveWritten(v.echo, req, data, whole) {
+					v.quoted = false // the request holds no word of it: the vendor's own
+				}
+			}
 		}
 		last := !body.replayable() || r == fb.routes[len(fb.routes)-1]
 		switch {
@@ -207,7 +212,7 @@ func (fb *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp.Request = req
 		ev.Route = r.Name
 		fb.report(ev)
-		return fb.end(held, resp, nil)
+		return endHeld(held, resp, nil)
 	}
 	body.discard()
 	if held != nil {
@@ -216,21 +221,7 @@ func (fb *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 		ev.Skipped = slices.Delete(ev.Skipped, heldAt, heldAt+1)
 	}
 	fb.report(ev)
-	return fb.end(held, nil, noKeyError(fb.names, soonest, fb.clock()))
-}
-
-// end returns what a request ends with, resp or err, given the quoted
-// failure held: that answer when no later route gave one, else resp or
-// err, the held answer discarded.
-func (fb *Fallback) end(held, resp *http.Response, err error) (*http.Response, error) {
-	switch {
-	case held == nil:
-		return resp, err
-	case resp == nil && isNoKey(err):
-		return held, nil
-	}
-	drain(held.Body)
-	return resp, err
+	return endHeld(held, nil, noKeyError(fb.names, soonest, fb.clock()))
 }
 
 // readReplay reads a request's body into memory, so that each route can be
@@ -356,10 +347,10 @@ func mapModel(body []byte, models map[string]string) []byte {
 	if !ok {
 		return body
 	}
-	quoted, _ := json.Marshal(to) // a string always marshals
-	out := make([]byte, 0, len(body)-(end-start)+len(quoted))
+	literal, _ := json.Marshal(to) // a string always marshals
+	out := make([]byte, 0, len(body)-(end-start)+len(literal))
 	out = append(out, body[:start-1]...)
-	out = append(out, quoted...)
+	out = append(out, literal...)
 	return append(out, body[end+1:]...)
 }
 

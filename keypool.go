@@ -24,22 +24,30 @@
 //
 // A bench rests on evidence, and an answer benches only what it is evidence
 // about, given who could have written it. The status, the rate-limit
-// headers and the vendor's codes (a body's code, type, status or reason,
-// such as OpenAI's "insufficient_quota" or Google's "API_KEY_INVALID") are
-// the vendor's own words; a message's prose may quote what the request sent
-// ("Unrecognized request argument supplied: X").
+// headers and the vendor's codes (a code, type, status or reason field of
+// the body, its error object or its details, such as OpenAI's
+// "insufficient_quota" or Google's "API_KEY_INVALID") are the vendor's own
+// words. A message's prose may quote what the request sent ("Unrecognized
+// request argument supplied: X").
 //
 //   - A 401 or a 402 benches the key for every model. A 429 benches the
 //     key and its account for the model — for every model when it says the
-//     money is spent — its prose saying which window and for how long. A
-//     5xx benches the key for the model; one whose prose alone says the
-//     money is spent is quoted, as below.
-//   - A 400 or a 403 is the request's fault unless the vendor's own words
-//     say otherwise. Said in prose alone, the failure benches nothing: the
-//     request goes to one more key, and only if that key serves it is the
-//     first benched, for the model alone. If it fails too, the answer goes
-//     back to the caller. One request benches at most one key for one model
-//     on words it could have written.
+//     money is spent — its prose saying which window and for how long; one
+//     that speaks of the vendor's overload is transient. A 5xx benches the
+//     key for the model.
+//   - A 400 or 403 — or a 5xx that speaks of money — whose kind no code or
+//     header states is quoted when the request could have written it: its
+//     body, path or query hold the words the prose went by (or a JSON
+//     escape that may hide them), or the status alone gave the kind (a bare
+//     403), or the pool does not hold the body. So is a 402 that says the
+//     request is too large for what the key has left. A quoted answer
+//     benches nothing: the request goes to one more key, and only if that
+//     key serves it is the first benched, for the model alone and for a
+//     minute, after which it returns carefully; a second quoted answer ends
+//     the request and goes back to the caller, and when no other key can
+//     take the request the first does. Prose the request holds no word of
+//     is the vendor's own, and benches as its codes do. (Pool.Do benches by
+//     the kind its function's ProviderError gives: the caller judges.)
 //   - Any other 4xx benches nothing.
 //   - A Fallback benches a route only on the vendor's own words.
 //

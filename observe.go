@@ -13,7 +13,9 @@ import (
 func (p *Pool) observe(ctx context.Context, l *lease, v *verdict, now time.Time) time.Time {
 	l.key.answers[v.kind].Add(1)
 	p.tel.answered(ctx, l.key, v)
-	p.noteReading(l, v, now)
+	if !v.quoted { // words the request could have written tell OnRateLimit nothing
+		p.noteReading(l, v, now)
+	}
 	p.learn(ctx, l, &v.stated, now)
 	if p.single() || v.oversized {
 		// One key is not a pool; a request too large for any key is no

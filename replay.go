@@ -116,6 +116,12 @@ func readAtMost(r io.Reader, n int64, limit int) ([]byte, error) {
 }
 
 // replayable reports whether the body can be sent again.
+// known returns the body as the pool holds it, and whether that is all of
+// it: a request without a body is known to hold nothing.
+func (b *replay) known() ([]byte, bool) {
+	return b.data, b.orig == nil || b.orig == http.NoBody || b.whole
+}
+
 func (b *replay) replayable() bool {
 	return b.orig == nil || b.orig == http.NoBody || b.getBody != nil || b.whole
 }

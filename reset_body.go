@@ -33,6 +33,9 @@ type bodyEvidence struct {
 	// overloaded: the body speaks of the vendor's overload, not of a
 	// limit of the key's.
 	overloaded bool
+	// sized: the body says the request is too large for what the key has
+	// left (OpenRouter's 402 "requires more credits, or fewer max_tokens").
+	sized bool
 	// noAllowance: the limit is 0 (a free tier without the model), so no
 	// wait brings it back.
 	noAllowance bool
@@ -105,6 +108,7 @@ func readBody(body []byte, now time.Time) bodyEvidence {
 		throttled:   containsAny(lower, throttlePhrases[:]),
 		oversized:   containsAny(lower, oversizedPhrases[:]),
 		overloaded:  containsAny(lower, overloadPhrases[:]),
+		sized:       containsAny(lower, sizedPhrases[:]),
 		quota:       containsAny(lower, quotaPhrases[:]),
 		noAllowance: f.limitZero || statesLimitZero(lower),
 		secondary:   strings.Contains(lower, secondaryLimitPhrase) || strings.Contains(lower, abuseLimitPhrase),

@@ -89,6 +89,15 @@ var overloadPhrases = [...]string{
 	"访问量过大",       // Zhipu 429 1305 "该模型当前访问量过大" (the model's traffic is too high)
 }
 
+// sizedPhrases say a request is too large for what the key has left: a
+// smaller one would be served, so the key is not out.
+var sizedPhrases = [...]string{
+	"fewer max_tokens",             // OpenRouter 402 "requires more credits, or fewer max_tokens"
+	"can only afford",              // OpenRouter 402 "but can only afford 3234"
+	"prompt tokens limit exceeded", // OpenRouter 402 "Prompt tokens limit exceeded: 23229 > 14796"
+	"token capacity required",      // OpenRouter 402 "128000 token capacity required, 19484 available"
+}
+
 // minutePhrases name a per-minute limit. A body that names one beside a
 // per-day limit in prose, and asks for a short wait, is about the minute.
 var minutePhrases = [...]string{"per minute", "per min", "per-minute", "(rpm)", "(tpm)"}
@@ -344,8 +353,13 @@ func hasHan(s string) bool {
 // its next coming after now.
 var clockLayouts = [...]string{"15:04:05 MST", "15:04 MST", "15:04:05", "15:04"}
 
-// maxProseTime bounds how much text after a marker is read as a time.
-const maxProseTime = 40
+// maxProseTime bounds how much text after a marker is read as a time, and
+// maxProseTries how many of a marker's places are: a body of "resets at 1"
+// repeated costs no more than a few.
+const (
+	maxProseTime  = 40
+	maxProseTries = 4
+)
 
 // proseResetDate returns the wait until a moment the text states in prose
 // after one of resetAtMarkers: a time a vendor's field would hold, a date
@@ -355,14 +369,16 @@ const maxProseTime = 40
 func proseResetDate(lower, text string, now time.Time) (time.Duration, bool) {
 	loc := zoneOfText(lower)
 	for _, m := range resetAtMarkers {
-		for at := 0; ; {
+		for at, tries := 0, 0; tries < maxProseTries; tries++ {
 			i := strings.Index(lower[at:], m)
 			if i < 0 {
 				break
 			}
 			at += i + len(m)
-			if d, ok := leadingTime(text[at:min(len(text), at+maxProseTime)], loc, now); ok {
-				return d, true
+			if at < len(text) && (isDigit(text[at]) || isLetter(text[at])) {
+				if d, ok := leadingTime(text[at:min(len(text), at+maxProseTime)], loc, now); ok {
+					return d, true
+				}
 			}
 		}
 	}
@@ -372,7 +388,11 @@ func proseResetDate(lower, text string, now time.Time) (time.Duration, bool) {
 // leadingTime reads the moment s starts with as the wait from now until it,
 // a time without a zone being in loc.
 func leadingTime(s string, loc *time.Location, now time.Time) (time.Duration, bool) {
-	token := strings.TrimRight(s[:strings.IndexFunc(s+" ", isTimeEnd)], ".")
+	token := s
+	if i := strings.IndexFunc(s, isTimeEnd); i >= 0 {
+		token = s[:i]
+	}
+	token = strings.TrimRight(token, ".")
 	var t timeValue
 	if t.read(token); t.kind == timeEpoch || t.kind == timeDate {
 		return t.waitFrom(now)

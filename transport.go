@@ -39,7 +39,9 @@ var _ http.RoundTripper = (*transport)(nil)
 // It keeps the RoundTripper contract with one documented bend: when a key
 // fails with a rate, quota, auth or transient answer and another key can take
 // the request, it sends the request again with that key, each key at most
-// once, and returns the last answer. It does so only when the body can be
+// once, and returns the last answer (or, when a key's answer was quoted —
+// see the package doc — and no other key can take the request, that
+// answer). It does so only when the body can be
 // replayed (no body, http.NoBody, Request.GetBody, or a body small enough to
 // read whole). When no key can take a request, it returns a
 // *NoAvailableKeyError. A vendor's answer — a 429 included — is otherwise
@@ -88,7 +90,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp, again, err := t.attempt(&r, attempt)
 		if !again {
 			if r.held != nil {
-				return r.held.end(resp, err)
+				return endHeld(r.held.resp, resp, err)
 			}
 			return resp, err
 		}
@@ -106,14 +108,17 @@ type heldAnswer struct {
 	v     verdict
 }
 
-// end returns what the request ends with, resp or err, now that it ended
-// with the answer held: the held answer when no other key could take the
+// endHeld returns what a request ends with, resp or err, given a quoted
+// answer it held: that answer when no other key or route could take the
 // request, else resp or err, the held answer discarded.
-func (h *heldAnswer) end(resp *http.Response, err error) (*http.Response, error) {
-	if resp == nil && isNoKey(err) {
-		return h.resp, nil
+func endHeld(held, resp *http.Response, err error) (*http.Response, error) {
+	switch {
+	case held == nil:
+		return resp, err
+	case resp == nil && isNoKey(err):
+		return held, nil
 	}
-	drain(h.resp.Body)
+	drain(held.Body)
 	return resp, err
 }
 
@@ -182,6 +187,11 @@ func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again
 	p.cfg.auth.unechoed(resp.Header, l.key.Secret)
 	now := p.cfg.clock()
 	v := classifyAnswer(resp, now)
+	if v.quoted {
+		if body, whole := r.body.known(); !mayHaveWritten(v.echo, r.req, body, whole) {
+			v.quoted = false // the request holds no word of it: the vendor's own
+		}
+	}
 	until := p.observe(ctx, &l, &v, now)
 	r.sooner(until)
 	var benched time.Duration // most answers bench nothing, and time.Sub is no small sum

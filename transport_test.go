@@ -411,9 +411,8 @@ func TestTransportBenchByKind(t *testing.T) {
 		{"401", answer{status: 401}, KindAuth, 12 * time.Hour, true},
 		{"402", answer{status: 402}, KindQuota, 12 * time.Hour, true},
 		{"insufficient_quota", answer{status: 429, body: `{"error":{"code":"insufficient_quota"}}`}, KindQuota, 12 * time.Hour, true},
-		// Prose alone: benched once another key served the request, and
-		// only for the model.
-		{"credit balance", answer{status: 400, body: `{"error":{"message":"Your credit balance is too low to access the Anthropic API."}}`}, KindQuota, 12 * time.Hour, false},
+		// Prose the request holds no word of: the vendor's own.
+		{"credit balance", answer{status: 400, body: `{"error":{"message":"Your credit balance is too low to access the Anthropic API."}}`}, KindQuota, 12 * time.Hour, true},
 		{"400 with a billing code", answer{status: 400, body: `{"error":{"message":"x","code":"insufficient_quota"}}`}, KindQuota, 12 * time.Hour, true},
 		{"503", answer{status: 503}, KindTransient, time.Minute, false},
 		{"529", answer{status: 529}, KindTransient, time.Minute, false},

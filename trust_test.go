@@ -142,15 +142,17 @@ func TestQuotedWordsBenchNothing(t *testing.T) {
 	}
 }
 
-// TestQuotedFailureConfirmed: a 400 whose prose alone says the balance is
-// spent benches its key once another key serves the same request — for the
-// model alone — and the pool goes on serving that key's other models.
+// TestQuotedFailureConfirmed: a 400 whose prose says the balance is spent,
+// to a request whose prompt holds those very words, benches its key only
+// once another key serves the same request — for the model alone and for
+// the shortest bench, the words dating nothing — and the pool goes on
+// serving that key's other models.
 func TestQuotedFailureConfirmed(t *testing.T) {
 	f := newFixture(t)
-	low := answer{status: http.StatusBadRequest, body: `{"type":"error","error":{"type":"invalid_request_error","message":"Your credit balance is too low to access the Anthropic API."}}`}
+	low := answer{status: http.StatusBadRequest, body: `{"type":"error","error":{"type":"invalid_request_error","message":"Your credit balance is too low to access the Anthropic API. You will regain access on 2025-04-01 at 00:00 UTC."}}`}
 	f.vendor.on("sk-a", low)
 	post := func(model string) int {
-		resp, err := f.client.Post(f.url, "application/json", strings.NewReader(`{"model":"`+model+`"}`))
+		resp, err := f.client.Post(f.url, "application/json", strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"What does 'credit balance is too low' mean?"}]}`))
 		require.NoError(t, err)
 		resp.Body.Close()
 		return resp.StatusCode
@@ -159,8 +161,8 @@ func TestQuotedFailureConfirmed(t *testing.T) {
 	assert.Equal(t, []string{"sk-a", "sk-b"}, f.vendor.keys())
 	evs := f.ev.all()
 	require.Len(t, evs, 1)
-	assert.Equal(t, Eviction{Provider: "test", KeyID: "a", Model: "m1", Kind: KindQuota, For: defaultBenchPolicy().billing,
-		Until: f.clock.Now().Add(defaultBenchPolicy().billing)}, evs[0], "the key for the model alone")
+	assert.Equal(t, Eviction{Provider: "test", KeyID: "a", Model: "m1", Kind: KindQuota, For: time.Minute,
+		Until: f.clock.Now().Add(time.Minute)}, evs[0], "the key for the model alone, a minute")
 
 	assert.Equal(t, http.StatusOK, post("m2"))
 	assert.Equal(t, "sk-c", f.vendor.keys()[2], "round robin goes on")
@@ -168,6 +170,36 @@ func TestQuotedFailureConfirmed(t *testing.T) {
 	assert.Equal(t, "sk-a", f.vendor.keys()[3], "the key still serves another model")
 	assert.Equal(t, http.StatusOK, post("m1"))
 	assert.NotEqual(t, "sk-a", f.vendor.keys()[4], "but not the model it failed")
+}
+
+// TestRealFailuresStillBenchTheKey: a refused key or a spent balance said
+// in prose the request holds no word of is the vendor's own word: the key is
+// benched at the answer, for every model, and with two such keys of three
+// every request is served.
+func TestRealFailuresStillBenchTheKey(t *testing.T) {
+	for name, a := range map[string]answer{
+		"xai incorrect key": {status: 400, body: `"Incorrect API key provided: xai-****. You can obtain an API key from https://console.x.ai."`},
+		"anthropic balance": {status: 400, body: `{"type":"error","error":{"type":"invalid_request_error","message":"Your credit balance is too low to access the Anthropic API."}}`},
+		"siliconflow paid":  {status: 403, body: `{"code":30011,"message":"The selected model requires paid balance. Your paid balance is insufficient. Please top up and try again.","data":null}`},
+		"minimax balance":   {status: 500, body: `{"type":"error","error":{"type":"api_error","message":"insufficient balance (1008)"}}`},
+		"github secondary":  {status: 403, body: `{"message":"You have exceeded a secondary rate limit. Please wait a few minutes before you try again."}`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			for range 20 {
+				f.vendor.on("sk-a", a)
+				f.vendor.on("sk-b", a)
+			}
+			for i := range 6 {
+				resp, err := f.client.Post(f.url, "application/json", strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hello"}]}`))
+				require.NoError(t, err, "request %d", i)
+				resp.Body.Close()
+				assert.Equal(t, http.StatusOK, resp.StatusCode, "request %d", i)
+			}
+			assert.Len(t, f.ev.all(), 2, "both benched at their first answer")
+			assert.LessOrEqual(t, len(f.vendor.received()), 8)
+		})
+	}
 }
 
 // TestQuotedAnswerHeldWhenNoKeyIsLeft: a quoted failure whose request no
@@ -364,4 +396,27 @@ func TestEscapedModelIsTheModel(t *testing.T) {
 
 	assert.Equal(t, `{"model":"openai/gpt-4o"}`,
 		string(mapModel([]byte(`{"model":"\u0067pt-4o"}`), map[string]string{"gpt-4o": "openai/gpt-4o"})), "renamed as gpt-4o")
+}
+
+// TestRequestTooLargeForTheBalanceBenchesNothing: OpenRouter's 402 that a
+// smaller request would be served ("requires more credits, or fewer
+// max_tokens") is the request's size, not a key out of money: it benches
+// no key, the answer goes back after two keys, and the next request is
+// served.
+func TestRequestTooLargeForTheBalanceBenchesNothing(t *testing.T) {
+	f := newFixture(t)
+	sized := answer{status: http.StatusPaymentRequired, body: `{"error":{"message":"This request requires more credits, or fewer max_tokens. You requested up to 10000000 tokens, but can only afford 3234.","code":402}}`}
+	for _, k := range []string{"sk-a", "sk-b", "sk-c"} {
+		f.vendor.on(k, sized)
+	}
+	resp, err := f.client.Post(f.url, "application/json", strings.NewReader(`{"model":"m","max_tokens":10000000}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusPaymentRequired, resp.StatusCode)
+	assert.Len(t, f.vendor.received(), 2)
+	assert.Empty(t, f.ev.all())
+	resp, err = f.client.Post(f.url, "application/json", strings.NewReader(`{"model":"other","max_tokens":100}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
 }

@@ -403,10 +403,10 @@ func jsonUnescape(raw []byte) []byte {
 	if bytes.IndexByte(raw, '\\') < 0 {
 		return raw
 	}
-	quoted := make([]byte, 0, len(raw)+2)
-	quoted = append(append(append(quoted, '"'), raw...), '"')
+	literal := make([]byte, 0, len(raw)+2)
+	literal = append(append(append(literal, '"'), raw...), '"')
 	var s string
-	if json.Unmarshal(quoted, &s) != nil {
+	if json.Unmarshal(literal, &s) != nil {
 		return raw
 	}
 	return []byte(s)
