@@ -62,9 +62,9 @@ func (p *Pool) Do(ctx context.Context, model string, fn func(ctx context.Context
 		case v.kind != KindNone:
 			p.settle(ctx, &ch, usageReport{})
 		case used.settled:
-			p.settle(ctx, &ch, used.usageReport)
+			u := p.settle(ctx, &ch, used.usageReport)
 			if p.needTokens() {
-				p.tel.used(ctx, l.key, used.total())
+				p.tel.used(ctx, l.key, u.total())
 			}
 		}
 		return err

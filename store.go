@@ -89,14 +89,26 @@ type Claim struct {
 	// DayHour o'clock in DayZone.
 	DayZone *time.Location
 	DayHour int
-	// Cost is the request's estimated cost, in millionths of a US dollar.
-	// Budget caps what the key spends, AccountBudget what its account
-	// spends (zero fields: no cap). A store admits the request only when
-	// its cost fits what is left of each cap, by calendar days and months
-	// (see Budget), and records it as spent.
+	// Cost is what the request reserves, in millionths of a US dollar:
+	// what it can cost at most (see Budget). Budget caps what the key
+	// spends, AccountBudget what its account spends (zero fields: no cap).
+	// A store admits the request only when its cost fits what is left of
+	// each cap, by calendar days and months, after what the requests in
+	// flight reserve — checked and recorded in one atomic step — and
+	// holds it as reserved until its Reservation settles (then it is
+	// spent) or is released. A refusal by what was spent is KindQuota,
+	// retried when the period ends; one by what requests in flight
+	// reserve, with what was spent alone leaving room, is KindRate,
+	// retried a second later.
 	Cost          int64
 	Budget        Budget
 	AccountBudget Budget
+	// Unbounded reports that nothing bounds the request's output (no
+	// max_tokens, no Price.MaxOutput): Cost is then its estimate, which
+	// what is left must hold, and a store that admits it reserves all that
+	// is left of each cap of the key and of its account, so that no other
+	// request runs beside it.
+	Unbounded bool
 	// Now is the pool's clock. A store that shares state between hosts may
 	// use its own clock instead.
 	Now time.Time
@@ -126,8 +138,9 @@ type Grant struct {
 // the answer is known; one request uses it at a time.
 type Reservation interface {
 	// Settle replaces the tokens and the cost (in millionths of a dollar)
-	// the request recorded by those it used. A later Settle replaces those
-	// in turn.
+	// the request recorded by those it used: what it reserved of a budget
+	// is no longer held, and the cost is spent. A later Settle replaces
+	// those in turn.
 	Settle(ctx context.Context, tokens, cost int64) error
 	// Release gives back all the request recorded: it never reached the
 	// vendor. A second Release does nothing.

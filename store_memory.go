@@ -312,11 +312,21 @@ func (t *Claim) room(own, k *memKey, m *memModel, now int64, lim Limits, tok int
 			continue
 		}
 		day, month := b.budget.micros()
-		if fits, at := b.k.spend.room(now, t.Cost, day, month, budget); !fits {
-			ok, retryAt, dayFull = false, max(retryAt, at), true
+		if fits, at, spent := b.k.spend.room(now, t.Cost, day, month, budget); !fits {
+			ok, retryAt, dayFull = false, max(retryAt, at), dayFull || spent
 		}
 	}
 	return ok, retryAt, dayFull
+}
+
+// reserve returns what a claim that room admitted reserves of the spend of
+// k, whose caps are b: its cost, or, for an unbounded claim, all that is
+// left. k.mu must be held.
+func (t *Claim) reserve(k *memKey, b Budget) int64 {
+	if !t.Unbounded {
+		return t.Cost
+	}
+	return max(t.Cost, k.spend.left(b.micros()))
 }
 
 // record counts a claim that room admitted in the windows and budgets it
@@ -334,13 +344,15 @@ func (t *Claim) record(r *memReservation, own, k *memKey, m *memModel, now int64
 	// through the collector's bulk barrier while it marks.
 	r.key, r.model, r.at, r.tokens, r.days = k, m, now, tok, cal
 	if t.Budget != (Budget{}) {
-		own.spend.add(now, t.Cost)
+		c := t.reserve(own, t.Budget)
+		own.spend.hold(now, c)
 		own.dirty = true
-		r.own, r.cost = own, t.Cost
+		r.own, r.ownHeld, r.ownResets = own, c, own.spend.resets
 	}
 	if t.AccountBudget != (Budget{}) {
-		k.spend.add(now, t.Cost)
-		r.shared, r.cost = k, t.Cost
+		c := t.reserve(k, t.AccountBudget)
+		k.spend.hold(now, c)
+		r.shared, r.sharedHeld, r.sharedResets = k, c, k.spend.resets
 	}
 	k.dirty = true
 }
@@ -452,10 +464,17 @@ type memReservation struct {
 	days        calendar
 	at          int64 // when the take was recorded, Unix nanoseconds
 	tokens      int64 // the tokens it counts now
-	cost        int64 // the cost it counts now, in millionths of a dollar
+	// ownHeld and sharedHeld are what the take reserves of the spends of
+	// own and shared until it settles, in millionths of a dollar, as of
+	// their resets ownResets and sharedResets; cost is what it spent
+	// since.
+	ownHeld, sharedHeld     int64
+	ownResets, sharedResets uint32
+	cost                    int64
 	// spans and capSpans are the windows the take counted in: of the
 	// model's set, and of the key's cap across models.
 	spans, capSpans spans
+	settled         bool
 	released        bool
 }
 
@@ -465,8 +484,9 @@ func (r *memReservation) Settle(_ context.Context, tokens, cost int64) error {
 	defer r.unlock()
 	if !r.released {
 		tokens, cost = max(tokens, 0), max(cost, 0)
-		r.add(0, tokens-r.tokens, cost-r.cost)
-		r.tokens, r.cost = tokens, cost
+		r.add(0, tokens-r.tokens)
+		r.spend(cost)
+		r.tokens = tokens
 	}
 	return nil
 }
@@ -476,10 +496,31 @@ func (r *memReservation) Release(context.Context) error {
 	r.lock()
 	defer r.unlock()
 	if !r.released {
-		r.add(-1, -r.tokens, -r.cost)
+		r.add(-1, -r.tokens)
+		r.spend(0)
 		r.released = true
 	}
 	return nil
+}
+
+// spend makes cost what the take spent: what it reserved is no longer
+// held, unless the spend was reset since. The entries' locks must be held.
+func (r *memReservation) spend(cost int64) {
+	for _, e := range [...]struct {
+		k      *memKey
+		held   int64
+		resets uint32
+	}{{r.own, r.ownHeld, r.ownResets}, {r.shared, r.sharedHeld, r.sharedResets}} {
+		if e.k == nil {
+			continue
+		}
+		if !r.settled && e.resets == e.k.spend.resets {
+			e.k.spend.hold(r.at, -e.held)
+		}
+		e.k.spend.add(r.at, cost-r.cost)
+		e.k.dirty = true
+	}
+	r.settled, r.cost = true, cost
 }
 
 // lock takes the locks of the entries the reservation changes, the key's
@@ -498,17 +539,9 @@ func (r *memReservation) unlock() {
 	}
 }
 
-// add changes what the take recorded by req requests, tok tokens and cost
-// millionths of a dollar. The entries' locks must be held.
-func (r *memReservation) add(req, tok, cost int64) {
-	if cost != 0 {
-		for _, k := range []*memKey{r.own, r.shared} {
-			if k != nil {
-				k.spend.add(r.at, cost)
-				k.dirty = true
-			}
-		}
-	}
+// add changes what the take recorded in the windows by req requests and
+// tok tokens. The entries' locks must be held.
+func (r *memReservation) add(req, tok int64) {
 	if req == 0 && tok == 0 {
 		return
 	}

@@ -1,0 +1,211 @@
+package keypool
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/keypool-go/keypool/internal/refusal"
+	"github.com/keypool-go/keypool/internal/vendorsim"
+)
+
+// budgetRun is one run of budgetUnderLoad: what the vendor billed, by its
+// own usage reports, and what the pool recorded.
+type budgetRun struct {
+	billed   float64 // US dollars, from the answers' usage at the test's price
+	answers  int
+	maxOne   float64 // the dearest answer
+	recorded float64 // the key's Spent.PerDay
+}
+
+// budgetPrice is what the runs below price gpt-4o-mini at, in US dollars
+// per million tokens.
+var budgetPrice = Price{Input: 0.15, Output: 0.60}
+
+// budgetUnderLoad sends requests from workers goroutines at once, each
+// until the pool refuses it for a spent budget, to a vendor that writes
+// output tokens per answer (or the request's max_tokens, when fewer),
+// through a pool of one key with a day budget of $1.00 at price. A request
+// refused while others are in flight, which may hold the budget, tries
+// again once another has ended: as a client would, told to retry soon.
+// body is the request.
+func budgetUnderLoad(t *testing.T, workers int, output int64, price Price, body string) budgetRun {
+	t.Helper()
+	clock := newTestClock()
+	sim := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Clock: clock.Now, OutputTokens: output,
+		Keys: []vendorsim.Key{{Secret: "sk-paid", ID: "paid"}}})
+	t.Cleanup(sim.Close)
+	pool, err := New("openai", []Key{{Secret: "sk-paid", ID: "paid", Paid: true, Budget: Budget{PerDay: 1}}},
+		WithClock(clock.Now), WithCalendarDay(0, time.UTC), WithPrices(map[string]Price{"gpt-4o-mini": price}))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pool.Close() })
+	base := &http.Transport{MaxIdleConnsPerHost: workers}
+	t.Cleanup(base.CloseIdleConnections)
+
+	var (
+		mu       sync.Mutex
+		run      budgetRun
+		inFlight int                   // requests the pool sent that have not ended
+		ended    = make(chan struct{}) // closed, and made again, when one ends
+	)
+	sent := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		inFlight++
+	}
+	current := func() (chan struct{}, int) {
+		mu.Lock()
+		defer mu.Unlock()
+		return ended, inFlight
+	}
+	end := func(cost float64) {
+		mu.Lock()
+		defer mu.Unlock()
+		run.billed += cost
+		run.answers++
+		run.maxOne = max(run.maxOne, cost)
+		inFlight--
+		close(ended)
+		ended = make(chan struct{})
+	}
+	client := &http.Client{Transport: pool.Transport(roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		sent()
+		return base.RoundTrip(r)
+	}))}
+	send := func() (again bool, err error) {
+		wait, _ := current()
+		resp, err := client.Post(sim.URL()+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		var na *NoAvailableKeyError
+		if errors.As(err, &na) {
+			if _, n := current(); n == 0 {
+				return false, nil // refused with nothing in flight: the budget is spent
+			}
+			<-wait // requests in flight may hold the budget: try again once one has ended
+			return true, nil
+		}
+		var own *refusal.Error
+		if errors.As(err, &own) {
+			return false, nil // the request itself cannot go: its bound costs more than the budget
+		}
+		if err != nil {
+			return false, err
+		}
+		defer resp.Body.Close()
+		var answer struct {
+			Usage struct {
+				Prompt     int64 `json:"prompt_tokens"`
+				Completion int64 `json:"completion_tokens"`
+			} `json:"usage"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil {
+			return false, fmt.Errorf("status %d: %w", resp.StatusCode, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close() // settles, before the request counts as ended
+		u := answer.Usage
+		end((float64(u.Prompt)*price.Input + float64(u.Completion)*price.Output) / 1e6)
+		return true, nil
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for range workers {
+		wg.Go(func() {
+			for range 10_000 { // a bound, never reached: the budget ends each loop first
+				again, err := send()
+				if err != nil {
+					errs <- err
+					return
+				}
+				if !again {
+					return
+				}
+			}
+			errs <- errors.New("a worker never saw the budget spent")
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	for _, ks := range pool.Stats() {
+		run.recorded = ks.Spent.PerDay
+	}
+	return run
+}
+
+// budgetBody is a chat request for gpt-4o-mini, with ", max_tokens" the
+// text of extra when it is not empty.
+func budgetBody(extra string) string {
+	return `{"model":"gpt-4o-mini",` + extra + `"messages":[{"role":"user","content":"write a long story"}]}`
+}
+
+// A day budget of $1.00 holds under 150 requests at once: the pool
+// reserves what each request can cost at most — its max_tokens, whatever
+// its size, or, when it states none, all that is left of the budget — and
+// counts what requests in flight reserve against what is left. Before, the
+// pool reserved 1,024 output tokens for a request without max_tokens and
+// at most 32,768 for any request: at gpt-4o's prices, 150 requests spent
+// $3.98 and $3.00 of the $1.00.
+//
+// The bound (see Budget): spend passes the cap only by what answers report
+// beyond their reserves. Here a request's input is estimated at its prompt
+// text's bytes over four, and the sim counts the whole body's bytes over
+// four; so each answer may pass its reserve by that difference, and an
+// answer to a request without max_tokens, which runs alone, by what it
+// cost beyond all that was left — at most one answer's cost.
+func TestBudgetHoldsUnderConcurrentRequests(t *testing.T) {
+	const workers = 150
+	gpt4o := Price{Input: 2.50, Output: 10}
+	cases := []struct {
+		name      string
+		price     Price
+		extra     string
+		output    int64 // what the vendor writes, when max_tokens allows
+		unbounded bool  // the request states no bound
+		refused   bool  // its bound costs more than the budget: never sent
+	}{
+		{"gpt-4o, no max_tokens, the vendor writes 4096", gpt4o, "", 4096, true, false},
+		{"gpt-4o, max_tokens 100000, the vendor writes all of it", gpt4o, `"max_tokens":100000,`, 100000, false, true},
+		{"gpt-4o-mini, no max_tokens, the vendor writes 4096", budgetPrice, "", 4096, true, false},
+		{"gpt-4o-mini, max_tokens 100000, the vendor writes 4096", budgetPrice, `"max_tokens":100000,`, 4096, false, false},
+		{"gpt-4o-mini, max_tokens 100000, the vendor writes all of it", budgetPrice, `"max_tokens":100000,`, 100000, false, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			body := budgetBody(c.extra)
+			run := budgetUnderLoad(t, workers, c.output, c.price, body)
+			// What each answer may count beyond its reserve's input: the
+			// sim's prompt tokens less the pool's estimate, and a
+			// millionth of a dollar of rounding.
+			info := scanRequest([]byte(body), nil)
+			estimated := DefaultEstimate(RequestInfo{PromptBytes: info.PromptBytes, Images: info.Images}) - defaultReservedOutput
+			beyond := float64(max(int64(len(body))/4-estimated, 0))*c.price.Input/1e6 + 1e-6
+			bound := float64(run.answers) * beyond
+			if c.unbounded {
+				bound += run.maxOne
+			}
+			t.Logf("%d answers billed $%.6f (recorded $%.6f); the bound allows $%.6f", run.answers, run.billed, run.recorded, 1+bound)
+			assert.LessOrEqual(t, run.billed, 1+bound, "spend within the cap and the documented bound")
+			assert.InDelta(t, run.billed, run.recorded, float64(run.answers)*1e-6+1e-9, "the pool recorded what the vendor billed")
+			if c.refused {
+				assert.Zero(t, run.answers, "a request that can cost more than the budget is never sent")
+				return
+			}
+			reserve := float64(c.output)
+			if c.extra != "" {
+				reserve = 100_000
+			}
+			assert.Greater(t, run.billed, 1-2*reserve*c.price.Output/1e6, "and the budget was spent, not refused early")
+		})
+	}
+}
