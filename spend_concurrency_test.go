@@ -1,6 +1,7 @@
 package keypool
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,6 +26,8 @@ type budgetRun struct {
 	answers  int
 	maxOne   float64 // the dearest answer
 	recorded float64 // the key's Spent.PerDay
+	// mostAtOnce is the most requests the vendor had at once.
+	mostAtOnce int
 }
 
 // budgetPrice is what the runs below price gpt-4o-mini at, in US dollars
@@ -61,6 +64,7 @@ func budgetUnderLoad(t *testing.T, workers int, output int64, price Price, body 
 		mu.Lock()
 		defer mu.Unlock()
 		inFlight++
+		run.mostAtOnce = max(run.mostAtOnce, inFlight)
 	}
 	current := func() (chan struct{}, int) {
 		mu.Lock()
@@ -171,9 +175,10 @@ func TestBudgetHoldsUnderConcurrentRequests(t *testing.T) {
 		price     Price
 		extra     string
 		output    int64 // what the vendor writes, when max_tokens allows
-		unbounded bool  // the request states no bound
+		unbounded bool  // nothing bounds the request's output
 		refused   bool  // its bound costs more than the budget: never sent
 	}{
+		{"gpt-4o with MaxOutput 4096, no max_tokens, the vendor writes 4096", Price{Input: 2.50, Output: 10, MaxOutput: 4096}, "", 4096, false, false},
 		{"gpt-4o, no max_tokens, the vendor writes 4096", gpt4o, "", 4096, true, false},
 		{"gpt-4o, max_tokens 100000, the vendor writes all of it", gpt4o, `"max_tokens":100000,`, 100000, false, true},
 		{"gpt-4o-mini, no max_tokens, the vendor writes 4096", budgetPrice, "", 4096, true, false},
@@ -201,11 +206,137 @@ func TestBudgetHoldsUnderConcurrentRequests(t *testing.T) {
 				assert.Zero(t, run.answers, "a request that can cost more than the budget is never sent")
 				return
 			}
+			if !c.unbounded {
+				// (That one without a bound runs alone is storetest's
+				// UnboundedTakesAllThatIsLeft: the test's own count of
+				// what is in flight overlaps a settle.)
+				assert.Greater(t, run.mostAtOnce, 1, "bounded requests run side by side")
+			}
 			reserve := float64(c.output)
 			if c.extra != "" {
 				reserve = 100_000
 			}
+			if c.unbounded {
+				reserve = defaultReservedOutput
+			}
 			assert.Greater(t, run.billed, 1-2*reserve*c.price.Output/1e6, "and the budget was spent, not refused early")
 		})
 	}
+}
+
+// budgetPool returns a pool of one key with a day budget of $1.00 at
+// price for gpt-4o, on a clock stopped at noon, and a client of it.
+func budgetPool(t *testing.T, price Price) (*Pool, *http.Client, *testClock) {
+	t.Helper()
+	clock := newTestClock()
+	pool, err := New("openai", []Key{{Secret: "sk-a", ID: "a", Budget: Budget{PerDay: 1}}},
+		WithClock(clock.Now), WithCalendarDay(0, time.UTC), WithPrices(map[string]Price{"gpt-4o": price}))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pool.Close() })
+	return pool, &http.Client{Transport: pool.Transport(nil)}, clock
+}
+
+// An answer counts no more than its request could have used: output within
+// the request's bound (its max_tokens, or the model's MaxOutput), and
+// input and output each within 2^24 tokens, however much the vendor
+// reports — a broken report of billions of dollars spends what the request
+// could have cost, not the month's budget.
+func TestAnswerCountsAtMostWhatItsRequestCouldUse(t *testing.T) {
+	cases := []struct {
+		name    string
+		price   Price
+		request string
+		usage   string
+		want    int64 // millionths of a dollar
+	}{
+		{"within its bound", Price{Input: 1, Output: 2}, `"max_tokens":100`,
+			`{"prompt_tokens":10,"completion_tokens":60}`, 10 + 60*2},
+		{"output beyond max_tokens counts max_tokens", Price{Input: 1, Output: 2}, `"max_tokens":100`,
+			`{"prompt_tokens":10,"completion_tokens":4096}`, 10 + 100*2},
+		{"output beyond MaxOutput counts MaxOutput", Price{Input: 1, Output: 2, MaxOutput: 500}, ``,
+			`{"prompt_tokens":10,"completion_tokens":4096}`, 10 + 500*2},
+		{"billions of output tokens count max_tokens", Price{Input: 1, Output: 2}, `"max_tokens":100`,
+			`{"prompt_tokens":10,"completion_tokens":9000000000000}`, 10 + 100*2},
+		{"billions of input tokens count 2^24", Price{Input: 0.01, Output: 2}, `"max_tokens":100`,
+			`{"prompt_tokens":9000000000000,"completion_tokens":1}`, 167773 + 2}, // 2^24 at a cent per million, rounded up
+		{"negative counts are no report: the reserve stands", Price{Input: 1, Output: 2}, `"max_tokens":100`,
+			`{"prompt_tokens":-5,"completion_tokens":-7}`, 2 + 100*2}, // "user" and "hi" are 2 tokens of input
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			v, srv := newVendor(t)
+			pool, client, _ := budgetPool(t, c.price)
+			v.on("sk-a", answer{status: 200, header: map[string]string{"Content-Type": "application/json"},
+				body: `{"usage":` + c.usage + `}`})
+			body := `{"model":"gpt-4o",`
+			if c.request != "" {
+				body += c.request + ","
+			}
+			body += `"messages":[{"role":"user","content":"hi"}]}`
+			resp, err := client.Post(srv.URL, "application/json", strings.NewReader(body))
+			require.NoError(t, err)
+			_, _ = io.Copy(io.Discard, resp.Body)
+			require.NoError(t, resp.Body.Close())
+			assert.InDelta(t, fromMicros(c.want), pool.Stats()[0].Spent.PerDay, 1e-9)
+		})
+	}
+}
+
+// A request refused because what requests in flight reserve fills the
+// budget is told to retry a second later, not when the day ends; once they
+// settle it goes through. Pool.Do names no max_tokens: without the model's
+// MaxOutput, a call reserves all that is left of the budget.
+func TestBudgetHeldByRequestsInFlightRetriesSoon(t *testing.T) {
+	pool, _, clock := budgetPool(t, Price{Input: 1, Output: 2})
+	err := pool.Do(t.Context(), "gpt-4o", func(ctx context.Context, _ Key) error {
+		inner := pool.Do(ctx, "gpt-4o", func(context.Context, Key) error { return nil })
+		var na *NoAvailableKeyError
+		require.ErrorAs(t, inner, &na, "the first call reserves all that is left")
+		assert.Equal(t, clock.Now().Add(reservedRetry), na.RetryAt, "retry when the first may have settled")
+		Settle(ctx, 100, 100)
+		return nil
+	})
+	require.NoError(t, err)
+	assert.InDelta(t, 300e-6, pool.Stats()[0].Spent.PerDay, 1e-9, "the first spent what it used, and gave the rest back")
+	require.NoError(t, pool.Do(t.Context(), "gpt-4o", func(context.Context, Key) error { return nil }))
+}
+
+// A request whose bound costs more than a whole budget of every key is
+// the request's own fault, said at once, not a wait until a next day that
+// never has room for it.
+func TestRequestDearerThanAWholeBudgetIsRefused(t *testing.T) {
+	v, srv := newVendor(t)
+	_, client, _ := budgetPool(t, Price{Input: 2.5, Output: 10})
+	_, err := client.Post(srv.URL, "application/json", strings.NewReader(`{"model":"gpt-4o","max_tokens":200000,"messages":[]}`))
+	var own *refusal.Error
+	require.ErrorAs(t, err, &own)
+	assert.ErrorContains(t, err, `a request for model "gpt-4o" can cost up to $2.000000`)
+	var na *NoAvailableKeyError
+	assert.False(t, errors.As(err, &na), "not a wait")
+	assert.Empty(t, v.received())
+}
+
+// A budget below a millionth of a dollar, the unit spend is counted in,
+// would cap nothing: it is a mistake in the configuration, not "no cap".
+func TestBudgetBelowTheCountingUnitIsAnError(t *testing.T) {
+	prices := WithPrices(map[string]Price{"m": {Input: 1}})
+	cases := []struct {
+		name string
+		keys []Key
+		opts []Option
+		want string
+	}{
+		{"a key's day", []Key{{Secret: "sk-a", Budget: Budget{PerDay: 4e-7}}}, []Option{prices}, "below a millionth of a dollar"},
+		{"a key's month", []Key{{Secret: "sk-a", Budget: Budget{PerMonth: 1e-9}}}, []Option{prices}, "below a millionth of a dollar"},
+		{"an account's", []Key{{Secret: "sk-a", Account: "org"}}, []Option{prices, WithAccountBudget("org", Budget{PerDay: 5e-7})}, "below a millionth of a dollar"},
+		{"a negative MaxOutput", []Key{{Secret: "sk-a"}}, []Option{WithPrices(map[string]Price{"m": {MaxOutput: -1}})}, "negative MaxOutput"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := New("openai", c.keys, c.opts...)
+			assert.ErrorContains(t, err, c.want)
+		})
+	}
+	_, err := New("openai", []Key{{Secret: "sk-a", Budget: Budget{PerDay: 1e-6}}}, prices)
+	assert.NoError(t, err, "a millionth of a dollar is a cap")
 }
