@@ -340,3 +340,50 @@ func TestBudgetBelowTheCountingUnitIsAnError(t *testing.T) {
 	_, err := New("openai", []Key{{Secret: "sk-a", Budget: Budget{PerDay: 1e-6}}}, prices)
 	assert.NoError(t, err, "a millionth of a dollar is a cap")
 }
+
+// ResetSpend gives a budget all its room again — an operator's answer to a
+// report that was wrong, or to reservations left by a process that ended —
+// for the key and its account; a store that cannot reset spend says so.
+func TestResetSpendGivesTheBudgetItsRoomAgain(t *testing.T) {
+	clock := newTestClock()
+	pool, err := New("openai", []Key{{Secret: "sk-a", ID: "a", Account: "org", Budget: Budget{PerDay: 0.001}}},
+		WithClock(clock.Now), WithPrices(map[string]Price{"m": {Input: 1, Output: 1, MaxOutput: 100}}),
+		WithAccountBudget("org", Budget{PerDay: 0.001}))
+	require.NoError(t, err)
+	spendAll := func() error {
+		return pool.Do(t.Context(), "m", func(ctx context.Context, _ Key) error {
+			Settle(ctx, 900, 100)
+			return nil
+		})
+	}
+	require.NoError(t, spendAll())
+	var na *NoAvailableKeyError
+	require.ErrorAs(t, spendAll(), &na, "the day's $0.001 is spent")
+	require.NoError(t, pool.ResetSpend(t.Context(), "a"))
+	st := pool.Stats()[0]
+	assert.Zero(t, st.Spent.PerDay)
+	assert.Zero(t, st.AccountSpent.PerDay, "the account's spend too")
+	assert.NoError(t, spendAll())
+	assert.ErrorContains(t, pool.ResetSpend(t.Context(), "nope"), `no key with ID "nope"`)
+
+	plain, err := New("openai", []Key{{Secret: "sk-a"}}, WithStore(struct{ Store }{NewMemoryStore()}))
+	require.NoError(t, err)
+	assert.ErrorContains(t, plain.ResetSpend(t.Context(), plain.keys[0].ID), "cannot reset spend")
+}
+
+// Unbench lifts what one answer set for a key of an account: the
+// account's day, which the vendor stated spent, with the limit it stated.
+func TestUnbenchLiftsAnAccountsStatedDay(t *testing.T) {
+	clock := newTestClock()
+	pool, err := New("openai", []Key{{Secret: "sk-a", ID: "a", Account: "org"}, {Secret: "sk-b", ID: "b", Account: "org"}},
+		WithClock(clock.Now), WithAccountLimits("org", Limits{RPD: 1000}))
+	require.NoError(t, err)
+	require.NoError(t, pool.store.Learn(t.Context(), Stated{Provider: "openai", KeyID: "a", Account: "org", Model: "m",
+		Limits: Limits{RPD: 1}, Used: Limits{RPM: -1, TPM: -1, RPD: 1, TPD: -1}, Now: clock.Now()}))
+	call := func() error { return pool.Do(t.Context(), "m", func(context.Context, Key) error { return nil }) }
+	var na *NoAvailableKeyError
+	require.ErrorAs(t, call(), &na, "one answer said the account's day is spent")
+	require.NoError(t, pool.Unbench(t.Context(), "a"))
+	assert.NoError(t, call(), "lifted by the operator")
+	assert.NoError(t, call(), "with the day limit it stated")
+}

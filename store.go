@@ -34,7 +34,11 @@ type Store interface {
 	// b.Level as the key's level for the model; a Bench with a zero Until
 	// sets only the level, as a success does when it sets it back to zero.
 	Bench(ctx context.Context, b Bench) error
-	// Unbench lifts every bench of a key and sets its levels back to zero.
+	// Unbench lifts every bench of a key and sets its levels back to zero;
+	// it also forgets what the key's windows count and the limits it
+	// learned (Learn), so that nothing one answer set — a bench, a
+	// vendor's statement that a day is spent, a settle of its usage —
+	// outlives it.
 	Unbench(ctx context.Context, provider, keyID string) error
 	// State returns what the store holds for a key at now: its benches,
 	// levels, usage, spend and learned limits. It fills Bench, Cap, Spent
@@ -45,6 +49,16 @@ type Store interface {
 	// Flush writes what the store holds only in memory to where it keeps
 	// state; a store that keeps nothing elsewhere returns nil.
 	Flush(ctx context.Context) error
+}
+
+// SpendResetter is implemented by a Store that can forget what a key (or an
+// account, under accountID) spent: the package's stores and redisstore's
+// do, and Pool.ResetSpend asks for it.
+type SpendResetter interface {
+	// ResetSpend forgets what the key spent today and this month, and
+	// what its requests in flight reserve: a reservation taken before
+	// holds nothing once it settles, and its cost counts as spent.
+	ResetSpend(ctx context.Context, provider, keyID string) error
 }
 
 // Keys that name one account share its windows, and its rate and quota

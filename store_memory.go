@@ -608,16 +608,36 @@ func (s *memoryStore) Bench(_ context.Context, b Bench) error {
 	return nil
 }
 
-// Unbench implements Store.
+// Unbench implements Store. It also forgets what the key's windows count
+// and the limits they learned: an answer's statement of a spent day, or a
+// settle of its usage, is lifted as a bench is. The windows are emptied in
+// place, so that a request in flight settles into them as before.
 func (s *memoryStore) Unbench(_ context.Context, provider, keyID string) error {
 	k := s.key(provider, keyID)
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.benchVer++
+	k.dirty = true
 	k.bench = benchState{}
-	for _, m := range k.models {
-		m.bench, m.level = benchState{}, 0
+	if k.cap != nil {
+		*k.cap = windows{}
 	}
+	for _, m := range k.models {
+		m.bench, m.level, m.learned = benchState{}, 0, Limits{}
+		if m.win != nil {
+			*m.win = windows{}
+		}
+	}
+	return nil
+}
+
+// ResetSpend implements SpendResetter.
+func (s *memoryStore) ResetSpend(_ context.Context, provider, keyID string) error {
+	k := s.key(provider, keyID)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.spend.reset()
+	k.dirty = true
 	return nil
 }
 

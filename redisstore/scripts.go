@@ -815,6 +815,39 @@ return redis.call('HDEL', KEYS[2], 'l' .. m)
 end
 `
 
+// forgetSource is the op "forget": it lifts what a key's answers set — its
+// benches and levels, what its windows count, the limits its models
+// learned — keeping when each model's windows were last used.
+//
+// KEYS: the key's index, its benches, then every window to empty: the
+// cap's, and each model's.
+const forgetSource = `
+ops.forget = function()
+for i = 2, #KEYS do redis.call('DEL', KEYS[i]) end
+local kv = redis.call('HGETALL', KEYS[1])
+for j = 1, #kv, 2 do
+  if string.sub(kv[j], 1, 1) == 'm' then
+    redis.call('HSET', KEYS[1], kv[j], entryString(entry(kv[j + 1]), {0, 0, 0, 0}))
+  end
+end
+return 1
+end
+`
+
+// resetSpendSource is the op "resetspend": it forgets what a key (or an
+// account) spent and what its requests in flight reserve, and counts the
+// reset, so that a reservation taken before gives back nothing it held.
+//
+// KEYS: the spend hash.
+const resetSpendSource = `
+ops.resetspend = function()
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'd', '0', 'm', '0', 'dh', '0', 'mh', '0')
+redis.call('HINCRBY', KEYS[1], 'g', 1)
+return 1
+end
+`
+
 // dispatch runs the op ARGV[1] names with the rest of ARGV.
 const dispatch = `
 local op = table.remove(ARGV, 1)
@@ -843,5 +876,5 @@ var storeScript = func() *redis.Script {
 		"reasonDay", strconv.Itoa(reasonDay),
 	)
 	return redis.NewScript(r.Replace(prelude + "local ops = {}\n" +
-		takeSource + learnSource + adjustSource + benchSource + resetLevelSource + dispatch))
+		takeSource + learnSource + adjustSource + benchSource + resetLevelSource + forgetSource + resetSpendSource + dispatch))
 }()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -383,11 +384,37 @@ func known(n int64) int64 {
 	return exact(n)
 }
 
-// Unbench implements keypool.Store.
+// Unbench implements keypool.Store: it lifts the benches and levels, and
+// empties the windows and forgets the limits of every model the key's
+// index names.
 func (s *Store) Unbench(ctx context.Context, provider, keyID string) error {
-	key := names(s.cfg.prefix, provider, keyID).benches()
-	remote := func(ctx context.Context) error { return s.rdb.Del(ctx, key).Err() }
+	n := names(s.cfg.prefix, provider, keyID)
+	remote := func(ctx context.Context) error {
+		fields, err := s.rdb.HKeys(ctx, n.index()).Result()
+		if err != nil {
+			return err
+		}
+		keys := []string{n.index(), n.benches(), n.capMinute(), n.capDay(), n.capCalendar()}
+		for _, f := range fields {
+			if m, ok := strings.CutPrefix(f, "m"); ok {
+				keys = append(keys, n.minute(m), n.day(m), n.calendar(m))
+			}
+		}
+		return call("forget", keys).run(s.rdb)(ctx)
+	}
 	return s.change(ctx, remote, func() error { return s.local.Unbench(ctx, provider, keyID) })
+}
+
+// ResetSpend implements keypool.SpendResetter.
+func (s *Store) ResetSpend(ctx context.Context, provider, keyID string) error {
+	key := names(s.cfg.prefix, provider, keyID).spend()
+	remote := call("resetspend", []string{key}).run(s.rdb)
+	return s.change(ctx, remote, func() error {
+		if r, ok := s.local.(keypool.SpendResetter); ok {
+			return r.ResetSpend(ctx, provider, keyID)
+		}
+		return nil
+	})
 }
 
 // State implements keypool.Store, on the server's clock; now places only

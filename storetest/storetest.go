@@ -57,6 +57,8 @@ func Run(t *testing.T, h Harness) {
 		{"BenchEnds", benchEnds, false},
 		{"Level", level, false},
 		{"Unbench", unbench, false},
+		{"UnbenchLiftsWhatAnswersSet", unbenchLiftsWhatAnswersSet, false},
+		{"ResetSpend", resetSpend, false},
 		{"KeysAreSeparate", keysAreSeparate, false},
 		{"Restart", restart, false},
 		{"FullKeyKeepsNamedModels", fullKeyKeepsNamedModels, false},
@@ -302,6 +304,61 @@ func unbench(t *testing.T, h Harness) {
 	g := mustTake(t, s, take(h, "k", "m", keypool.Limits{}, 0))
 	assert.True(t, g.OK)
 	assert.Equal(t, 0, g.Level)
+}
+
+// unbenchLiftsWhatAnswersSet holds Unbench to lifting all that one answer
+// can set beside a bench: a vendor's statement that the day is spent, with
+// the day limit it stated, and the settle of a usage that fills the day's
+// tokens.
+func unbenchLiftsWhatAnswersSet(t *testing.T, h Harness) {
+	s := h.Open(t)
+	lim := keypool.Limits{RPD: 100, TPD: 1000}
+	require.NoError(t, s.Learn(ctx, learn(h, "k", "", "m", keypool.Limits{RPD: 5}, keypool.Limits{RPM: -1, TPM: -1, RPD: 5, TPD: -1}, time.Time{})))
+	g := mustTake(t, s, take(h, "k", "m", lim, 10))
+	require.False(t, g.OK, "the vendor said the day's 5 requests are spent")
+	assert.Equal(t, keypool.KindQuota, g.Reason)
+	require.NoError(t, s.Unbench(ctx, "suite", "k"))
+	assert.Equal(t, keypool.Limits{}, learned(t, s, h, "k", "m"), "the stated limit is forgotten")
+	g = mustTake(t, s, take(h, "k", "m", lim, 10))
+	require.True(t, g.OK, "the stated day is lifted")
+	require.NoError(t, g.Reservation.Settle(ctx, 1_000_000, 0))
+	assert.False(t, mustTake(t, s, take(h, "k", "m", lim, 10)).OK, "an answer's usage filled the day's tokens")
+	require.NoError(t, s.Unbench(ctx, "suite", "k"))
+	assert.True(t, mustTake(t, s, take(h, "k", "m", lim, 10)).OK, "and Unbench lifts it")
+
+	require.NoError(t, s.Learn(ctx, learn(h, "k2", "org", "m", keypool.Limits{}, keypool.Limits{RPM: -1, TPM: -1, RPD: 100, TPD: -1}, time.Time{})))
+	c := take(h, "k2", "m", lim, 10)
+	c.Account = "org"
+	require.False(t, mustTake(t, s, c).OK, "an account's day, stated spent")
+	require.NoError(t, s.Unbench(ctx, "suite", windowspec.AccountID("org")))
+	assert.True(t, mustTake(t, s, c).OK, "is lifted under the account's ID")
+}
+
+// resetSpend holds a store that can reset spend (keypool.SpendResetter)
+// to forgetting what was spent and what is reserved, with a reservation
+// taken before the reset giving back nothing it held once it settles.
+func resetSpend(t *testing.T, h Harness) {
+	s := h.Open(t)
+	r, ok := s.(keypool.SpendResetter)
+	if !ok {
+		t.Skip("the store cannot reset spend")
+	}
+	day := keypool.Budget{PerDay: 0.05}
+	g := mustTake(t, s, priced(h, "k", 30_000, day))
+	require.True(t, g.OK)
+	require.NoError(t, g.Reservation.Settle(ctx, 10, 30_000))
+	inFlight := mustTake(t, s, priced(h, "k", 20_000, day))
+	require.True(t, inFlight.OK)
+	require.False(t, mustTake(t, s, priced(h, "k", 1, day)).OK)
+	require.NoError(t, r.ResetSpend(ctx, "suite", "k"))
+	assert.Zero(t, spent(t, s, h, "k").PerDay, "nothing spent, nothing reserved")
+	after := mustTake(t, s, priced(h, "k", 40_000, day))
+	require.True(t, after.OK, "the whole budget has room again")
+	require.NoError(t, inFlight.Reservation.Settle(ctx, 10, 5_000))
+	assert.InDelta(t, 0.045, spent(t, s, h, "k").PerDay, 1e-9,
+		"the request in flight before the reset spends what it cost and takes nothing from what came after it")
+	assert.False(t, mustTake(t, s, priced(h, "k", 10_000, day)).OK, "40,000 reserved and 5,000 spent leave 5,000")
+	require.NoError(t, r.ResetSpend(ctx, "suite", "never-spent"), "a key that spent nothing")
 }
 
 func keysAreSeparate(t *testing.T, h Harness) {
