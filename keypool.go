@@ -186,8 +186,8 @@ type Pool struct {
 	tokens atomic.Bool
 	closed atomic.Bool
 	tel    *telemetry
-	// unbenched counts the keys unbenched by hand, so that a Fallback's
-	// route over the pool knows to come back.
+	// unbenched counts the keys unbenched, and the spends reset, by
+	// hand, so that a Fallback's route over the pool knows to come back.
 	unbenched atomic.Uint64
 	// health reads the store's Health, when it has one; storeFailing
 	// holds the kinds of store call (storeOp) failing now.

@@ -165,7 +165,8 @@ func (p *Pool) Unbench(ctx context.Context, keyID string) error {
 // its budget has all its room again: an operator's answer to a vendor's
 // report that was wrong, or to reservations a process that ended left
 // counted. A request in flight counts what its answer costs once it
-// settles. It returns an error for an unknown ID, a store that cannot
+// settles. A Fallback's route over the pool that is benched comes back
+// with it. It returns an error for an unknown ID, a store that cannot
 // reset spend (see SpendResetter) or a failing store.
 func (p *Pool) ResetSpend(ctx context.Context, keyID string) error {
 	k, err := p.operatorKey(keyID)
@@ -181,6 +182,7 @@ func (p *Pool) ResetSpend(ctx context.Context, keyID string) error {
 			return fmt.Errorf("keypool: %s: reset spend of %s: %w", p.provider, keyID, err)
 		}
 	}
+	p.unbenched.Add(1) // a Fallback's route the spent budget benched comes back
 	return nil
 }
 

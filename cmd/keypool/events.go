@@ -18,8 +18,9 @@ const eventRingSize = 128
 type eventView struct {
 	At time.Time `json:"at"`
 	// Kind is "bench", "back" (a bench ended), "unbench" (an operator
-	// lifted one), "failover" (a request went past a route) or "route"
-	// (a route's own failure benched it).
+	// lifted one), "reset-spend" (an operator reset a key's spend),
+	// "failover" (a request went past a route) or "route" (a route's own
+	// failure benched it).
 	Kind  string `json:"kind"`
 	Route string `json:"route,omitempty"`
 	Key   string `json:"key,omitempty"`
@@ -106,6 +107,11 @@ func (r *eventRing) routed(e keypool.RouteEvent) (benched bool) {
 // unbenched records an operator's unbench.
 func (r *eventRing) unbenched(route, key, by string) {
 	r.add(eventView{Kind: "unbench", Route: route, Key: key, Text: key + " unbenched by " + by})
+}
+
+// spendReset records an operator's reset of a key's spend.
+func (r *eventRing) spendReset(route, key, by string) {
+	r.add(eventView{Kind: "reset-spend", Route: route, Key: key, Text: key + "'s spend reset by " + by})
 }
 
 func earlier(a, b time.Time) time.Time {

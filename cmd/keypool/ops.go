@@ -13,9 +13,37 @@ import (
 )
 
 func runUnbench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("unbench", "keypool unbench -url URL ROUTE/KEY",
+	return runKeyAction(ctx, args, stdout, stderr, "unbench",
 		"Lifts the benches of a key of a running proxy, and its route's, so that the next request tries it:\n"+
-			"for a key that was fixed (a topped-up balance, a renewed key). keypool status -url lists routes and keys.")
+			"for a key that was fixed (a topped-up balance, a renewed key). It also forgets what the key's windows\n"+
+			"count and the limits the vendor stated, so that nothing one answer set outlives it.\n"+
+			"keypool status -url lists routes and keys.",
+		func(res keyActionResult) string {
+			return fmt.Sprintf("Unbenched %s of route %s: the next request may use it.", res.Key, res.Route)
+		})
+}
+
+func runResetSpend(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runKeyAction(ctx, args, stdout, stderr, "reset-spend",
+		"Forgets what a key of a running proxy spent today and this month, and what its requests in flight\n"+
+			"reserve — its account's too, which the account's other keys share — so that its budget has all its\n"+
+			"room again: for a vendor's report that was wrong, or reservations a stopped process left counted.\n"+
+			"keypool status -url lists routes and keys.",
+		func(res keyActionResult) string {
+			return fmt.Sprintf("Reset the spend of %s of route %s: its budget has all its room again.", res.Key, res.Route)
+		})
+}
+
+// keyActionResult is the JSON answer of an operator's action on a key.
+type keyActionResult struct {
+	Route string `json:"route"`
+	Key   string `json:"key"`
+}
+
+// runKeyAction runs the operator's command name, which posts to a running
+// proxy's endpoint keys/ROUTE/KEY/name and says what it did by done.
+func runKeyAction(ctx context.Context, args []string, stdout, stderr io.Writer, name, help string, done func(keyActionResult) string) error {
+	fs := newFlagSet(name, "keypool "+name+" -url URL ROUTE/KEY", help)
 	addr := fs.String("url", "", "a running proxy's base URL, as its clients use it: http://127.0.0.1:8787 or http://127.0.0.1:8787/v1")
 	token := fs.String("token", "", "the proxy token (default: $KEYPOOL_PROXY_TOKEN)")
 	rest, err := parseArgs(fs, args, stderr, 1)
@@ -32,12 +60,12 @@ func runUnbench(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *addr == "" {
 		return usageError{errors.New("-url URL is required: the proxy's base URL")}
 	}
-	var res unbenchResult
-	endpoint := "keys/" + url.PathEscape(route) + "/" + url.PathEscape(key) + "/unbench"
+	var res keyActionResult
+	endpoint := "keys/" + url.PathEscape(route) + "/" + url.PathEscape(key) + "/" + name
 	if err := callProxy(ctx, http.MethodPost, *addr, endpoint, givenToken(*token), &res); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "Unbenched %s of route %s: the next request may use it.\n", res.Key, res.Route)
+	fmt.Fprintln(stdout, done(res))
 	return nil
 }
 

@@ -362,3 +362,31 @@ func TestProxyRefusesAModelWithoutAPriceForBudgetedKeys(t *testing.T) {
 	assert.Contains(t, body, `model \"gpt-4o\" has no price`)
 	assert.Equal(t, int64(2), sim.Totals().Served, "nothing more was sent")
 }
+
+// keypool reset-spend gives a spent budget its room again on a running
+// proxy, for the operator who says so, and logs who did.
+func TestResetSpendCommand(t *testing.T) {
+	clock := newTestClock(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))
+	sim := spendSim(t, clock.now)
+	addr := serveAt(t, spendConfig(sim, t.TempDir()), clock)
+	served, _, _ := spendUntilRefused(t, addr)
+	require.Equal(t, 5, served, "the free key's 2, then the paid key's 3")
+	t.Setenv("KEYPOOL_PROXY_TOKEN", proxyToken)
+
+	status, stdout, stderr := runKeypool(t, "reset-spend", "-url", "http://"+addr, "openai/paid")
+	require.Equal(t, 0, status, "stderr: %s", stderr)
+	assert.Contains(t, stdout, "Reset the spend of paid of route openai")
+	k := statusKeys(t, addr)["paid"]
+	require.NotNil(t, k.Spend)
+	assert.Zero(t, k.Spend.Today)
+	assert.Equal(t, "serving", k.State)
+	status, _, _ = spendRequest(t, addr)
+	assert.Equal(t, http.StatusOK, status, "the budget has its room again")
+
+	status, _, stderr = runKeypool(t, "reset-spend", "-url", "http://"+addr, "openai/nope")
+	assert.Equal(t, 1, status)
+	assert.Contains(t, stderr, `no key "nope" in a route "openai"`)
+	status, _, stderr = runKeypool(t, "reset-spend", "-url", "http://"+addr)
+	assert.Equal(t, exitUsage, status)
+	assert.Contains(t, stderr, "give the key as ROUTE/KEY")
+}

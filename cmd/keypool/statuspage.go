@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/keypool-go/keypool"
 )
 
 // The proxy's own endpoints, beside the requests it forwards:
@@ -25,8 +27,9 @@ import (
 //	GET  /status                         JSON of every route, key and recent event
 //	GET  /metrics                        Prometheus
 //	POST /keys/{route}/{key}/unbench     lifts a key's benches and its route's
+//	POST /keys/{route}/{key}/reset-spend forgets what a key and its account spent
 //
-// /status, /metrics and unbench take the proxy token (as the forwarded
+// /status, /metrics, unbench and reset-spend take the proxy token (as the forwarded
 // requests do) or the page's session cookie; the cookie never lets a
 // request through to an upstream. The state-changing ones refuse a
 // cross-origin browser request.
@@ -61,6 +64,7 @@ func (s *server) handleOwn(mux *ownMux) {
 	mux.Handle("GET /status", s.own(s.writeWithin(http.HandlerFunc(s.statusJSON))))
 	mux.Handle("GET /metrics", s.own(s.writeWithin(s.metrics)))
 	mux.Handle("POST /keys/{route}/{key}/unbench", cop.Handler(s.own(http.HandlerFunc(s.unbench))))
+	mux.Handle("POST /keys/{route}/{key}/reset-spend", cop.Handler(s.own(http.HandlerFunc(s.resetSpend))))
 }
 
 // forwardable refuses a request that carries ownEndpointHeader with 404: it
@@ -270,14 +274,8 @@ type unbenchResult struct {
 
 // unbench lifts the benches of a key and its route's, and logs who did.
 func (s *server) unbench(w http.ResponseWriter, r *http.Request) {
-	route, key := r.PathValue("route"), r.PathValue("key")
-	if !s.hasKey(route, key) {
-		writeError(w, http.StatusNotFound, "not_found_error",
-			fmt.Sprintf("keypool: no key %s in a route %s; keypool status -url lists them", quotePath(key), quotePath(route)), nil)
-		return
-	}
-	if err := s.pools[s.routeIndex(route)].Unbench(r.Context(), key); err != nil {
-		writeError(w, http.StatusInternalServerError, "api_error", err.Error(), nil)
+	route, key, ok := s.operate(w, r, (*keypool.Pool).Unbench)
+	if !ok {
 		return
 	}
 	who := caller(r)
@@ -285,6 +283,43 @@ func (s *server) unbench(w http.ResponseWriter, r *http.Request) {
 	s.events.unbenched(route, key, who)
 	s.returns.unbench(route, key)
 	writeJSON(w, http.StatusOK, unbenchResult{Route: route, Key: key, Unbenched: true})
+}
+
+// resetSpendResult is the JSON answer of a reset of spend.
+type resetSpendResult struct {
+	Route string `json:"route"`
+	Key   string `json:"key"`
+	Reset bool   `json:"reset"`
+}
+
+// resetSpend forgets what a key and its account spent and reserve, and
+// logs who did.
+func (s *server) resetSpend(w http.ResponseWriter, r *http.Request) {
+	route, key, ok := s.operate(w, r, (*keypool.Pool).ResetSpend)
+	if !ok {
+		return
+	}
+	who := caller(r)
+	s.log.Info("spend reset", "route", route, "key", key, "by", who, "from", r.RemoteAddr)
+	s.events.spendReset(route, key, who)
+	writeJSON(w, http.StatusOK, resetSpendResult{Route: route, Key: key, Reset: true})
+}
+
+// operate does an operator's action on the key the request's path names,
+// and reports whether it did: it answers 404 for a key no route has, 500
+// for a failing action.
+func (s *server) operate(w http.ResponseWriter, r *http.Request, action func(*keypool.Pool, context.Context, string) error) (route, key string, ok bool) {
+	route, key = r.PathValue("route"), r.PathValue("key")
+	if !s.hasKey(route, key) {
+		writeError(w, http.StatusNotFound, "not_found_error",
+			fmt.Sprintf("keypool: no key %s in a route %s; keypool status -url lists them", quotePath(key), quotePath(route)), nil)
+		return route, key, false
+	}
+	if err := action(s.pools[s.routeIndex(route)], r.Context(), key); err != nil {
+		writeError(w, http.StatusInternalServerError, "api_error", err.Error(), nil)
+		return route, key, false
+	}
+	return route, key, true
 }
 
 // routeIndex returns the position of a route among the proxy's routes, its
