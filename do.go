@@ -16,7 +16,9 @@ import (
 // estimate for a request naming model (WithEstimator) until fn says what it
 // used: fn calls Settle(ctx, input, output) with the context Do gave it,
 // once the vendor has reported its usage. When fn never calls Settle, the
-// estimate stands.
+// estimate stands. A call names no max_tokens: against a budget it
+// reserves the model's Price.MaxOutput, or, without one, all that is left,
+// and runs alone (see Budget).
 //
 // When fn returns an error that is (or wraps) a *ProviderError of a failing
 // kind, the key is benched by that error and, if another key can take the

@@ -49,7 +49,7 @@ type Price struct {
 // The bound: spend passes a cap only by what answers report beyond their
 // requests' reserves, and only by the answers in flight when the cap
 // filled. An answer never counts more output than its request's bound,
-// nor more than 2^24 input or output tokens (see Pool.Transport), so what
+// nor more than 2^24 input or output tokens, so what
 // passes a reserve is input beyond the estimate, or the cost of a request
 // without a bound beyond all that was left: when one answer overruns, one
 // request's difference between its reserve and what the vendor reported.
