@@ -344,9 +344,7 @@ func resetSpend(t *testing.T, h Harness) {
 		t.Skip("the store cannot reset spend")
 	}
 	day := keypool.Budget{PerDay: 0.05}
-	g := mustTake(t, s, priced(h, "k", 30_000, day))
-	require.True(t, g.OK)
-	require.NoError(t, g.Reservation.Settle(ctx, 10, 30_000))
+	spendOf(t, s, h, "k", 30_000, day)
 	inFlight := mustTake(t, s, priced(h, "k", 20_000, day))
 	require.True(t, inFlight.OK)
 	require.False(t, mustTake(t, s, priced(h, "k", 1, day)).OK)
@@ -597,6 +595,15 @@ func priced(h Harness, k string, cost int64, budget keypool.Budget) keypool.Clai
 	return c
 }
 
+// spendOf takes a request of key k costing cost millionths of a dollar
+// against budget, which must fit, and settles it at that cost.
+func spendOf(t *testing.T, s keypool.Store, h Harness, k string, cost int64, budget keypool.Budget) {
+	t.Helper()
+	g := mustTake(t, s, priced(h, k, cost, budget))
+	require.True(t, g.OK)
+	require.NoError(t, g.Reservation.Settle(ctx, 10, cost))
+}
+
 func spent(t *testing.T, s keypool.Store, h Harness, id string) keypool.Budget {
 	t.Helper()
 	st, err := s.State(ctx, "suite", id, h.Now())
@@ -740,9 +747,7 @@ func accountBudgetsAreShared(t *testing.T, h Harness) {
 func budgetsReturnWithTheNextDay(t *testing.T, h Harness) {
 	s := h.Open(t)
 	day := keypool.Budget{PerDay: 0.01}
-	first := mustTake(t, s, priced(h, "k", 10_000, day))
-	require.True(t, first.OK)
-	require.NoError(t, first.Reservation.Settle(ctx, 10, 10_000))
+	spendOf(t, s, h, "k", 10_000, day)
 	g := mustTake(t, s, priced(h, "k", 1, day))
 	require.False(t, g.OK)
 	require.Equal(t, keypool.KindQuota, g.Reason)

@@ -104,14 +104,14 @@ func (r *eventRing) routed(e keypool.RouteEvent) (benched bool) {
 	return false
 }
 
-// unbenched records an operator's unbench.
-func (r *eventRing) unbenched(route, key, by string) {
-	r.add(eventView{Kind: "unbench", Route: route, Key: key, Text: key + " unbenched by " + by})
-}
-
-// spendReset records an operator's reset of a key's spend.
-func (r *eventRing) spendReset(route, key, by string) {
-	r.add(eventView{Kind: "reset-spend", Route: route, Key: key, Text: key + "'s spend reset by " + by})
+// operated records an operator's action on a key (keyActions): kind
+// "unbench" or "reset-spend".
+func (r *eventRing) operated(kind, route, key, by string) {
+	text := key + " unbenched by " + by
+	if kind != "unbench" {
+		text = key + "'s spend reset by " + by
+	}
+	r.add(eventView{Kind: kind, Route: route, Key: key, Text: text})
 }
 
 func earlier(a, b time.Time) time.Time {

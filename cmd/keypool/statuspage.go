@@ -14,8 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/keypool-go/keypool"
 )
 
 // The proxy's own endpoints, beside the requests it forwards:
@@ -63,8 +61,9 @@ func (s *server) handleOwn(mux *ownMux) {
 	mux.Handle("POST /logout", cop.Handler(http.HandlerFunc(logout)))
 	mux.Handle("GET /status", s.own(s.writeWithin(http.HandlerFunc(s.statusJSON))))
 	mux.Handle("GET /metrics", s.own(s.writeWithin(s.metrics)))
-	mux.Handle("POST /keys/{route}/{key}/unbench", cop.Handler(s.own(http.HandlerFunc(s.unbench))))
-	mux.Handle("POST /keys/{route}/{key}/reset-spend", cop.Handler(s.own(http.HandlerFunc(s.resetSpend))))
+	for _, a := range keyActions {
+		mux.Handle("POST /keys/{route}/{key}/"+a.name, cop.Handler(s.own(s.operate(a))))
+	}
 }
 
 // forwardable refuses a request that carries ownEndpointHeader with 404: it
@@ -265,61 +264,29 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
-// unbenchResult is the JSON answer of an unbench.
-type unbenchResult struct {
-	Route     string `json:"route"`
-	Key       string `json:"key"`
-	Unbenched bool   `json:"unbenched"`
-}
-
-// unbench lifts the benches of a key and its route's, and logs who did.
-func (s *server) unbench(w http.ResponseWriter, r *http.Request) {
-	route, key, ok := s.operate(w, r, (*keypool.Pool).Unbench)
-	if !ok {
-		return
-	}
-	who := caller(r)
-	s.log.Info("unbenched", "route", route, "key", key, "by", who, "from", r.RemoteAddr)
-	s.events.unbenched(route, key, who)
-	s.returns.unbench(route, key)
-	writeJSON(w, http.StatusOK, unbenchResult{Route: route, Key: key, Unbenched: true})
-}
-
-// resetSpendResult is the JSON answer of a reset of spend.
-type resetSpendResult struct {
-	Route string `json:"route"`
-	Key   string `json:"key"`
-	Reset bool   `json:"reset"`
-}
-
-// resetSpend forgets what a key and its account spent and reserve, and
-// logs who did.
-func (s *server) resetSpend(w http.ResponseWriter, r *http.Request) {
-	route, key, ok := s.operate(w, r, (*keypool.Pool).ResetSpend)
-	if !ok {
-		return
-	}
-	who := caller(r)
-	s.log.Info("spend reset", "route", route, "key", key, "by", who, "from", r.RemoteAddr)
-	s.events.spendReset(route, key, who)
-	writeJSON(w, http.StatusOK, resetSpendResult{Route: route, Key: key, Reset: true})
-}
-
 // operate does an operator's action on the key the request's path names,
-// and reports whether it did: it answers 404 for a key no route has, 500
-// for a failing action.
-func (s *server) operate(w http.ResponseWriter, r *http.Request, action func(*keypool.Pool, context.Context, string) error) (route, key string, ok bool) {
-	route, key = r.PathValue("route"), r.PathValue("key")
-	if !s.hasKey(route, key) {
-		writeError(w, http.StatusNotFound, "not_found_error",
-			fmt.Sprintf("keypool: no key %s in a route %s; keypool status -url lists them", quotePath(key), quotePath(route)), nil)
-		return route, key, false
+// answers {"route", "key", a.flag: true} and logs who did: 404 for a key no
+// route has, 500 for a failing action.
+func (s *server) operate(a keyAction) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		route, key := r.PathValue("route"), r.PathValue("key")
+		if !s.hasKey(route, key) {
+			writeError(w, http.StatusNotFound, "not_found_error",
+				fmt.Sprintf("keypool: no key %s in a route %s; keypool status -url lists them", quotePath(key), quotePath(route)), nil)
+			return
+		}
+		if err := a.act(s.pools[s.routeIndex(route)], r.Context(), key); err != nil {
+			writeError(w, http.StatusInternalServerError, "api_error", err.Error(), nil)
+			return
+		}
+		who := caller(r)
+		s.log.Info(a.logged, "route", route, "key", key, "by", who, "from", r.RemoteAddr)
+		s.events.operated(a.name, route, key, who)
+		if a.name == "unbench" {
+			s.returns.unbench(route, key)
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"route": route, "key": key, a.flag: true})
 	}
-	if err := action(s.pools[s.routeIndex(route)], r.Context(), key); err != nil {
-		writeError(w, http.StatusInternalServerError, "api_error", err.Error(), nil)
-		return route, key, false
-	}
-	return route, key, true
 }
 
 // routeIndex returns the position of a route among the proxy's routes, its
