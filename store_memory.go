@@ -347,12 +347,12 @@ func (t *Claim) record(r *memReservation, own, k *memKey, m *memModel, now int64
 		c := t.reserve(own, t.Budget)
 		own.spend.hold(now, c)
 		own.dirty = true
-		r.own, r.ownHeld, r.ownResets = own, c, own.spend.resets
+		r.own, r.reserved[0], r.resets[0] = own, c, own.spend.resets
 	}
 	if t.AccountBudget != (Budget{}) {
 		c := t.reserve(k, t.AccountBudget)
 		k.spend.hold(now, c)
-		r.shared, r.sharedHeld, r.sharedResets = k, c, k.spend.resets
+		r.shared, r.reserved[1], r.resets[1] = k, c, k.spend.resets
 	}
 	k.dirty = true
 }
@@ -464,13 +464,12 @@ type memReservation struct {
 	days        calendar
 	at          int64 // when the take was recorded, Unix nanoseconds
 	tokens      int64 // the tokens it counts now
-	// ownHeld and sharedHeld are what the take reserves of the spends of
-	// own and shared until it settles, in millionths of a dollar, as of
-	// their resets ownResets and sharedResets; cost is what it spent
-	// since.
-	ownHeld, sharedHeld     int64
-	ownResets, sharedResets uint32
-	cost                    int64
+	// reserved is, until the take settles, what it reserves of the
+	// spends of own and shared, in millionths of a dollar, as of their
+	// resets; once it has settled, reserved[0] is what it spent. (One
+	// pair for both keeps a reservation in the allocator's 96 bytes.)
+	reserved [2]int64
+	resets   [2]uint32
 	// spans and capSpans are the windows the take counted in: of the
 	// model's set, and of the key's cap across models.
 	spans, capSpans spans
@@ -506,21 +505,24 @@ func (r *memReservation) Release(context.Context) error {
 // spend makes cost what the take spent: what it reserved is no longer
 // held, unless the spend was reset since. The entries' locks must be held.
 func (r *memReservation) spend(cost int64) {
-	for _, e := range [...]struct {
-		k      *memKey
-		held   int64
-		resets uint32
-	}{{r.own, r.ownHeld, r.ownResets}, {r.shared, r.sharedHeld, r.sharedResets}} {
-		if e.k == nil {
-			continue
-		}
-		if !r.settled && e.resets == e.k.spend.resets {
-			e.k.spend.hold(r.at, -e.held)
-		}
-		e.k.spend.add(r.at, cost-r.cost)
-		e.k.dirty = true
+	if r.own == nil && r.shared == nil {
+		return // no budget: most requests
 	}
-	r.settled, r.cost = true, cost
+	for i, k := range [...]*memKey{r.own, r.shared} {
+		switch {
+		case k == nil:
+			continue
+		case r.settled:
+			k.spend.add(r.at, cost-r.reserved[0])
+		default:
+			if r.resets[i] == k.spend.resets {
+				k.spend.hold(r.at, -r.reserved[i])
+			}
+			k.spend.add(r.at, cost)
+		}
+		k.dirty = true
+	}
+	r.settled, r.reserved = true, [2]int64{cost, 0}
 }
 
 // lock takes the locks of the entries the reservation changes, the key's
