@@ -16,7 +16,9 @@ import (
 // estimate for a request naming model (WithEstimator) until fn says what it
 // used: fn calls Settle(ctx, input, output) with the context Do gave it,
 // once the vendor has reported its usage. When fn never calls Settle, the
-// estimate stands.
+// estimate stands. A call names no max_tokens: against a budget it
+// reserves the model's Price.MaxOutput, or, without one, all that is left,
+// and runs alone (see Budget).
 //
 // When fn returns an error that is (or wraps) a *ProviderError of a failing
 // kind, the key is benched by that error and, if another key can take the
@@ -62,9 +64,9 @@ func (p *Pool) Do(ctx context.Context, model string, fn func(ctx context.Context
 		case v.kind != KindNone:
 			p.settle(ctx, &ch, usageReport{})
 		case used.settled:
-			p.settle(ctx, &ch, used.usageReport)
+			u := p.settle(ctx, &ch, used.usageReport)
 			if p.needTokens() {
-				p.tel.used(ctx, l.key, used.total())
+				p.tel.used(ctx, l.key, u.total())
 			}
 		}
 		return err

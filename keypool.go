@@ -219,8 +219,8 @@ type Pool struct {
 	tokens atomic.Bool
 	closed atomic.Bool
 	tel    *telemetry
-	// unbenched counts the keys unbenched by hand, so that a Fallback's
-	// route over the pool knows to come back.
+	// unbenched counts the keys unbenched, and the spends reset, by
+	// hand, so that a Fallback's route over the pool knows to come back.
 	unbenched atomic.Uint64
 	// health reads the store's Health, when it has one; storeFailing
 	// holds the kinds of store call (storeOp) failing now.
@@ -389,8 +389,10 @@ type lease struct {
 	grant Grant
 	probe bool
 	// price is the model's, nil when it has none: what the request used
-	// is then spent.
+	// is then spent. bound is the request's output bound (0: none), which
+	// its answer counts at most.
 	price *Price
+	bound int64
 }
 
 // charge is what settling a lease needs, which a metered answer's body
@@ -401,10 +403,11 @@ type charge struct {
 	model       string
 	reservation Reservation
 	price       *Price
+	bound       int64
 }
 
 func (l *lease) charge() charge {
-	return charge{l.key, l.claim.Model, l.grant.Reservation, l.price}
+	return charge{l.key, l.claim.Model, l.grant.Reservation, l.price, l.bound}
 }
 
 // call is what one request remembers across its attempts: the keys that
@@ -415,6 +418,12 @@ type call struct {
 	soonest  time.Time
 	waitEnds time.Time
 	unpriced bool // a key with a budget was passed over: the model has no price
+	// maxOutput is the output the request states it may be answered with
+	// at most (its max_tokens and kin), 0 when it states none; dear, when
+	// nonzero, is its reserve that was more than a whole budget of a key
+	// passed over for it.
+	maxOutput int64
+	dear      int64
 	// spare is where a take of the package's own store records the
 	// request, allocated with the request; nil once a take used it, or
 	// when the caller brings none.
@@ -450,6 +459,9 @@ func (p *Pool) acquire(ctx context.Context, c *call, model string, est usageRepo
 	}
 	if c.unpriced && c.soonest.IsZero() {
 		return fmt.Errorf("keypool: %s: model %q %w", p.provider, truncate(model, 64), errNoPrice)
+	}
+	if c.dear != 0 && c.soonest.IsZero() {
+		return tooDearError(p.provider, model, c.dear)
 	}
 	return noKeyError(p.provider, c.soonest, now)
 }
@@ -494,12 +506,20 @@ func (p *Pool) scan(ctx context.Context, c *call, keys []*poolKey, cursor *atomi
 			continue
 		}
 		if price != nil {
-			cl.Cost = price.cost(est)
+			cl.Cost, cl.Unbounded = price.reserve(est, c.maxOutput)
+			if cl.Budget.exceeds(cl.Cost) || cl.AccountBudget.exceeds(cl.Cost) {
+				// No day or month will ever have room for it.
+				c.dear = cl.Cost
+				if probe {
+					k.returns.done(model, false)
+				}
+				continue
+			}
 		}
 		err := p.takeFrom(ctx, c, k, cl, &l.grant)
 		p.storeResult(opTake, err)
 		if err == nil && l.grant.OK {
-			l.key, l.probe, l.price = k, probe, price
+			l.key, l.probe, l.price, l.bound = k, probe, price, price.outputBound(c.maxOutput)
 			return true, nil
 		}
 		if probe {

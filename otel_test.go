@@ -145,7 +145,7 @@ func TestTelemetryTokensAndUtilization(t *testing.T) {
 		"Anthropic-Ratelimit-Unified-Status":               "allowed",
 		"Anthropic-Ratelimit-Unified-Representative-Claim": "seven_day",
 	}, body: `{"usage":{"input_tokens":30,"output_tokens":12}}`})
-	status, err := post(&http.Client{Transport: p.Transport(nil)}, srv.URL, "claude", 10)
+	status, err := post(&http.Client{Transport: p.Transport(nil)}, srv.URL, "claude", 100)
 	require.NoError(t, err)
 	require.Equal(t, 200, status)
 	assert.Equal(t, map[string]float64{"keypool.key.id=a,keypool.key.tier=free,keypool.provider=openai": 42},

@@ -138,23 +138,72 @@ func (p *Pool) available(now time.Time) int {
 
 // Unbench lifts every bench of the key with the given ID and sets its levels
 // back to zero: an operator's manual return, for a key that was fixed (a
-// topped-up balance, a renewed key). A Fallback's route over the pool that
-// is benched comes back with it. It returns an error for an unknown ID or a
-// failing store.
+// topped-up balance, a renewed key). It also forgets what the key's
+// windows count and the limits the vendor stated (see Store.Unbench) —
+// for a key of an account, the account's, which its other keys share — so
+// that whatever one answer set, a learned day window included, is lifted.
+// A Fallback's route over the pool that is benched comes back with it. It
+// returns an error for an unknown ID or a failing store.
 func (p *Pool) Unbench(ctx context.Context, keyID string) error {
-	if err := p.usable(); err == errNotNew {
+	k, err := p.operatorKey(keyID)
+	if err != nil {
 		return err
 	}
-	for _, k := range p.keys {
-		if k.ID != keyID {
-			continue
-		}
-		if err := p.store.Unbench(ctx, p.provider, keyID); err != nil {
+	for _, id := range k.stateIDs() {
+		if err := p.store.Unbench(ctx, p.provider, id); err != nil {
 			return fmt.Errorf("keypool: %s: unbench %s: %w", p.provider, keyID, err)
 		}
-		k.benchedUntil.Store(0)
-		p.unbenched.Add(1)
-		return nil
 	}
-	return fmt.Errorf("keypool: %s: no key with ID %q", p.provider, keyID)
+	k.benchedUntil.Store(0)
+	p.unbenched.Add(1)
+	return nil
+}
+
+// ResetSpend forgets what the key with the given ID spent today and this
+// month, and what its requests in flight reserve — for a key of an
+// account, the account's spend too, which its other keys share — so that
+// its budget has all its room again: an operator's answer to a vendor's
+// report that was wrong, or to reservations a process that ended left
+// counted. A request in flight counts what its answer costs once it
+// settles. A Fallback's route over the pool that is benched comes back
+// with it. It returns an error for an unknown ID, a store that cannot
+// reset spend (see SpendResetter) or a failing store.
+func (p *Pool) ResetSpend(ctx context.Context, keyID string) error {
+	k, err := p.operatorKey(keyID)
+	if err != nil {
+		return err
+	}
+	r, ok := p.store.(SpendResetter)
+	if !ok {
+		return fmt.Errorf("keypool: %s: reset spend of %s: the store (%T) cannot reset spend", p.provider, keyID, p.store)
+	}
+	for _, id := range k.stateIDs() {
+		if err := r.ResetSpend(ctx, p.provider, id); err != nil {
+			return fmt.Errorf("keypool: %s: reset spend of %s: %w", p.provider, keyID, err)
+		}
+	}
+	p.unbenched.Add(1) // a Fallback's route the spent budget benched comes back
+	return nil
+}
+
+// operatorKey returns the key with the given ID, for an operator's call.
+func (p *Pool) operatorKey(keyID string) (*poolKey, error) {
+	if err := p.usable(); err == errNotNew {
+		return nil, err
+	}
+	for _, k := range p.keys {
+		if k.ID == keyID {
+			return k, nil
+		}
+	}
+	return nil, fmt.Errorf("keypool: %s: no key with ID %q", p.provider, keyID)
+}
+
+// stateIDs returns the IDs under which a store keeps the key's state: its
+// own, and its account's when it names one.
+func (k *poolKey) stateIDs() []string {
+	if k.Account == "" {
+		return []string{k.ID}
+	}
+	return []string{k.ID, accountID(k.Account)}
 }

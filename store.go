@@ -34,7 +34,11 @@ type Store interface {
 	// b.Level as the key's level for the model; a Bench with a zero Until
 	// sets only the level, as a success does when it sets it back to zero.
 	Bench(ctx context.Context, b Bench) error
-	// Unbench lifts every bench of a key and sets its levels back to zero.
+	// Unbench lifts every bench of a key and sets its levels back to zero;
+	// it also forgets what the key's windows count and the limits it
+	// learned (Learn), so that nothing one answer set — a bench, a
+	// vendor's statement that a day is spent, a settle of its usage —
+	// outlives it.
 	Unbench(ctx context.Context, provider, keyID string) error
 	// State returns what the store holds for a key at now: its benches,
 	// levels, usage, spend and learned limits. It fills Bench, Cap, Spent
@@ -45,6 +49,16 @@ type Store interface {
 	// Flush writes what the store holds only in memory to where it keeps
 	// state; a store that keeps nothing elsewhere returns nil.
 	Flush(ctx context.Context) error
+}
+
+// SpendResetter is implemented by a Store that can forget what a key (or an
+// account, under accountID) spent: the package's stores and redisstore's
+// do, and Pool.ResetSpend asks for it.
+type SpendResetter interface {
+	// ResetSpend forgets what the key spent today and this month, and
+	// what its requests in flight reserve: a reservation taken before
+	// holds nothing once it settles, and its cost counts as spent.
+	ResetSpend(ctx context.Context, provider, keyID string) error
 }
 
 // Keys that name one account share its windows, and its rate and quota
@@ -89,14 +103,26 @@ type Claim struct {
 	// DayHour o'clock in DayZone.
 	DayZone *time.Location
 	DayHour int
-	// Cost is the request's estimated cost, in millionths of a US dollar.
-	// Budget caps what the key spends, AccountBudget what its account
-	// spends (zero fields: no cap). A store admits the request only when
-	// its cost fits what is left of each cap, by calendar days and months
-	// (see Budget), and records it as spent.
+	// Cost is what the request reserves, in millionths of a US dollar:
+	// what it can cost at most (see Budget). Budget caps what the key
+	// spends, AccountBudget what its account spends (zero fields: no cap).
+	// A store admits the request only when its cost fits what is left of
+	// each cap, by calendar days and months, after what the requests in
+	// flight reserve — checked and recorded in one atomic step — and
+	// holds it as reserved until its Reservation settles (then it is
+	// spent) or is released. A refusal by what was spent is KindQuota,
+	// retried when the period ends; one by what requests in flight
+	// reserve, with what was spent alone leaving room, is KindRate,
+	// retried a second later.
 	Cost          int64
 	Budget        Budget
 	AccountBudget Budget
+	// Unbounded reports that nothing bounds the request's output (no
+	// max_tokens, no Price.MaxOutput): Cost is then its estimate, which
+	// what is left must hold, and a store that admits it reserves all that
+	// is left of each cap of the key and of its account, so that no other
+	// request runs beside it.
+	Unbounded bool
 	// Now is the pool's clock. A store that shares state between hosts may
 	// use its own clock instead.
 	Now time.Time
@@ -126,8 +152,9 @@ type Grant struct {
 // the answer is known; one request uses it at a time.
 type Reservation interface {
 	// Settle replaces the tokens and the cost (in millionths of a dollar)
-	// the request recorded by those it used. A later Settle replaces those
-	// in turn.
+	// the request recorded by those it used: what it reserved of a budget
+	// is no longer held, and the cost is spent. A later Settle replaces
+	// those in turn.
 	Settle(ctx context.Context, tokens, cost int64) error
 	// Release gives back all the request recorded: it never reached the
 	// vendor. A second Release does nothing.

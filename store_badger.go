@@ -181,10 +181,21 @@ func (s *BadgerStore) Bench(ctx context.Context, b Bench) error {
 	return s.writeBenches(keyRef{b.Provider, b.KeyID})
 }
 
-// Unbench implements Store: the change is written through.
+// Unbench implements Store: the change is written through, the windows'
+// with what else waits to be written.
 func (s *BadgerStore) Unbench(ctx context.Context, provider, keyID string) error {
 	_ = s.memoryStore.Unbench(ctx, provider, keyID)
-	return s.writeBenches(keyRef{provider, keyID})
+	if err := s.writeBenches(keyRef{provider, keyID}); err != nil {
+		return err
+	}
+	return s.Flush(ctx)
+}
+
+// ResetSpend implements SpendResetter: the change is written through, with
+// what else waits to be written.
+func (s *BadgerStore) ResetSpend(ctx context.Context, provider, keyID string) error {
+	_ = s.memoryStore.ResetSpend(ctx, provider, keyID)
+	return s.Flush(ctx)
 }
 
 // Health returns nil while the store's writes succeed, and otherwise the

@@ -77,7 +77,9 @@ func (k *memKey) encodeWindows(b []byte) []byte {
 	for _, p := range []period{k.spend.day, k.spend.month} {
 		b = binary.AppendVarint(b, p.start)
 		b = binary.AppendVarint(b, p.end)
-		b = binary.AppendVarint(b, p.spent)
+		// What requests in flight reserve is written as spent: a
+		// restart finds them ended, and the vendor may have counted them.
+		b = binary.AppendVarint(b, p.spent+p.held)
 	}
 	b = append(b, boolByte(k.cap != nil))
 	if k.cap != nil {

@@ -312,11 +312,21 @@ func (t *Claim) room(own, k *memKey, m *memModel, now int64, lim Limits, tok int
 			continue
 		}
 		day, month := b.budget.micros()
-		if fits, at := b.k.spend.room(now, t.Cost, day, month, budget); !fits {
-			ok, retryAt, dayFull = false, max(retryAt, at), true
+		if fits, at, spent := b.k.spend.room(now, t.Cost, day, month, budget); !fits {
+			ok, retryAt, dayFull = false, max(retryAt, at), dayFull || spent
 		}
 	}
 	return ok, retryAt, dayFull
+}
+
+// reserve returns what a claim that room admitted reserves of the spend of
+// k, whose caps are b: its cost, or, for an unbounded claim, all that is
+// left. k.mu must be held.
+func (t *Claim) reserve(k *memKey, b Budget) int64 {
+	if !t.Unbounded {
+		return t.Cost
+	}
+	return max(t.Cost, k.spend.left(b.micros()))
 }
 
 // record counts a claim that room admitted in the windows and budgets it
@@ -334,13 +344,15 @@ func (t *Claim) record(r *memReservation, own, k *memKey, m *memModel, now int64
 	// through the collector's bulk barrier while it marks.
 	r.key, r.model, r.at, r.tokens, r.days = k, m, now, tok, cal
 	if t.Budget != (Budget{}) {
-		own.spend.add(now, t.Cost)
+		c := t.reserve(own, t.Budget)
+		own.spend.hold(now, c)
 		own.dirty = true
-		r.own, r.cost = own, t.Cost
+		r.own, r.reserved[0], r.resets[0] = own, c, own.spend.resets
 	}
 	if t.AccountBudget != (Budget{}) {
-		k.spend.add(now, t.Cost)
-		r.shared, r.cost = k, t.Cost
+		c := t.reserve(k, t.AccountBudget)
+		k.spend.hold(now, c)
+		r.shared, r.reserved[1], r.resets[1] = k, c, k.spend.resets
 	}
 	k.dirty = true
 }
@@ -452,10 +464,16 @@ type memReservation struct {
 	days        calendar
 	at          int64 // when the take was recorded, Unix nanoseconds
 	tokens      int64 // the tokens it counts now
-	cost        int64 // the cost it counts now, in millionths of a dollar
+	// reserved is, until the take settles, what it reserves of the
+	// spends of own and shared, in millionths of a dollar, as of their
+	// resets; once it has settled, reserved[0] is what it spent. (One
+	// pair for both keeps a reservation in the allocator's 96 bytes.)
+	reserved [2]int64
+	resets   [2]uint32
 	// spans and capSpans are the windows the take counted in: of the
 	// model's set, and of the key's cap across models.
 	spans, capSpans spans
+	settled         bool
 	released        bool
 }
 
@@ -465,8 +483,9 @@ func (r *memReservation) Settle(_ context.Context, tokens, cost int64) error {
 	defer r.unlock()
 	if !r.released {
 		tokens, cost = max(tokens, 0), max(cost, 0)
-		r.add(0, tokens-r.tokens, cost-r.cost)
-		r.tokens, r.cost = tokens, cost
+		r.add(0, tokens-r.tokens)
+		r.spend(cost)
+		r.tokens = tokens
 	}
 	return nil
 }
@@ -476,10 +495,34 @@ func (r *memReservation) Release(context.Context) error {
 	r.lock()
 	defer r.unlock()
 	if !r.released {
-		r.add(-1, -r.tokens, -r.cost)
+		r.add(-1, -r.tokens)
+		r.spend(0)
 		r.released = true
 	}
 	return nil
+}
+
+// spend makes cost what the take spent: what it reserved is no longer
+// held, unless the spend was reset since. The entries' locks must be held.
+func (r *memReservation) spend(cost int64) {
+	if r.own == nil && r.shared == nil {
+		return // no budget: most requests
+	}
+	for i, k := range [...]*memKey{r.own, r.shared} {
+		switch {
+		case k == nil:
+			continue
+		case r.settled:
+			k.spend.add(r.at, cost-r.reserved[0])
+		default:
+			if r.resets[i] == k.spend.resets {
+				k.spend.hold(r.at, -r.reserved[i])
+			}
+			k.spend.add(r.at, cost)
+		}
+		k.dirty = true
+	}
+	r.settled, r.reserved = true, [2]int64{cost, 0}
 }
 
 // lock takes the locks of the entries the reservation changes, the key's
@@ -498,17 +541,9 @@ func (r *memReservation) unlock() {
 	}
 }
 
-// add changes what the take recorded by req requests, tok tokens and cost
-// millionths of a dollar. The entries' locks must be held.
-func (r *memReservation) add(req, tok, cost int64) {
-	if cost != 0 {
-		for _, k := range []*memKey{r.own, r.shared} {
-			if k != nil {
-				k.spend.add(r.at, cost)
-				k.dirty = true
-			}
-		}
-	}
+// add changes what the take recorded in the windows by req requests and
+// tok tokens. The entries' locks must be held.
+func (r *memReservation) add(req, tok int64) {
 	if req == 0 && tok == 0 {
 		return
 	}
@@ -575,16 +610,36 @@ func (s *memoryStore) Bench(_ context.Context, b Bench) error {
 	return nil
 }
 
-// Unbench implements Store.
+// Unbench implements Store. It also forgets what the key's windows count
+// and the limits they learned: an answer's statement of a spent day, or a
+// settle of its usage, is lifted as a bench is. The windows are emptied in
+// place, so that a request in flight settles into them as before.
 func (s *memoryStore) Unbench(_ context.Context, provider, keyID string) error {
 	k := s.key(provider, keyID)
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.benchVer++
+	k.dirty = true
 	k.bench = benchState{}
-	for _, m := range k.models {
-		m.bench, m.level = benchState{}, 0
+	if k.cap != nil {
+		*k.cap = windows{}
 	}
+	for _, m := range k.models {
+		m.bench, m.level, m.learned = benchState{}, 0, Limits{}
+		if m.win != nil {
+			*m.win = windows{}
+		}
+	}
+	return nil
+}
+
+// ResetSpend implements SpendResetter.
+func (s *memoryStore) ResetSpend(_ context.Context, provider, keyID string) error {
+	k := s.key(provider, keyID)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.spend.reset()
+	k.dirty = true
 	return nil
 }
 

@@ -82,7 +82,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := request{req: req, body: &x.body, metered: &x.metered, out: &x.out, model: info.Model, call: call{spare: &x.res}}
+	r := request{req: req, body: &x.body, metered: &x.metered, out: &x.out, model: info.Model, call: call{spare: &x.res, maxOutput: info.MaxOutput}}
 	if p.needTokens() {
 		r.estimate = estimateUse(info, max(p.cfg.estimator(info), 0))
 	}
@@ -283,17 +283,21 @@ func (p *Pool) release(ctx context.Context, l *lease) {
 }
 
 // settle settles a lease's charge at what its request used — tokens, and
-// their cost where the model has a price — when the pool counts either.
-func (p *Pool) settle(ctx context.Context, c *charge, u usageReport) {
+// their cost where the model has a price — when the pool counts either,
+// and returns what it counted: u within what the request could have used
+// (usageReport.clamp).
+func (p *Pool) settle(ctx context.Context, c *charge, u usageReport) usageReport {
 	if !p.needTokens() && c.price == nil {
-		return
+		return u
 	}
+	u = u.clamp(c.bound)
 	var cost int64
 	if c.price != nil {
 		cost = c.price.cost(u)
 		p.tel.spent(ctx, c.key, c.model, cost)
 	}
 	p.storeResult(opSettle, c.reservation.Settle(ctx, u.total(), cost))
+	return u
 }
 
 // meter arranges for what an answer reports it used to replace the
@@ -328,7 +332,7 @@ func (m *meteredBody) settle(u usageReport, ok bool) {
 		return // the estimate stands
 	}
 	ctx := context.Background() // the request's context may be over by now
-	m.pool.settle(ctx, &m.charge, u)
+	u = m.pool.settle(ctx, &m.charge, u)
 	m.pool.tel.used(ctx, m.charge.key, u.total())
 }
 

@@ -99,7 +99,10 @@ type adjustment struct {
 	at       int64
 	requests int64
 	tokens   int64
-	cost     int64 // millionths of a dollar
+	cost     int64 // spent, millionths of a dollar
+	// held changes what the take reserves of the key's and the account's
+	// spend, if not reset since resets.
+	held, resets [2]int64
 }
 
 // adjustCall returns the adjust script's call for a.
@@ -117,7 +120,8 @@ func (s *Store) adjustCall(a adjustment) *evalCall {
 			own.spend(), n.spend()},
 		t.Model, a.at, a.requests, a.tokens,
 		flag(a.counted&1 != 0), flag(a.counted&2 != 0), flag(a.counted&4 != 0), flag(a.counted&8 != 0), flag(cal),
-		a.cost, flag(a.counted&16 != 0), flag(a.counted&32 != 0), t.Now.UnixMilli())
+		a.cost, flag(a.counted&16 != 0), flag(a.counted&32 != 0), t.Now.UnixMilli(),
+		a.held[0], a.resets[0], a.held[1], a.resets[1])
 }
 
 func flag(b bool) int {

@@ -443,38 +443,61 @@ local function raiseAt(w, at, req, tok)
 end
 -- spendLoad loads a spend hash — what a key or an account spent, in
 -- millionths of a dollar, in a calendar day (ds, de, d) and month (ms, me,
--- m) — given the client's day and month that hold now and the ends of the
--- next ones; a period that has ended gives way to the one that holds now.
+-- m), what requests in flight reserve of them (dh, mh), and how often it
+-- was reset (g) — given the client's day and month that hold now and the
+-- ends of the next ones; a period that has ended gives way to the one that
+-- holds now.
 local function spendLoad(key, now, ds, de, de2, ms, me, me2)
-  local v = redis.call('HMGET', key, 'ds', 'de', 'd', 'ms', 'me', 'm')
+  local v = redis.call('HMGET', key, 'ds', 'de', 'd', 'ms', 'me', 'm', 'dh', 'mh', 'g')
   local s = {key = key, ds = tonumber(v[1]), de = tonumber(v[2]), d = tonumber(v[3]) or 0,
-    ms = tonumber(v[4]), me = tonumber(v[5]), m = tonumber(v[6]) or 0}
+    ms = tonumber(v[4]), me = tonumber(v[5]), m = tonumber(v[6]) or 0,
+    dh = tonumber(v[7]) or 0, mh = tonumber(v[8]) or 0, g = tonumber(v[9]) or 0}
   if not s.de or now >= s.de then
     if now >= de then ds, de = de, de2 end
-    s.ds, s.de, s.d = ds, de, 0
+    s.ds, s.de, s.d, s.dh = ds, de, 0, 0
   end
   if not s.me or now >= s.me then
     if now >= me then ms, me = me, me2 end
-    s.ms, s.me, s.m = ms, me, 0
+    s.ms, s.me, s.m, s.mh = ms, me, 0, 0
   end
   return s
 end
 -- spendRoom reports whether cost fits what is left of the day's and the
--- month's caps (0: none), and if not when it could: the end of the later
--- period that is spent.
-local function spendRoom(s, cost, dcap, mcap)
-  local ok, at = true, 0
-  if dcap > 0 and s.d + cost > dcap then ok, at = false, s.de end
-  if mcap > 0 and s.m + cost > mcap then ok, at = false, math.max(at, s.me) end
-  return ok, at
+-- month's caps (0: none) after what requests in flight reserve, and if not
+-- when it could: the end of the later period that is spent (spent), or,
+-- when only reservations fill them, RESERVED after now.
+local function spendRoom(s, cost, dcap, mcap, now)
+  local ok, at, spent = true, 0, false
+  local function check(x, h, cap, e)
+    if cap <= 0 or x + h + cost <= cap then return end
+    if x + cost > cap then
+      ok, spent, at = false, true, math.max(at, e)
+    elseif not spent then
+      ok, at = false, now + $RESERVED
+    end
+  end
+  check(s.d, s.dh, dcap, s.de)
+  check(s.m, s.mh, mcap, s.me)
+  return ok, at, spent
 end
--- spendAdd counts cost as spent at time at, in the periods that hold at,
--- never below zero; the hash lives until its month ends, and a margin.
-local function spendAdd(s, at, cost, now)
+-- spendLeft returns what is left of the day's and the month's caps (0:
+-- none) after what was spent and what requests in flight reserve, the less
+-- of the two.
+local function spendLeft(s, dcap, mcap)
+  local left = $MAXEXACT
+  if dcap > 0 then left = math.min(left, dcap - s.d - s.dh) end
+  if mcap > 0 then left = math.min(left, mcap - s.m - s.mh) end
+  return math.max(left, 0)
+end
+-- spendAdd counts cost as spent and held as reserved at time at, in the
+-- periods that hold at, never below zero; the hash lives until its month
+-- ends, and a margin.
+local function spendAdd(s, at, cost, held, now)
   if not s.de then return end
-  if at >= s.ds and at < s.de then s.d = math.max(s.d + cost, 0) end
-  if at >= s.ms and at < s.me then s.m = math.max(s.m + cost, 0) end
-  redis.call('HSET', s.key, 'ds', int(s.ds), 'de', int(s.de), 'd', int(s.d), 'ms', int(s.ms), 'me', int(s.me), 'm', int(s.m))
+  if at >= s.ds and at < s.de then s.d, s.dh = math.max(s.d + cost, 0), math.max(s.dh + held, 0) end
+  if at >= s.ms and at < s.me then s.m, s.mh = math.max(s.m + cost, 0), math.max(s.mh + held, 0) end
+  redis.call('HSET', s.key, 'ds', int(s.ds), 'de', int(s.de), 'd', int(s.d), 'ms', int(s.ms), 'me', int(s.me), 'm', int(s.m),
+    'dh', int(s.dh), 'mh', int(s.mh))
   redis.call('PEXPIRE', s.key, int(math.max(s.me - now, 0) + MARGIN))
 end
 -- calendar loads a calendar day: fields s and e bound it, r and t count it.
@@ -520,12 +543,18 @@ end
 // milliseconds), by which spend counts. The limits enforced are,
 // axis by axis, the tighter of these and those the model's entry learned.
 //
-// It returns {1, at, 0, level, counted, tokens} for a take it recorded at
-// server time at — counted says what counts it: 1 the model's minute, 2 its
-// day, 4 the cap's minute, 8 the cap's day, 16 the key's spend, 32 the
-// account's — and {0, retryAt, reason, level, 0} for one it refused: reason
-// is the kind of the bench that holds the key, or reasonMinute or reasonDay
-// (a day window or a budget).
+// ARGV[29] is 1 for an unbounded take (keypool.Claim.Unbounded), which
+// reserves all that is left of each budget it counts in, else 0.
+//
+// It returns {1, at, 0, level, counted, tokens, keyHeld, accountHeld,
+// keyResets, accountResets} for a take it recorded at server time at —
+// counted says what counts it: 1 the model's minute, 2 its day, 4 the
+// cap's minute, 8 the cap's day, 16 the key's spend, 32 the account's —
+// with what it reserves of the key's and the account's spend, and their
+// resets as of the take; and {0, retryAt, reason, level, 0} for one it
+// refused: reason is the kind of the bench that holds the key, or
+// reasonMinute (a minute window, or a budget that requests in flight
+// reserve) or reasonDay (a day window or a spent budget).
 const takeSource = `
 ops.take = function()
 local idx = KEYS[1]
@@ -597,14 +626,17 @@ end
 local cost, snow = tonumber(ARGV[17]), tonumber(ARGV[28])
 local budgets = {{key = KEYS[10], d = tonumber(ARGV[18]), m = tonumber(ARGV[19]), bit = 16},
   {key = KEYS[11], d = tonumber(ARGV[20]), m = tonumber(ARGV[21]), bit = 32}}
+local spentOut = false
 for _, b in ipairs(budgets) do
   if b.d > 0 or b.m > 0 then
     b.s = spendLoad(b.key, snow, tonumber(ARGV[22]), tonumber(ARGV[23]), tonumber(ARGV[24]),
       tonumber(ARGV[25]), tonumber(ARGV[26]), tonumber(ARGV[27]))
-    local fit, at = spendRoom(b.s, cost, b.d, b.m)
-    if not fit then ok, retry, reason = false, math.max(retry, at), reasonDay end
+    local fit, at, spent = spendRoom(b.s, cost, b.d, b.m, snow)
+    if not fit then ok, retry = false, math.max(retry, at) end
+    spentOut = spentOut or spent
   end
 end
+if spentOut then reason = reasonDay end
 if not ok then return {0, retry, reason, level, 0} end
 local counted, bit = 0, 1
 for _, s in ipairs(sets) do
@@ -614,9 +646,12 @@ for _, s in ipairs(sets) do
   if s.day or s.cal then counted = counted + 2 * bit end
   bit = 4
 end
-for _, b in ipairs(budgets) do
+local held = {0, 0}
+for i, b in ipairs(budgets) do
   if b.s then
-    spendAdd(b.s, snow, cost, snow)
+    held[i] = cost
+    if ARGV[29] == '1' then held[i] = math.max(cost, spendLeft(b.s, b.d, b.m)) end
+    spendAdd(b.s, snow, 0, held[i], snow)
     counted = counted + b.bit
   end
 end
@@ -627,7 +662,8 @@ local hold = now
 if sets[1].minute then hold = now + MW * MN end
 if sets[1].day or sets[1].cal then hold = now + DW * DN end
 if m ~= ARGV[2] and hold - busy > REFRESH then redis.call('HSET', idx, 'm' .. m, entryString(hold, lrn)) end
-return {1, now, 0, level, counted, tok}
+local function resets(b) if b.s then return b.s.g end return 0 end
+return {1, now, 0, level, counted, tok, held[1], held[2], resets(budgets[1]), resets(budgets[2])}
 end
 `
 
@@ -691,9 +727,12 @@ end
 //
 // ARGV, after the op: model, at (the take's server time), requests, tokens, and 1 or 0 for
 // each of: the model's minute window, its day window, the cap's minute
-// window, the cap's day window, calendar days; then the cost, 1 or 0 for
-// each of the key's and the account's spend, and the client's time of the
-// take (Unix milliseconds), by which spend counts.
+// window, the cap's day window, calendar days; then the cost spent, 1 or 0
+// for each of the key's and the account's spend, the client's time of the
+// take (Unix milliseconds), by which spend counts, and for each of the
+// key's and the account's spend the change of what the take reserves and
+// the spend's resets as of the take: a spend reset since holds nothing of
+// the take's.
 const adjustSource = `
 ops.adjust = function()
 local idx = KEYS[1]
@@ -716,11 +755,14 @@ apply(mk, dk, ARGV[5], ARGV[6])
 apply(KEYS[6], KEYS[7], ARGV[7], ARGV[8])
 local cost, sat = tonumber(ARGV[10]) or 0, tonumber(ARGV[13]) or 0
 for i, f in ipairs({ARGV[11], ARGV[12]}) do
-  if f == '1' and cost ~= 0 then
-    local v = redis.call('HMGET', KEYS[7 + i], 'ds', 'de', 'd', 'ms', 'me', 'm')
+  local held, g = tonumber(ARGV[12 + 2 * i]) or 0, tonumber(ARGV[13 + 2 * i]) or 0
+  if f == '1' and (cost ~= 0 or held ~= 0) then
+    local v = redis.call('HMGET', KEYS[7 + i], 'ds', 'de', 'd', 'ms', 'me', 'm', 'dh', 'mh', 'g')
     local s = {key = KEYS[7 + i], ds = tonumber(v[1]), de = tonumber(v[2]), d = tonumber(v[3]) or 0,
-      ms = tonumber(v[4]), me = tonumber(v[5]), m = tonumber(v[6]) or 0}
-    spendAdd(s, sat, cost, sat)
+      ms = tonumber(v[4]), me = tonumber(v[5]), m = tonumber(v[6]) or 0,
+      dh = tonumber(v[7]) or 0, mh = tonumber(v[8]) or 0}
+    if (tonumber(v[9]) or 0) ~= g then held = 0 end
+    spendAdd(s, sat, cost, held, sat)
   end
 end
 return 1
@@ -773,6 +815,39 @@ return redis.call('HDEL', KEYS[2], 'l' .. m)
 end
 `
 
+// forgetSource is the op "forget": it lifts what a key's answers set — its
+// benches and levels, what its windows count, the limits its models
+// learned — keeping when each model's windows were last used.
+//
+// KEYS: the key's index, its benches, then every window to empty: the
+// cap's, and each model's.
+const forgetSource = `
+ops.forget = function()
+for i = 2, #KEYS do redis.call('DEL', KEYS[i]) end
+local kv = redis.call('HGETALL', KEYS[1])
+for j = 1, #kv, 2 do
+  if string.sub(kv[j], 1, 1) == 'm' then
+    redis.call('HSET', KEYS[1], kv[j], entryString(entry(kv[j + 1]), {0, 0, 0, 0}))
+  end
+end
+return 1
+end
+`
+
+// resetSpendSource is the op "resetspend": it forgets what a key (or an
+// account) spent and what its requests in flight reserve, and counts the
+// reset, so that a reservation taken before gives back nothing it held.
+//
+// KEYS: the spend hash.
+const resetSpendSource = `
+ops.resetspend = function()
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'd', '0', 'm', '0', 'dh', '0', 'mh', '0')
+redis.call('HINCRBY', KEYS[1], 'g', 1)
+return 1
+end
+`
+
 // dispatch runs the op ARGV[1] names with the rest of ARGV.
 const dispatch = `
 local op = table.remove(ARGV, 1)
@@ -795,9 +870,11 @@ var storeScript = func() *redis.Script {
 		"$INDEXLIFE", strconv.FormatInt(indexLife, 10),
 		"$LEVELLIFE", strconv.FormatInt(levelLife, 10),
 		"$EVICTSCAN", strconv.Itoa(evictScan),
+		"$MAXEXACT", strconv.FormatInt(maxExact, 10),
+		"$RESERVED", strconv.FormatInt(int64(windowspec.ReservedRetry/time.Millisecond), 10),
 		"reasonMinute", strconv.Itoa(reasonMinute),
 		"reasonDay", strconv.Itoa(reasonDay),
 	)
 	return redis.NewScript(r.Replace(prelude + "local ops = {}\n" +
-		takeSource + learnSource + adjustSource + benchSource + resetLevelSource + dispatch))
+		takeSource + learnSource + adjustSource + benchSource + resetLevelSource + forgetSource + resetSpendSource + dispatch))
 }()

@@ -31,7 +31,7 @@ func (s *Store) state(ctx context.Context, provider, keyID string, clientNow tim
 		cm = p.HGetAll(ctx, n.capMinute())
 		cd = p.HGetAll(ctx, n.capDay())
 		cc = p.HGetAll(ctx, n.capCalendar())
-		spent = p.HMGet(ctx, n.spend(), "ds", "de", "d", "ms", "me", "m")
+		spent = p.HMGet(ctx, n.spend(), "ds", "de", "d", "ms", "me", "m", "dh", "mh")
 	})
 	s.sends.RUnlock()
 	_ = s.checkCarried(ctx, carried) // reported there
@@ -90,9 +90,9 @@ func (s *Store) state(ctx context.Context, provider, keyID string, clientNow tim
 	return st, nil
 }
 
-// spentOf reads a spend hash's fields ds, de, d, ms, me, m as they stand at
-// now (Unix milliseconds): what was spent in the day and the month that
-// hold now, in dollars.
+// spentOf reads a spend hash's fields ds, de, d, ms, me, m, dh, mh as they
+// stand at now (Unix milliseconds): what was spent in the day and the
+// month that hold now, with what requests in flight reserve, in dollars.
 func spentOf(v []any, now int64) keypool.Budget {
 	n := func(i int) int64 {
 		s, _ := v[i].(string)
@@ -100,11 +100,11 @@ func spentOf(v []any, now int64) keypool.Budget {
 		return x
 	}
 	var b keypool.Budget
-	if len(v) == 6 && now >= n(0) && now < n(1) {
-		b.PerDay = float64(n(2)) / 1e6
+	if len(v) == 8 && now >= n(0) && now < n(1) {
+		b.PerDay = float64(n(2)+n(6)) / 1e6
 	}
-	if len(v) == 6 && now >= n(3) && now < n(4) {
-		b.PerMonth = float64(n(5)) / 1e6
+	if len(v) == 8 && now >= n(3) && now < n(4) {
+		b.PerMonth = float64(n(5)+n(7)) / 1e6
 	}
 	return b
 }

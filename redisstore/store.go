@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -173,14 +174,15 @@ func (s *Store) Take(ctx context.Context, t keypool.Claim) (keypool.Grant, error
 	s.sends.RUnlock()
 	s.checkCarried(ctx, carried)
 	v, err := take.cmd.Int64Slice()
-	if err == nil && len(v) != 5 && len(v) != 6 {
+	if err == nil && len(v) != 5 && len(v) != 10 {
 		err = fmt.Errorf("take script answered %v", v)
 	}
 	if err != nil {
 		return s.takeLocal(ctx, t, s.fail(ctx, err))
 	}
-	if v[0] == 1 && len(v) == 6 {
-		r := &reservation{store: s, claim: t, at: v[1], counted: v[4], tokens: v[5], cost: exact(t.Cost)}
+	if v[0] == 1 && len(v) == 10 {
+		r := &reservation{store: s, claim: t, at: v[1], counted: v[4], tokens: v[5],
+			held: [2]int64{v[6], v[7]}, resets: [2]int64{v[8], v[9]}}
 		return keypool.Grant{OK: true, Level: int(v[3]), Reservation: r}, nil
 	}
 	reason := keypool.Kind(v[2])
@@ -251,7 +253,7 @@ func (s *Store) takeCall(t keypool.Claim) *evalCall {
 		exact(t.Limits.RPM), exact(t.Limits.TPM), exact(t.Limits.RPD), exact(t.Limits.TPD),
 		exact(t.Cap.RPM), exact(t.Cap.TPM), exact(t.Cap.RPD), exact(t.Cap.TPD),
 		start, end, next, flag(t.Named), exact(t.Cost), bd, bm, ad, am,
-		dayStart, dayEnd, nextDay, monthStart, monthEnd, nextMonth, t.Now.UnixMilli())
+		dayStart, dayEnd, nextDay, monthStart, monthEnd, nextMonth, t.Now.UnixMilli(), flag(t.Unbounded))
 }
 
 // exact returns n within what a Lua number holds exactly, and never below
@@ -262,14 +264,19 @@ func exact(n int64) int64 { return min(max(n, 0), maxExact) }
 // adjustment, which the next take carries, or the store's goroutine sends
 // within settleDelay.
 type reservation struct {
-	store    *Store
-	claim    keypool.Claim
-	at       int64 // when Redis recorded the take, Unix milliseconds
-	counted  int64 // the windows that count it, as the take script says
-	tokens   int64 // the tokens it counts now
-	cost     int64 // the cost it counts now, in millionths of a dollar
-	mu       sync.Mutex
-	released bool
+	store   *Store
+	claim   keypool.Claim
+	at      int64 // when Redis recorded the take, Unix milliseconds
+	counted int64 // the windows that count it, as the take script says
+	tokens  int64 // the tokens it counts now
+	// held is what the take reserves of the key's and the account's
+	// spend until it settles, in millionths of a dollar, as of their
+	// resets; cost is what it spent since.
+	held, resets [2]int64
+	cost         int64
+	mu           sync.Mutex
+	settled      bool
+	released     bool
 }
 
 // Settle implements keypool.Reservation.
@@ -280,8 +287,8 @@ func (r *reservation) Settle(_ context.Context, tokens, cost int64) error {
 		return nil
 	}
 	tokens, cost = exact(tokens), exact(cost)
-	r.store.queue(adjustment{claim: r.claim, at: r.at, counted: r.counted, tokens: tokens - r.tokens, cost: cost - r.cost})
-	r.tokens, r.cost = tokens, cost
+	r.store.queue(r.spend(adjustment{claim: r.claim, at: r.at, counted: r.counted, tokens: tokens - r.tokens}, cost))
+	r.tokens = tokens
 	return nil
 }
 
@@ -293,8 +300,19 @@ func (r *reservation) Release(context.Context) error {
 		return nil
 	}
 	r.released = true
-	r.store.queue(adjustment{claim: r.claim, at: r.at, counted: r.counted, requests: -1, tokens: -r.tokens, cost: -r.cost})
+	r.store.queue(r.spend(adjustment{claim: r.claim, at: r.at, counted: r.counted, requests: -1, tokens: -r.tokens}, 0))
 	return nil
+}
+
+// spend returns a with what makes cost what the take spent: what it
+// reserved is no longer held. r.mu must be held.
+func (r *reservation) spend(a adjustment, cost int64) adjustment {
+	a.cost, a.resets = cost-r.cost, r.resets
+	if !r.settled {
+		a.held = [2]int64{-r.held[0], -r.held[1]}
+	}
+	r.settled, r.cost = true, cost
+	return a
 }
 
 // Bench implements keypool.Store. The bench's end is kept in Unix
@@ -366,11 +384,37 @@ func known(n int64) int64 {
 	return exact(n)
 }
 
-// Unbench implements keypool.Store.
+// Unbench implements keypool.Store: it lifts the benches and levels, and
+// empties the windows and forgets the limits of every model the key's
+// index names.
 func (s *Store) Unbench(ctx context.Context, provider, keyID string) error {
-	key := names(s.cfg.prefix, provider, keyID).benches()
-	remote := func(ctx context.Context) error { return s.rdb.Del(ctx, key).Err() }
+	n := names(s.cfg.prefix, provider, keyID)
+	remote := func(ctx context.Context) error {
+		fields, err := s.rdb.HKeys(ctx, n.index()).Result()
+		if err != nil {
+			return err
+		}
+		keys := []string{n.index(), n.benches(), n.capMinute(), n.capDay(), n.capCalendar()}
+		for _, f := range fields {
+			if m, ok := strings.CutPrefix(f, "m"); ok {
+				keys = append(keys, n.minute(m), n.day(m), n.calendar(m))
+			}
+		}
+		return call("forget", keys).run(s.rdb)(ctx)
+	}
 	return s.change(ctx, remote, func() error { return s.local.Unbench(ctx, provider, keyID) })
+}
+
+// ResetSpend implements keypool.SpendResetter.
+func (s *Store) ResetSpend(ctx context.Context, provider, keyID string) error {
+	key := names(s.cfg.prefix, provider, keyID).spend()
+	remote := call("resetspend", []string{key}).run(s.rdb)
+	return s.change(ctx, remote, func() error {
+		if r, ok := s.local.(keypool.SpendResetter); ok {
+			return r.ResetSpend(ctx, provider, keyID)
+		}
+		return nil
+	})
 }
 
 // State implements keypool.Store, on the server's clock; now places only

@@ -57,6 +57,8 @@ func Run(t *testing.T, h Harness) {
 		{"BenchEnds", benchEnds, false},
 		{"Level", level, false},
 		{"Unbench", unbench, false},
+		{"UnbenchLiftsWhatAnswersSet", unbenchLiftsWhatAnswersSet, false},
+		{"ResetSpend", resetSpend, false},
 		{"KeysAreSeparate", keysAreSeparate, false},
 		{"Restart", restart, false},
 		{"FullKeyKeepsNamedModels", fullKeyKeepsNamedModels, false},
@@ -69,6 +71,8 @@ func Run(t *testing.T, h Harness) {
 		{"RestartKeepsLearnedLimits", restartKeepsLearned, false},
 		{"BudgetsHoldSpend", budgetsHoldSpend, false},
 		{"AccountBudgetsAreShared", accountBudgetsAreShared, false},
+		{"ReservationsHoldTheBudget", reservationsHoldTheBudget, false},
+		{"UnboundedTakesAllThatIsLeft", unboundedTakesAllThatIsLeft, false},
 		{"BudgetsReturnWithTheNextDay", budgetsReturnWithTheNextDay, true},
 		{"RestartKeepsSpend", restartKeepsSpend, false},
 	}
@@ -300,6 +304,59 @@ func unbench(t *testing.T, h Harness) {
 	g := mustTake(t, s, take(h, "k", "m", keypool.Limits{}, 0))
 	assert.True(t, g.OK)
 	assert.Equal(t, 0, g.Level)
+}
+
+// unbenchLiftsWhatAnswersSet holds Unbench to lifting all that one answer
+// can set beside a bench: a vendor's statement that the day is spent, with
+// the day limit it stated, and the settle of a usage that fills the day's
+// tokens.
+func unbenchLiftsWhatAnswersSet(t *testing.T, h Harness) {
+	s := h.Open(t)
+	lim := keypool.Limits{RPD: 100, TPD: 1000}
+	require.NoError(t, s.Learn(ctx, learn(h, "k", "", "m", keypool.Limits{RPD: 5}, keypool.Limits{RPM: -1, TPM: -1, RPD: 5, TPD: -1}, time.Time{})))
+	g := mustTake(t, s, take(h, "k", "m", lim, 10))
+	require.False(t, g.OK, "the vendor said the day's 5 requests are spent")
+	assert.Equal(t, keypool.KindQuota, g.Reason)
+	require.NoError(t, s.Unbench(ctx, "suite", "k"))
+	assert.Equal(t, keypool.Limits{}, learned(t, s, h, "k", "m"), "the stated limit is forgotten")
+	g = mustTake(t, s, take(h, "k", "m", lim, 10))
+	require.True(t, g.OK, "the stated day is lifted")
+	require.NoError(t, g.Reservation.Settle(ctx, 1_000_000, 0))
+	assert.False(t, mustTake(t, s, take(h, "k", "m", lim, 10)).OK, "an answer's usage filled the day's tokens")
+	require.NoError(t, s.Unbench(ctx, "suite", "k"))
+	assert.True(t, mustTake(t, s, take(h, "k", "m", lim, 10)).OK, "and Unbench lifts it")
+
+	require.NoError(t, s.Learn(ctx, learn(h, "k2", "org", "m", keypool.Limits{}, keypool.Limits{RPM: -1, TPM: -1, RPD: 100, TPD: -1}, time.Time{})))
+	c := take(h, "k2", "m", lim, 10)
+	c.Account = "org"
+	require.False(t, mustTake(t, s, c).OK, "an account's day, stated spent")
+	require.NoError(t, s.Unbench(ctx, "suite", windowspec.AccountID("org")))
+	assert.True(t, mustTake(t, s, c).OK, "is lifted under the account's ID")
+}
+
+// resetSpend holds a store that can reset spend (keypool.SpendResetter)
+// to forgetting what was spent and what is reserved, with a reservation
+// taken before the reset giving back nothing it held once it settles.
+func resetSpend(t *testing.T, h Harness) {
+	s := h.Open(t)
+	r, ok := s.(keypool.SpendResetter)
+	if !ok {
+		t.Skip("the store cannot reset spend")
+	}
+	day := keypool.Budget{PerDay: 0.05}
+	spendOf(t, s, h, "k", 30_000, day)
+	inFlight := mustTake(t, s, priced(h, "k", 20_000, day))
+	require.True(t, inFlight.OK)
+	require.False(t, mustTake(t, s, priced(h, "k", 1, day)).OK)
+	require.NoError(t, r.ResetSpend(ctx, "suite", "k"))
+	assert.Zero(t, spent(t, s, h, "k").PerDay, "nothing spent, nothing reserved")
+	after := mustTake(t, s, priced(h, "k", 40_000, day))
+	require.True(t, after.OK, "the whole budget has room again")
+	require.NoError(t, inFlight.Reservation.Settle(ctx, 10, 5_000))
+	assert.InDelta(t, 0.045, spent(t, s, h, "k").PerDay, 1e-9,
+		"the request in flight before the reset spends what it cost and takes nothing from what came after it")
+	assert.False(t, mustTake(t, s, priced(h, "k", 10_000, day)).OK, "40,000 reserved and 5,000 spent leave 5,000")
+	require.NoError(t, r.ResetSpend(ctx, "suite", "never-spent"), "a key that spent nothing")
 }
 
 func keysAreSeparate(t *testing.T, h Harness) {
@@ -538,6 +595,15 @@ func priced(h Harness, k string, cost int64, budget keypool.Budget) keypool.Clai
 	return c
 }
 
+// spendOf takes a request of key k costing cost millionths of a dollar
+// against budget, which must fit, and settles it at that cost.
+func spendOf(t *testing.T, s keypool.Store, h Harness, k string, cost int64, budget keypool.Budget) {
+	t.Helper()
+	g := mustTake(t, s, priced(h, k, cost, budget))
+	require.True(t, g.OK)
+	require.NoError(t, g.Reservation.Settle(ctx, 10, cost))
+}
+
 func spent(t *testing.T, s keypool.Store, h Harness, id string) keypool.Budget {
 	t.Helper()
 	st, err := s.State(ctx, "suite", id, h.Now())
@@ -554,20 +620,110 @@ func budgetsHoldSpend(t *testing.T, h Harness) {
 	require.True(t, g2.OK)
 	g := mustTake(t, s, priced(h, "k", 20_000, day))
 	assert.False(t, g.OK, "60,000 is over a day's 50,000")
-	assert.Equal(t, keypool.KindQuota, g.Reason)
-	assert.True(t, g.RetryAt.After(h.Now()) && !g.RetryAt.After(h.Now().Add(24*time.Hour)), "back with the next day: %v", g.RetryAt)
-	assert.InDelta(t, 0.04, spent(t, s, h, "k").PerDay, 1e-9)
+	assert.Equal(t, keypool.KindRate, g.Reason, "what requests in flight reserve is no spent budget")
+	assert.False(t, g.RetryAt.Before(h.Now()), "retry soon: %v", g.RetryAt)
+	assert.False(t, g.RetryAt.After(h.Now().Add(time.Minute)), "retry soon, when the reservations may have settled: %v", g.RetryAt)
+	assert.InDelta(t, 0.04, spent(t, s, h, "k").PerDay, 1e-9, "Spent counts what requests in flight reserve")
 	require.NoError(t, g1.Reservation.Settle(ctx, 100, 5_000))
 	assert.InDelta(t, 0.025, spent(t, s, h, "k").PerDay, 1e-9, "a settle replaces the estimate by what was spent")
-	assert.True(t, mustTake(t, s, priced(h, "k", 20_000, day)).OK, "25,000 + 20,000 fits")
+	g3 := mustTake(t, s, priced(h, "k", 20_000, day))
+	assert.True(t, g3.OK, "25,000 + 20,000 fits")
 	require.NoError(t, g2.Reservation.Release(ctx))
 	assert.InDelta(t, 0.025, spent(t, s, h, "k").PerDay, 1e-9, "a release gives its cost back")
 	assert.InDelta(t, 0.025, spent(t, s, h, "k").PerMonth, 1e-9, "the month counts it too")
+	require.NoError(t, g3.Reservation.Settle(ctx, 100, 40_000))
+	g = mustTake(t, s, priced(h, "k", 10_000, day))
+	assert.False(t, g.OK, "45,000 spent and 10,000 more is over 50,000")
+	assert.Equal(t, keypool.KindQuota, g.Reason, "a spent budget")
+	assert.True(t, g.RetryAt.After(h.Now()) && !g.RetryAt.After(h.Now().Add(24*time.Hour)), "back with the next day: %v", g.RetryAt)
 	month := keypool.Budget{PerMonth: 0.03}
 	g = mustTake(t, s, priced(h, "k2", 40_000, month))
 	assert.False(t, g.OK, "over the month's budget")
 	assert.True(t, g.RetryAt.After(h.Now().Add(-time.Second)) && !g.RetryAt.After(h.Now().Add(32*24*time.Hour)), "back with the next month: %v", g.RetryAt)
 	assert.True(t, mustTake(t, s, priced(h, "k3", 1<<40, keypool.Budget{})).OK, "no budget: no cap")
+}
+
+// reservationsHoldTheBudget holds a store to counting what admitted
+// requests reserve against what is left until they settle: many takes at
+// once never reserve more than the cap, and settles and releases give back
+// what they do not spend.
+func reservationsHoldTheBudget(t *testing.T, h Harness) {
+	s := h.Open(t)
+	day := keypool.Budget{PerDay: 0.1} // 100,000 millionths of a dollar
+	const takers = 40
+	var wg sync.WaitGroup
+	grants := make(chan keypool.Grant, takers)
+	for range takers {
+		wg.Go(func() {
+			g, err := s.Take(ctx, priced(h, "k", 10_000, day))
+			assert.NoError(t, err)
+			grants <- g
+		})
+	}
+	wg.Wait()
+	close(grants)
+	var admitted []keypool.Grant
+	for g := range grants {
+		if g.OK {
+			admitted = append(admitted, g)
+		} else {
+			assert.Equal(t, keypool.KindRate, g.Reason, "refused for what is in flight, not for what was spent")
+		}
+	}
+	assert.Len(t, admitted, 10, "reservations in flight count against what is left: 10 of 10,000 fit 100,000")
+	assert.InDelta(t, 0.1, spent(t, s, h, "k").PerDay, 1e-9)
+	for i, g := range admitted {
+		if i%2 == 0 {
+			require.NoError(t, g.Reservation.Settle(ctx, 10, 2_000))
+		} else {
+			require.NoError(t, g.Reservation.Release(ctx))
+		}
+	}
+	assert.InDelta(t, 0.01, spent(t, s, h, "k").PerDay, 1e-9, "five settled at 2,000, five released")
+	g := mustTake(t, s, priced(h, "k", 90_000, day))
+	assert.True(t, g.OK, "10,000 spent and 90,000 reserved fill 100,000")
+	require.NoError(t, g.Reservation.Settle(ctx, 10, 120_000))
+	assert.InDelta(t, 0.13, spent(t, s, h, "k").PerDay, 1e-9, "an answer that cost more than its reserve counts what it cost")
+	g = mustTake(t, s, priced(h, "k", 1, day))
+	assert.False(t, g.OK)
+	assert.Equal(t, keypool.KindQuota, g.Reason)
+}
+
+// unboundedTakesAllThatIsLeft holds a store to reserving, for a request
+// that states no bound, all that is left of each cap — the key's and its
+// account's — so that nothing runs beside it, and to giving it back when
+// it settles.
+func unboundedTakesAllThatIsLeft(t *testing.T, h Harness) {
+	s := h.Open(t)
+	of := func(k string, cost int64) keypool.Claim {
+		c := take(h, k, "m", keypool.Limits{}, 0)
+		c.Account, c.Cost = "org", cost
+		c.Budget, c.AccountBudget = keypool.Budget{PerDay: 0.05}, keypool.Budget{PerDay: 0.08, PerMonth: 0.07}
+		return c
+	}
+	g := mustTake(t, s, of("k1", 10_000))
+	require.True(t, g.OK)
+	require.NoError(t, g.Reservation.Settle(ctx, 10, 10_000))
+	unbounded := of("k1", 1_000)
+	unbounded.Unbounded = true
+	u := mustTake(t, s, unbounded)
+	require.True(t, u.OK)
+	assert.InDelta(t, 0.05, spent(t, s, h, "k1").PerDay, 1e-9, "the key's budget, all reserved")
+	assert.InDelta(t, 0.07, spent(t, s, h, windowspec.AccountID("org")).PerDay, 1e-9, "the account's, up to its tighter cap (the month's)")
+	g = mustTake(t, s, of("k2", 1))
+	assert.False(t, g.OK, "nothing runs beside it, on another key of the account either")
+	assert.Equal(t, keypool.KindRate, g.Reason)
+	assert.False(t, g.RetryAt.After(h.Now().Add(time.Minute)), "retry soon: %v", g.RetryAt)
+	require.NoError(t, u.Reservation.Settle(ctx, 10, 3_000))
+	assert.InDelta(t, 0.013, spent(t, s, h, "k1").PerDay, 1e-9, "it spent what it cost")
+	assert.InDelta(t, 0.013, spent(t, s, h, windowspec.AccountID("org")).PerDay, 1e-9)
+	assert.True(t, mustTake(t, s, of("k2", 1)).OK, "and gave back the rest")
+	spentOut := of("k3", 1)
+	spentOut.Unbounded = true
+	spentOut.Cost = 60_000
+	g = mustTake(t, s, spentOut)
+	assert.False(t, g.OK, "an unbounded request needs what is left to hold its estimate")
+	assert.Equal(t, keypool.KindQuota, g.Reason)
 }
 
 func accountBudgetsAreShared(t *testing.T, h Harness) {
@@ -591,9 +747,10 @@ func accountBudgetsAreShared(t *testing.T, h Harness) {
 func budgetsReturnWithTheNextDay(t *testing.T, h Harness) {
 	s := h.Open(t)
 	day := keypool.Budget{PerDay: 0.01}
-	require.True(t, mustTake(t, s, priced(h, "k", 10_000, day)).OK)
+	spendOf(t, s, h, "k", 10_000, day)
 	g := mustTake(t, s, priced(h, "k", 1, day))
 	require.False(t, g.OK)
+	require.Equal(t, keypool.KindQuota, g.Reason)
 	h.Advance(t, g.RetryAt.Sub(h.Now()))
 	assert.True(t, mustTake(t, s, priced(h, "k", 10_000, day)).OK, "a take at RetryAt goes through: the next day")
 }

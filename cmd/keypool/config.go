@@ -443,6 +443,9 @@ func (c *config) resolve(env func(string) (string, bool)) (*settings, error) {
 		r, inline := u.resolve(fields[i], env, &m)
 		s.inlineKey = s.inlineKey || inline
 		s.routes = append(s.routes, r)
+		if w := u.unboundedWarning(fields[i]); w != "" {
+			s.warnings = append(s.warnings, w)
+		}
 	}
 	judgeRoutes(s.routes, fields, &m)
 	return s, m.err()

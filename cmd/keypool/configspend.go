@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/keypool-go/keypool"
 )
@@ -17,15 +18,19 @@ import (
 // key names.
 
 // price is what a model costs, in US dollars per million tokens;
-// cached_input zero prices cached input tokens as input.
+// cached_input zero prices cached input tokens as input. max_output is
+// the most output tokens the model writes in one answer (zero: unknown):
+// a budget reserves it for a request that states no max_tokens, which
+// otherwise reserves all that is left and runs alone (keypool.Budget).
 type price struct {
 	Input       float64 `yaml:"input"`
 	Output      float64 `yaml:"output"`
 	CachedInput float64 `yaml:"cached_input"`
+	MaxOutput   int64   `yaml:"max_output"`
 }
 
 func (p price) pool() keypool.Price {
-	return keypool.Price{Input: p.Input, Output: p.Output, CachedInput: p.CachedInput}
+	return keypool.Price{Input: p.Input, Output: p.Output, CachedInput: p.CachedInput, MaxOutput: p.MaxOutput}
 }
 
 // budget caps what a key or an account spends, in US dollars per calendar
@@ -50,6 +55,7 @@ func (p price) fields() []dollarField[keypool.Price] {
 		{"input", p.Input, keypool.Price{Input: p.Input}},
 		{"output", p.Output, keypool.Price{Output: p.Output}},
 		{"cached_input", p.CachedInput, keypool.Price{CachedInput: p.CachedInput}},
+		{"max_output", float64(p.MaxOutput), keypool.Price{MaxOutput: p.MaxOutput}},
 	}
 }
 
@@ -148,6 +154,41 @@ func (u upstream) needsPrices(field string, m *mistakes) {
 			m.addf(fmt.Sprintf("%s.keys[%d].budget", field, j), "%s is not set: a budget counts spend by the models' prices, and a model without one is never sent to a key with a budget", field+".prices")
 		}
 	}
+}
+
+// unboundedWarning says, for an upstream with a budget, which priced models
+// have no max_output: a request for one that names no max_tokens reserves
+// all that is left of a budget, so such requests run one at a time. The
+// proxy does not set max_tokens on them: that would cut the answers its
+// clients asked for, and the vendors name the field differently. It
+// returns "" when there is nothing to say.
+func (u upstream) unboundedWarning(field string) string {
+	budgeted := len(u.AccountBudgets) > 0
+	for _, k := range u.Keys {
+		budgeted = budgeted || k.Budget != (budget{})
+	}
+	if !budgeted {
+		return ""
+	}
+	var models []string
+	for _, model := range sortedKeys(u.Prices) {
+		if u.Prices[model].MaxOutput == 0 {
+			models = append(models, model)
+		}
+	}
+	if len(models) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s.prices: %s %s no max_output: a request for %s that names no max_tokens reserves all that is left of a budget, and runs alone",
+		field, strings.Join(models, ", "), plural(len(models), "has", "have"), plural(len(models), "it", "them"))
+}
+
+// plural returns one when n is 1, else many.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // sortedKeys returns the keys of a map in order, so that mistakes come in

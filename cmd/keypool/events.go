@@ -18,8 +18,9 @@ const eventRingSize = 128
 type eventView struct {
 	At time.Time `json:"at"`
 	// Kind is "bench", "back" (a bench ended), "unbench" (an operator
-	// lifted one), "failover" (a request went past a route) or "route"
-	// (a route's own failure benched it).
+	// lifted one), "reset-spend" (an operator reset a key's spend),
+	// "failover" (a request went past a route) or "route" (a route's own
+	// failure benched it).
 	Kind  string `json:"kind"`
 	Route string `json:"route,omitempty"`
 	Key   string `json:"key,omitempty"`
@@ -109,9 +110,14 @@ func (r *eventRing) routed(e keypool.RouteEvent) (benched bool) {
 	return false
 }
 
-// unbenched records an operator's unbench.
-func (r *eventRing) unbenched(route, key, by string) {
-	r.add(eventView{Kind: "unbench", Route: route, Key: key, Text: key + " unbenched by " + by})
+// operated records an operator's action on a key (keyActions): kind
+// "unbench" or "reset-spend".
+func (r *eventRing) operated(kind, route, key, by string) {
+	text := key + " unbenched by " + by
+	if kind != "unbench" {
+		text = key + "'s spend reset by " + by
+	}
+	r.add(eventView{Kind: kind, Route: route, Key: key, Text: text})
 }
 
 func earlier(a, b time.Time) time.Time {

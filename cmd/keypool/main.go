@@ -5,6 +5,7 @@
 //	keypool serve    a local proxy that pools upstream keys behind one base URL, with a status page
 //	keypool status   each key's benches and window use
 //	keypool unbench  lift a key's benches on a running proxy
+//	keypool reset-spend  forget what a key spent on a running proxy
 //	keypool version  which keypool this is
 //
 // Run "keypool help" for the commands and "keypool <command> -h" for their
@@ -60,6 +61,7 @@ func commands() []command {
 		{"serve", "serve a local proxy that pools upstream keys behind one base URL", runServe},
 		{"status", "show each key's benches and window use, from a proxy or a state directory", runStatus},
 		{"unbench", "lift a key's benches on a running proxy", runUnbench},
+		{"reset-spend", "forget what a key spent on a running proxy", runResetSpend},
 		{"version", "show keypool's version and how it was built", runVersion},
 	}
 }

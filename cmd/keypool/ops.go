@@ -10,12 +10,59 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+
+	"github.com/keypool-go/keypool"
 )
 
+// keyAction is an operator's action on one key of a running proxy: the
+// command keypool NAME and the endpoint POST /keys/{route}/{key}/NAME.
+type keyAction struct {
+	name string
+	help string // the command's
+	// done says what the command did; flag names the endpoint's answer's
+	// field that says it did.
+	done string
+	flag string
+	// act does it to a key of a pool, and logged is the proxy's log
+	// message of it.
+	act    func(*keypool.Pool, context.Context, string) error
+	logged string
+}
+
+// keyActions are the operator's actions on a key.
+var keyActions = []keyAction{
+	{name: "unbench", flag: "unbenched", logged: "unbenched", act: (*keypool.Pool).Unbench,
+		help: "Lifts the benches of a key of a running proxy, and its route's, so that the next request tries it:\n" +
+			"for a key that was fixed (a topped-up balance, a renewed key). It also forgets what the key's windows\n" +
+			"count and the limits the vendor stated, so that nothing one answer set outlives it.\n" +
+			"keypool status -url lists routes and keys.",
+		done: "Unbenched %s of route %s: the next request may use it."},
+	{name: "reset-spend", flag: "reset", logged: "spend reset", act: (*keypool.Pool).ResetSpend,
+		help: "Forgets what a key of a running proxy spent today and this month, and what its requests in flight\n" +
+			"reserve — its account's too, which the account's other keys share — so that its budget has all its\n" +
+			"room again: for a vendor's report that was wrong, or reservations a stopped process left counted.\n" +
+			"keypool status -url lists routes and keys.",
+		done: "Reset the spend of %s of route %s: its budget has all its room again."},
+}
+
 func runUnbench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("unbench", "keypool unbench -url URL ROUTE/KEY",
-		"Lifts the benches of a key of a running proxy, and its route's, so that the next request tries it:\n"+
-			"for a key that was fixed (a topped-up balance, a renewed key). keypool status -url lists routes and keys.")
+	return keyActions[0].run(ctx, args, stdout, stderr)
+}
+
+func runResetSpend(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return keyActions[1].run(ctx, args, stdout, stderr)
+}
+
+// keyActionResult is the JSON answer of an operator's action on a key.
+type keyActionResult struct {
+	Route string `json:"route"`
+	Key   string `json:"key"`
+}
+
+// run runs the action's command, which posts to a running proxy's
+// endpoint keys/ROUTE/KEY/NAME and says what it did.
+func (a keyAction) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet(a.name, "keypool "+a.name+" -url URL ROUTE/KEY", a.help)
 	addr := fs.String("url", "", "a running proxy's base URL, as its clients use it: http://127.0.0.1:8787 or http://127.0.0.1:8787/v1")
 	token := fs.String("token", "", "an operator token (default: $KEYPOOL_OPERATOR_TOKEN, else $KEYPOOL_PROXY_TOKEN)")
 	rest, err := parseArgs(fs, args, stderr, 1)
@@ -32,12 +79,12 @@ func runUnbench(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *addr == "" {
 		return usageError{errors.New("-url URL is required: the proxy's base URL")}
 	}
-	var res unbenchResult
-	endpoint := "keys/" + url.PathEscape(route) + "/" + url.PathEscape(key) + "/unbench"
+	var res keyActionResult
+	endpoint := "keys/" + url.PathEscape(route) + "/" + url.PathEscape(key) + "/" + a.name
 	if err := callProxy(ctx, http.MethodPost, *addr, endpoint, givenToken(*token), &res); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "Unbenched %s of route %s: the next request may use it.\n", res.Key, res.Route)
+	fmt.Fprintf(stdout, a.done+"\n", res.Key, res.Route)
 	return nil
 }
 

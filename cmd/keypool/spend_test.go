@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -52,6 +53,11 @@ func TestConfigSpend(t *testing.T) {
 			`upstreams[0].account_budgets.teem: no key of this upstream names the account "teem"`},
 		{"an account's negative budget", keys + `, prices: {m: {input: 1}}, account_budgets: {team: {per_day: -1}}`,
 			"upstreams[0].account_budgets.team.per_day: -1 is negative"},
+		{"a key's budget below the counting unit", `keys: [{secret: a, budget: {per_day: 0.0000004}}], prices: {m: {input: 1}}`,
+			"upstreams[0].keys[0].budget.per_day: budget {PerDay:4e-07 PerMonth:0}: 4e-07 is below a millionth of a dollar, the unit spend is counted in, and would cap nothing (0 is no cap)"},
+		{"an account's budget below the counting unit", keys + `, prices: {m: {input: 1}}, account_budgets: {team: {per_month: 1e-9}}`,
+			"upstreams[0].account_budgets.team.per_month: budget {PerDay:0 PerMonth:1e-09}: 1e-09 is below a millionth of a dollar, the unit spend is counted in, and would cap nothing (0 is no cap)"},
+		{"a negative max_output", keys + `, prices: {gpt-4o: {input: 1, max_output: -5}}`, "upstreams[0].prices.gpt-4o.max_output: -5 is negative"},
 		{"an account's name the library refuses", "keys: [{secret: a, account: \"t\\x01m\"}], prices: {m: {input: 1}}, account_budgets: {\"t\\x01m\": {per_day: 1}}",
 			`upstreams[0].account_budgets["t\x01m"]: the account has a control character at byte 1`},
 	}
@@ -73,6 +79,34 @@ func TestConfigSpend(t *testing.T) {
 			assert.Len(t, lines(err.Error()), 1+others[tt.name], "one mistake, at its field: %s", err)
 		})
 	}
+}
+
+// A price's max_output reaches the pool, and check warns of a budgeted
+// upstream whose prices lack it: requests without max_tokens would run
+// one at a time.
+func TestConfigMaxOutput(t *testing.T) {
+	resolve := func(upstream string) *settings {
+		c, err := parseConfig([]byte("proxy_tokens: [t]\nupstreams: [{url: 'https://x', "+upstream+"}]\n"), "k")
+		require.NoError(t, err)
+		s, err := c.resolve(func(string) (string, bool) { return "", false })
+		require.NoError(t, err)
+		return s
+	}
+	const budgeted = `keys: [{secret: a, budget: {per_day: 1}}], `
+	s := resolve(budgeted + `prices: {gpt-4o: {input: 2.5, output: 10, max_output: 16384}, o1: {input: 15, output: 60}, o3: {output: 8}}`)
+	assert.Equal(t, []string{"upstreams[0].prices: o1, o3 have no max_output: a request for them that names no max_tokens reserves all that is left of a budget, and runs alone"}, s.warnings)
+	assert.Empty(t, resolve(budgeted+`prices: {gpt-4o: {input: 2.5, max_output: 16384}}`).warnings)
+	assert.Empty(t, resolve(`keys: [{secret: a}], prices: {o1: {input: 15}}`).warnings, "no budget: nothing to reserve")
+
+	// The pool reserves max_output for a request without max_tokens: at
+	// $10 a million, 16384 tokens are $0.16, more than a $0.10 budget.
+	s = resolve(`keys: [{secret: a, budget: {per_day: 0.1}}], prices: {gpt-4o: {output: 10, max_output: 16384}}`)
+	r := s.routes[0]
+	pool, err := keypool.New(r.name, r.keys, r.options...)
+	require.NoError(t, err)
+	defer pool.Close()
+	err = pool.Do(t.Context(), "gpt-4o", func(context.Context, keypool.Key) error { return nil })
+	assert.ErrorContains(t, err, "can cost up to $0.163840")
 }
 
 // assertBudgets checks that the fine case's budgets reach its pool: the
@@ -367,4 +401,32 @@ func TestProxyRefusesAModelWithoutAPriceForBudgetedKeys(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, status)
 	assert.Contains(t, body, `model \"gpt-4o\" has no price`)
 	assert.Equal(t, int64(2), sim.Totals().Served, "nothing more was sent")
+}
+
+// keypool reset-spend gives a spent budget its room again on a running
+// proxy, for the operator who says so, and logs who did.
+func TestResetSpendCommand(t *testing.T) {
+	clock := newTestClock(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))
+	sim := spendSim(t, clock.now)
+	addr := serveAt(t, spendConfig(sim, t.TempDir()), clock)
+	served, _, _ := spendUntilRefused(t, addr)
+	require.Equal(t, 5, served, "the free key's 2, then the paid key's 3")
+	t.Setenv("KEYPOOL_PROXY_TOKEN", proxyToken)
+
+	status, stdout, stderr := runKeypool(t, "reset-spend", "-url", "http://"+addr, "openai/paid")
+	require.Equal(t, 0, status, "stderr: %s", stderr)
+	assert.Contains(t, stdout, "Reset the spend of paid of route openai")
+	k := statusKeys(t, addr)["paid"]
+	require.NotNil(t, k.Spend)
+	assert.Zero(t, k.Spend.Today)
+	assert.Equal(t, "serving", k.State)
+	status, _, _ = spendRequest(t, addr)
+	assert.Equal(t, http.StatusOK, status, "the budget has its room again")
+
+	status, _, stderr = runKeypool(t, "reset-spend", "-url", "http://"+addr, "openai/nope")
+	assert.Equal(t, 1, status)
+	assert.Contains(t, stderr, `no key "nope" in a route "openai"`)
+	status, _, stderr = runKeypool(t, "reset-spend", "-url", "http://"+addr)
+	assert.Equal(t, exitUsage, status)
+	assert.Contains(t, stderr, "give the key as ROUTE/KEY")
 }

@@ -25,15 +25,16 @@ import (
 //	GET  /status                         JSON of every route, key and recent event
 //	GET  /metrics                        Prometheus
 //	POST /keys/{route}/{key}/unbench     lifts a key's benches and its route's
+//	POST /keys/{route}/{key}/reset-spend forgets what a key and its account spent
 //
-// /status, /metrics and unbench take an operator token (as the forwarded
-// requests take a proxy token) or the page's session cookie, and the page
-// logs in with an operator token; without operator_tokens, a proxy token
-// serves as one. An operator token never lets a request through to an
-// upstream, nor does the cookie. The state-changing ones refuse a
-// cross-origin browser request. All of them answer only under the proxy's
-// names (named), the session is the proxy's (sessions.go), and tries at a
-// token are limited by client address (logins.go).
+// /status, /metrics, unbench and reset-spend take an operator token (as
+// the forwarded requests take a proxy token) or the page's session cookie,
+// and the page logs in with an operator token; without operator_tokens, a
+// proxy token serves as one. An operator token never lets a request
+// through to an upstream, nor does the cookie. The state-changing ones
+// refuse a cross-origin browser request. All of them answer only under the
+// proxy's names (named), the session is the proxy's (sessions.go), and
+// tries at a token are limited by client address (logins.go).
 
 //go:embed web
 var webFiles embed.FS
@@ -63,7 +64,9 @@ func (s *server) handleOwn(mux *ownMux) {
 	handle("POST /logout", cop.Handler(http.HandlerFunc(s.logout)))
 	handle("GET /status", s.own(s.writeWithin(http.HandlerFunc(s.statusJSON))))
 	handle("GET /metrics", s.own(s.writeWithin(s.metrics)))
-	handle("POST /keys/{route}/{key}/unbench", cop.Handler(s.own(http.HandlerFunc(s.unbench))))
+	for _, a := range keyActions {
+		handle("POST /keys/{route}/{key}/"+a.name, cop.Handler(s.own(s.operate(a))))
+	}
 }
 
 // named answers 421 to a request for an own endpoint under a name that is
@@ -317,30 +320,29 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
-// unbenchResult is the JSON answer of an unbench.
-type unbenchResult struct {
-	Route     string `json:"route"`
-	Key       string `json:"key"`
-	Unbenched bool   `json:"unbenched"`
-}
-
-// unbench lifts the benches of a key and its route's, and logs who did.
-func (s *server) unbench(w http.ResponseWriter, r *http.Request) {
-	route, key := r.PathValue("route"), r.PathValue("key")
-	if !s.hasKey(route, key) {
-		writeError(w, http.StatusNotFound, "not_found_error",
-			fmt.Sprintf("keypool: no key %s in a route %s; keypool status -url lists them", quotePath(key), quotePath(route)), nil)
-		return
+// operate does an operator's action on the key the request's path names,
+// answers {"route", "key", a.flag: true} and logs who did: 404 for a key no
+// route has, 500 for a failing action.
+func (s *server) operate(a keyAction) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		route, key := r.PathValue("route"), r.PathValue("key")
+		if !s.hasKey(route, key) {
+			writeError(w, http.StatusNotFound, "not_found_error",
+				fmt.Sprintf("keypool: no key %s in a route %s; keypool status -url lists them", quotePath(key), quotePath(route)), nil)
+			return
+		}
+		if err := a.act(s.pools[s.routeIndex(route)], r.Context(), key); err != nil {
+			writeError(w, http.StatusInternalServerError, "api_error", err.Error(), nil)
+			return
+		}
+		who := caller(r)
+		s.log.Info(a.logged, "route", route, "key", key, "by", who, "from", r.RemoteAddr)
+		s.events.operated(a.name, route, key, who)
+		if a.name == "unbench" {
+			s.returns.unbench(route, key)
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"route": route, "key": key, a.flag: true})
 	}
-	if err := s.pools[s.routeIndex(route)].Unbench(r.Context(), key); err != nil {
-		writeError(w, http.StatusInternalServerError, "api_error", err.Error(), nil)
-		return
-	}
-	who := caller(r)
-	s.log.Info("unbenched", "route", route, "key", key, "by", who, "from", r.RemoteAddr)
-	s.events.unbenched(route, key, who)
-	s.returns.unbench(route, key)
-	writeJSON(w, http.StatusOK, unbenchResult{Route: route, Key: key, Unbenched: true})
 }
 
 // routeIndex returns the position of a route among the proxy's routes, its

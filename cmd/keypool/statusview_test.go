@@ -86,7 +86,7 @@ func TestEventRing(t *testing.T) {
 	}
 	r.routed(keypool.RouteEvent{Route: "up"}) // the first route answered well: nothing to say
 	clock = clock.Add(time.Second)
-	r.unbenched("up", "b", "proxy_tokens[0]")
+	r.operated("unbench", "up", "b", "proxy_tokens[0]")
 
 	events := r.latest(10, now.Add(2*time.Minute))
 	var texts []string
@@ -104,7 +104,7 @@ func TestEventRing(t *testing.T) {
 	assert.Equal(t, now.Add(time.Minute), events[0].At, "a return is dated by the bench's end")
 
 	for i := range eventRingSize + 10 {
-		r.unbenched("up", "k", string(rune('a'+i%26))+"-"+time.Duration(i).String())
+		r.operated("unbench", "up", "k", string(rune('a'+i%26))+"-"+time.Duration(i).String())
 	}
 	assert.Len(t, r.latest(1000, now), eventRingSize, "the ring is bounded")
 }
@@ -118,7 +118,7 @@ func TestEventRingRouteBenched(t *testing.T) {
 	require.Len(t, events, 1)
 	assert.Equal(t, "route", events[0].Kind)
 	assert.Contains(t, events[0].Text, "route up benched by its own answer (auth: revoked or not authorized) for 12 h 0 min")
-	r.unbenched("up", "only", "proxy_tokens[0]")
+	r.operated("unbench", "up", "only", "proxy_tokens[0]")
 	for _, e := range r.latest(10, now.Add(13*time.Hour)) {
 		assert.NotEqual(t, "back", e.Kind, "the unbench ended the route's bench: %s", e.Text)
 	}

@@ -36,6 +36,11 @@ const (
 	OverflowModel   = "\x00other"
 )
 
+// ReservedRetry is how soon a request refused because what requests in
+// flight reserve fills a budget is told to try again: they settle as their
+// answers end, and what was spent alone left it room.
+const ReservedRetry = time.Second
+
 // MaxModelName bounds a model name, in bytes: names come from requests, and
 // every store keeps them. The longest real names (a Bedrock inference
 // profile's ARN, a Hugging Face repository with a revision) stay well
