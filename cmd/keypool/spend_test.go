@@ -86,7 +86,7 @@ func TestConfigSpend(t *testing.T) {
 // one at a time.
 func TestConfigMaxOutput(t *testing.T) {
 	resolve := func(upstream string) *settings {
-		c, err := parseConfig([]byte("proxy_tokens: [t]\nupstreams: [{url: 'https://x', "+upstream+"}]\n"), "k")
+		c, err := parseConfig([]byte("proxy_tokens: [kp-a-proxy-token-long-enough]\noperator_tokens: [kp-an-operator-token-long-enough]\nupstreams: [{url: 'https://x', "+upstream+"}]\n"), "k")
 		require.NoError(t, err)
 		s, err := c.resolve(func(string) (string, bool) { return "", false })
 		require.NoError(t, err)
