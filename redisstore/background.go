@@ -29,8 +29,8 @@ const (
 	// probeEvery is how often a Redis taken as down is asked whether it is
 	// back.
 	probeEvery = time.Second
-	// opTimeout bounds the store's own calls: the PING of New, probes,
-	// background sends.
+	// opTimeout bounds the PING of New and the last send of Close; every
+	// other call is bounded by the store's timeout (WithTimeout).
 	opTimeout = 5 * time.Second
 )
 
@@ -326,7 +326,7 @@ func (s *Store) run() {
 			return
 		}
 		// Not s.ctx: Close lets a send finish rather than drop it.
-		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		ctx, cancel := s.bound(context.Background())
 		_ = s.sendPending(ctx) // reported by checkCarried
 		cancel()
 	}
@@ -340,20 +340,26 @@ func (s *Store) recover() bool {
 		if !s.sleep(probeEvery) {
 			return false
 		}
-		ctx, cancel := context.WithTimeout(s.ctx, opTimeout)
-		err := s.rdb.Ping(ctx).Err()
+		err := s.probe()
 		if err == nil {
-			err = s.replay(ctx)
+			ctx, cancel := context.WithTimeout(s.ctx, opTimeout)
+			if err = s.replay(ctx); err == nil {
+				_ = s.sendPending(ctx) // reported by checkCarried
+			}
+			cancel()
 		}
-		if err == nil {
-			_ = s.sendPending(ctx) // reported by checkCarried
-		}
-		cancel()
 		if err == nil {
 			return true
 		}
 		s.markDown(err) // the latest cause
 	}
+}
+
+// probe asks Redis whether it answers, within the store's timeout.
+func (s *Store) probe() error {
+	ctx, cancel := s.bound(s.ctx)
+	defer cancel()
+	return s.rdb.Ping(ctx).Err()
 }
 
 // replay makes in Redis the changes kept during the outage, in order, and

@@ -5,6 +5,8 @@
 // go-redis.
 //
 //	s, err := redisstore.Open("redis://localhost:6379/0")
+//	// or, for a Redis Cluster, its nodes:
+//	// redisstore.Open("redis://node-1:7000?addr=node-2:7000&addr=node-3:7000")
 //	…
 //	defer s.Close()
 //	pool, err := keypool.New("openai", keys, keypool.WithStore(s), keypool.WithLimits(limits))
@@ -79,7 +81,10 @@
 //
 // # When Redis does not answer
 //
-// A call that gets no answer from Redis (the network, a timeout, a server
+// Each call waits for Redis no longer than the store's timeout
+// (WithTimeout, DefaultTimeout by default), so a Redis that pauses — a
+// stalled host, a long command — is noticed within it. A call that gets
+// no answer from Redis (the network, a timeout, a server
 // loading, read-only or down) marks it down, and the store probes it with
 // a PING every second until it answers; WithStatusFunc is told of both
 // changes. Meanwhile, by default, Take, Learn, Bench, Unbench and

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -86,13 +87,42 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 
 // Open returns a Store over a client of its own for the server a URL names,
 // such as "redis://user:password@localhost:6379/0" or "rediss://…" for TLS
-// (see redis.ParseURL for the options a URL can carry). Close closes the
+// (see redis.ParseURL for the options a URL can carry), or for a Redis
+// Cluster when the URL names more of its nodes with addr parameters, as
+// redis.ParseClusterURL reads them:
+// "redis://host:7000?addr=host:7001&addr=host:7002". A URL without addr
+// that names a Cluster node is refused, in one line that says so: a plain
+// client of a node serves only the slots the node holds, until a failover
+// moves them. The client waits for Redis no longer than the store's
+// timeout (WithTimeout), unless the URL sets its own. Close closes the
 // client. Otherwise it is New.
 func Open(rawURL string, opts ...Option) (*Store, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
 		return nil, err
 	}
+	client, err := openClient(rawURL, cfg.timeout)
+	if err != nil {
+		return nil, err
+	}
+	s, err := newStore(client, true, cfg)
+	if err != nil {
+		_ = client.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// IsClusterURL reports whether Open opens a Redis Cluster client for
+// rawURL: the URL names nodes with addr parameters.
+func IsClusterURL(rawURL string) bool {
+	u, err := url.Parse(rawURL)
+	return err == nil && u.Query().Has("addr")
+}
+
+// openClient returns the client Open opens for rawURL, whose calls wait no
+// longer than timeout unless the URL says otherwise.
+func openClient(rawURL string, timeout time.Duration) (redis.UniversalClient, error) {
 	if _, err := url.Parse(rawURL); err != nil {
 		// url.Error quotes the URL, and with it any password.
 		var ue *url.Error
@@ -101,17 +131,36 @@ func Open(rawURL string, opts ...Option) (*Store, error) {
 		}
 		return nil, fmt.Errorf("redisstore: parsing the Redis URL: %w", err)
 	}
+	if IsClusterURL(rawURL) {
+		o, err := redis.ParseClusterURL(rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: parsing the Redis Cluster URL: %w", err)
+		}
+		o.ContextTimeoutEnabled = true
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = orDefault(o.DialTimeout, timeout), orDefault(o.ReadTimeout, timeout), orDefault(o.WriteTimeout, timeout)
+		return redis.NewClusterClient(o), nil
+	}
 	o, err := redis.ParseURL(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: parsing the Redis URL: %w", err)
 	}
-	client := redis.NewClient(o)
-	s, err := newStore(client, true, cfg)
-	if err != nil {
-		_ = client.Close()
-		return nil, err
+	o.ContextTimeoutEnabled = true
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = orDefault(o.DialTimeout, timeout), orDefault(o.ReadTimeout, timeout), orDefault(o.WriteTimeout, timeout)
+	return redis.NewClient(o), nil
+}
+
+// orDefault returns d, or def when d is not set.
+func orDefault(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
 	}
-	return s, nil
+	return d
+}
+
+// Cluster reports whether the store's client is a Redis Cluster client.
+func (s *Store) Cluster() bool {
+	_, ok := s.rdb.(*redis.ClusterClient)
+	return ok
 }
 
 func newStore(client redis.UniversalClient, owned bool, cfg config) (*Store, error) {
@@ -122,11 +171,18 @@ func newStore(client redis.UniversalClient, owned bool, cfg config) (*Store, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	if err := client.Ping(ctx).Err(); err != nil {
-		if !cfg.fallback {
-			s.cancel()
-			return nil, &unavailableError{err}
-		}
+	err := client.Ping(ctx).Err()
+	if err == nil {
+		err = s.notClusterNode(ctx)
+	}
+	switch {
+	case errors.Is(err, errClusterNode):
+		s.cancel()
+		return nil, err
+	case err != nil && !cfg.fallback:
+		s.cancel()
+		return nil, &unavailableError{err}
+	case err != nil:
 		s.markDown(err)
 	}
 	s.done.Add(1)
@@ -169,7 +225,9 @@ func (s *Store) Take(ctx context.Context, t keypool.Claim) (keypool.Grant, error
 	take := s.takeCall(t)
 	s.sends.RLock()
 	carried := s.carry(maxCarried)
-	s.exec(ctx, append(carried, take), nil)
+	cctx, cancel := s.bound(ctx)
+	s.exec(cctx, append(carried, take), nil)
+	cancel()
 	s.sends.RUnlock()
 	s.checkCarried(ctx, carried)
 	v, err := take.cmd.Int64Slice()
@@ -318,7 +376,7 @@ func (s *Store) Bench(ctx context.Context, b keypool.Bench) error {
 		// Only the level, back to zero: a success after quota answers.
 		c = call("reset", []string{n.index(), n.benches()}, b.Model, overflowModel, maxModels)
 	}
-	return s.change(ctx, c.run(s.rdb), func() error { return s.local.Bench(ctx, b) })
+	return s.change(ctx, s.bounded(c.run(s.rdb)), func() error { return s.local.Bench(ctx, b) })
 }
 
 // Learn implements keypool.Store. The statement is queued, as a settle is:
@@ -369,7 +427,7 @@ func known(n int64) int64 {
 // Unbench implements keypool.Store.
 func (s *Store) Unbench(ctx context.Context, provider, keyID string) error {
 	key := names(s.cfg.prefix, provider, keyID).benches()
-	remote := func(ctx context.Context) error { return s.rdb.Del(ctx, key).Err() }
+	remote := s.bounded(func(ctx context.Context) error { return s.rdb.Del(ctx, key).Err() })
 	return s.change(ctx, remote, func() error { return s.local.Unbench(ctx, provider, keyID) })
 }
 
@@ -383,7 +441,9 @@ func (s *Store) State(ctx context.Context, provider, keyID string, now time.Time
 		}
 		return s.local.State(ctx, provider, keyID, now)
 	}
-	st, err := s.state(ctx, provider, keyID, now)
+	cctx, cancel := s.bound(ctx)
+	st, err := s.state(cctx, provider, keyID, now)
+	cancel()
 	if err != nil {
 		if err = s.fail(ctx, err); !s.fallback(err) {
 			return keypool.KeyStats{}, err
@@ -408,6 +468,54 @@ func (s *Store) Flush(ctx context.Context) error {
 	return s.sendPending(ctx)
 }
 
+// errClusterNode is the error of a plain client of a Redis Cluster node.
+var errClusterNode = errors.New("is a Redis Cluster node: name the cluster's nodes in the URL (redis://host:7000?addr=host:7001&addr=host:7002) to open a Cluster client")
+
+// clusterNodeError says that the plain client of addr meets a Redis
+// Cluster node.
+type clusterNodeError struct{ addr string }
+
+func (e *clusterNodeError) Error() string {
+	return "redisstore: " + e.addr + " " + errClusterNode.Error()
+}
+func (e *clusterNodeError) Unwrap() error { return errClusterNode }
+
+// notClusterNode returns a clusterNodeError when the store's client is a
+// plain client and its server says it is a Cluster node (INFO cluster:
+// cluster_enabled:1); a server that does not answer INFO is taken as no
+// Cluster node.
+func (s *Store) notClusterNode(ctx context.Context) error {
+	c, ok := s.rdb.(*redis.Client)
+	if !ok {
+		return nil
+	}
+	info, err := c.Info(ctx, "cluster").Result()
+	if err != nil {
+		if isUnavailable(err) {
+			return err
+		}
+		return nil
+	}
+	if strings.Contains(info, "cluster_enabled:1") {
+		return &clusterNodeError{addr: c.Options().Addr}
+	}
+	return nil
+}
+
+// bound returns ctx bounded by the store's timeout for one call.
+func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.cfg.timeout)
+}
+
+// bounded returns call run within the store's timeout.
+func (s *Store) bounded(call func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		ctx, cancel := s.bound(ctx)
+		defer cancel()
+		return call(ctx)
+	}
+}
+
 // fail returns the error of a failed call to Redis: ErrUnavailable, after
 // marking Redis down, when Redis did not answer; the context's error as it
 // is; any other as a failure of the store.
@@ -417,6 +525,13 @@ func (s *Store) fail(ctx context.Context, err error) error {
 		return fmt.Errorf("redisstore: %w", err)
 	case isUnavailable(err):
 		return s.markDown(err)
+	case redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK"):
+		// Only a plain client sees these: a Cluster client follows them.
+		addr := "the server"
+		if c, ok := s.rdb.(*redis.Client); ok {
+			addr = c.Options().Addr
+		}
+		return fmt.Errorf("%w (%w)", &clusterNodeError{addr: addr}, err)
 	}
 	return fmt.Errorf("redisstore: %w", err)
 }
