@@ -271,10 +271,19 @@ func (s *Store) keep(change func(context.Context) error) bool {
 
 // unavailable returns ErrUnavailable, with its cause, while Redis is taken
 // as down; else nil.
-// Health returns nil while Redis answers, and otherwise why the store takes
-// it as unavailable, until a probe finds it back. The pool reads it to tell
+// Health returns nil while Redis answers and no key is passed over;
+// otherwise why the store takes Redis as unavailable, until a probe finds
+// it back, or which keys are passed over for a Redis key of the wrong
+// type, until a take of each succeeds again. The pool reads it to tell
 // OnStoreError.
-func (s *Store) Health() error { return s.unavailable() }
+func (s *Store) Health() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.down != nil {
+		return s.down
+	}
+	return s.corruption()
+}
 
 func (s *Store) unavailable() error {
 	s.mu.Lock()

@@ -55,6 +55,9 @@ type Store struct {
 	sends sync.RWMutex
 
 	mu sync.Mutex // guards the fields below
+	// corrupt holds, by provider and key ID, why a key's takes are passed
+	// over: a Redis key of its holds the wrong type.
+	corrupt map[keyRef]error
 	// pending are the adjustments of settles and releases not yet sent.
 	pending []adjustment
 	// journal holds the changes of benches and levels made locally during
@@ -234,9 +237,13 @@ func (s *Store) Take(ctx context.Context, t keypool.Claim) (keypool.Grant, error
 	if err == nil && len(v) != 5 && len(v) != 6 {
 		err = fmt.Errorf("take script answered %v", v)
 	}
+	if wrongType(err) {
+		return s.passOver(ctx, t, take.keys, err), nil
+	}
 	if err != nil {
 		return s.takeLocal(ctx, t, s.fail(ctx, err))
 	}
+	s.sound(t.Provider, t.KeyID)
 	if v[0] == 1 && len(v) == 6 {
 		r := &reservation{store: s, claim: t, at: v[1], counted: v[4], tokens: v[5], cost: exact(t.Cost)}
 		return keypool.Grant{OK: true, Level: int(v[3]), Reservation: r}, nil

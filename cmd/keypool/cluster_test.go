@@ -1,6 +1,9 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -8,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/keypool-go/keypool"
 )
 
 // clusterNode starts a redis-server as a Redis Cluster of one node that
@@ -59,4 +64,28 @@ func TestStateRedisCluster(t *testing.T) {
 			assert.Contains(t, line, "?addr=", "%s with %q", cmd, more)
 		}
 	}
+}
+
+// failingTakes is a store whose takes fail with the store's own error.
+type failingTakes struct{ keypool.Store }
+
+func (failingTakes) Take(context.Context, keypool.Claim) (keypool.Grant, error) {
+	return keypool.Grant{}, errors.New("redisstore: the store broke")
+}
+
+func (failingTakes) Close() error { return nil }
+
+// Issue 36: a store's error reaches the client once prefixed, as
+// "keypool: up: store: …", never "keypool: keypool: …".
+func TestStoreErrorNamedOnce(t *testing.T) {
+	v := newStateVendor(t)
+	addr, stop := serveWithStore(t, stateConfig(v, "unused", ""), failingTakes{keypool.NewMemoryStore()})
+	defer stop()
+	resp, err := chat(t, "http://"+addr, false)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	assert.Equal(t, http.StatusBadGateway, resp.StatusCode)
+	assert.Contains(t, string(body), `"keypool: up: store: redisstore: the store broke"`)
+	assert.NotContains(t, string(body), "keypool: keypool:")
 }
