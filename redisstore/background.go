@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -44,6 +45,14 @@ type evalCall struct {
 // call returns a call of the store's script's op.
 func call(op string, keys []string, args ...any) *evalCall {
 	return &evalCall{keys: keys, args: append([]any{op}, args...)}
+}
+
+// once returns c as a call the script runs once however often Redis is
+// sent it: its ID's key, in the same slot as the key base names, goes last
+// in its keys (see dispatch).
+func (s *Store) once(c *evalCall, n keyNames) *evalCall {
+	c.keys = append(c.keys, n.base+"o:"+s.id+"-"+strconv.FormatUint(s.calls.Add(1), 36))
+	return c
 }
 
 // run returns a function that runs the call by EVALSHA, or EVAL when Redis
@@ -111,13 +120,13 @@ func (s *Store) adjustCall(a adjustment) *evalCall {
 	n := s.scope(t.Provider, t.KeyID, t.Account)
 	own := names(s.cfg.prefix, t.Provider, t.KeyID)
 	cal := t.DayZone != nil
-	return call("adjust",
+	return s.once(call("adjust",
 		[]string{n.index(), n.minute(t.Model), n.dayOf(t.Model, cal),
 			n.minute(overflowModel), n.dayOf(overflowModel, cal), n.capMinute(), n.capDayOf(cal),
 			own.spend(), n.spend()},
 		t.Model, a.at, a.requests, a.tokens,
 		flag(a.counted&1 != 0), flag(a.counted&2 != 0), flag(a.counted&4 != 0), flag(a.counted&8 != 0), flag(cal),
-		a.cost, flag(a.counted&16 != 0), flag(a.counted&32 != 0), t.Now.UnixMilli())
+		a.cost, flag(a.counted&16 != 0), flag(a.counted&32 != 0), t.Now.UnixMilli()), n)
 }
 
 func flag(b bool) int {

@@ -74,6 +74,10 @@
 //	                 counts; expires a minute after the day ends
 //	cm:, cd:, cc:<key>  the same three windows for the key's cap across its
 //	                 models
+//	o:<call ID>      a string: the answer of a take or an adjustment, kept
+//	                 30 s, so that the script run again — go-redis retries a
+//	                 call whose answer it did not read in time — answers the
+//	                 same and counts nothing twice
 //
 // A window exists only while a limit on its axis is set. Integers reach the
 // scripts as strings and are written back with %d; limits above 2^53 are

@@ -43,6 +43,10 @@ const (
 	// evictScan bounds the entries a take for a new model looks at to make
 	// room on a full key, as keypool.MemoryStore does.
 	evictScan = 32
+	// onceLife is how long a take's or an adjustment's answer is kept
+	// under its ID, so that the call run again changes nothing: longer
+	// than go-redis's retries of a call last.
+	onceLife = int64(30 * time.Second / time.Millisecond)
 	// maxExact bounds limits and token counts: Lua numbers are doubles.
 	maxExact = int64(1) << 53
 	// reasonMinute and reasonDay are a take's refusals by a minute or a day
@@ -773,10 +777,33 @@ return redis.call('HDEL', KEYS[2], 'l' .. m)
 end
 `
 
-// dispatch runs the op ARGV[1] names with the rest of ARGV.
+// dispatch runs the op ARGV[1] names with the rest of ARGV. A take and an
+// adjust change counts, so each runs once: its last KEYS entry is a key of
+// its own (the call's ID), which keeps its answer for ONCELIFE ms; a call
+// run again — go-redis retries a script whose answer it did not read in
+// time, on another connection — answers the same and changes nothing.
 const dispatch = `
 local op = table.remove(ARGV, 1)
-return ops[op]()
+if op ~= 'take' and op ~= 'adjust' then return ops[op]() end
+local once = KEYS[#KEYS]
+local kept = redis.call('GET', once)
+if kept then
+  local r = {}
+  for n in string.gmatch(kept, '[^,]+') do r[#r + 1] = tonumber(n) end
+  if #r == 1 and op == 'adjust' then return r[1] end
+  return r
+end
+local r = ops[op]()
+local v = r
+if type(r) == 'table' then
+  local parts = {}
+  for i, n in ipairs(r) do parts[i] = int(n) end
+  v = table.concat(parts, ',')
+else
+  v = int(r)
+end
+redis.call('SET', once, v, 'PX', '$ONCELIFE')
+return r
 `
 
 // storeScript is the store's one Lua script: every call names an op, so
@@ -795,6 +822,7 @@ var storeScript = func() *redis.Script {
 		"$INDEXLIFE", strconv.FormatInt(indexLife, 10),
 		"$LEVELLIFE", strconv.FormatInt(levelLife, 10),
 		"$EVICTSCAN", strconv.Itoa(evictScan),
+		"$ONCELIFE", strconv.FormatInt(onceLife, 10),
 		"reasonMinute", strconv.Itoa(reasonMinute),
 		"reasonDay", strconv.Itoa(reasonDay),
 	)

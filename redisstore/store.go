@@ -2,12 +2,14 @@ package redisstore
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"math"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -38,6 +40,11 @@ type Store struct {
 	cfg   config
 	// local serves while Redis is down, with WithLocalFallback; else nil.
 	local keypool.Store
+
+	// id names the store among those that share Redis, and calls counts
+	// its calls that run once (see once).
+	id    string
+	calls atomic.Uint64
 
 	kick chan struct{} // wakes the store's goroutine
 	stop chan struct{}
@@ -167,7 +174,7 @@ func (s *Store) Cluster() bool {
 }
 
 func newStore(client redis.UniversalClient, owned bool, cfg config) (*Store, error) {
-	s := &Store{rdb: client, owned: owned, cfg: cfg, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	s := &Store{rdb: client, owned: owned, cfg: cfg, id: rand.Text()[:16], kick: make(chan struct{}, 1), stop: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if cfg.fallback {
 		s.local = keypool.NewMemoryStore()
@@ -308,7 +315,7 @@ func (s *Store) takeCall(t keypool.Claim) *evalCall {
 	}
 	dayStart, dayEnd, nextDay := calendarDays(zone, hour, t.Now)
 	monthStart, monthEnd, nextMonth := calendarMonths(zone, hour, t.Now)
-	return call("take",
+	return s.once(call("take",
 		[]string{n.index(), n.benches(), n.minute(t.Model), n.dayOf(t.Model, cal),
 			n.minute(overflowModel), n.dayOf(overflowModel, cal), n.capMinute(), n.capDayOf(cal), own.benches(),
 			own.spend(), n.spend()},
@@ -316,7 +323,7 @@ func (s *Store) takeCall(t keypool.Claim) *evalCall {
 		exact(t.Limits.RPM), exact(t.Limits.TPM), exact(t.Limits.RPD), exact(t.Limits.TPD),
 		exact(t.Cap.RPM), exact(t.Cap.TPM), exact(t.Cap.RPD), exact(t.Cap.TPD),
 		start, end, next, flag(t.Named), exact(t.Cost), bd, bm, ad, am,
-		dayStart, dayEnd, nextDay, monthStart, monthEnd, nextMonth, t.Now.UnixMilli())
+		dayStart, dayEnd, nextDay, monthStart, monthEnd, nextMonth, t.Now.UnixMilli()), n)
 }
 
 // exact returns n within what a Lua number holds exactly, and never below
