@@ -39,8 +39,13 @@
 // calendar days. The replica computes the calendar day of Take.Now and the
 // next one's end, and the script takes the one that holds the server's
 // time: a replica's clock that is off shifts nothing but the day's
-// boundaries, by the zone rules the replica holds. Bench.Until is the
-// pool's clock, as an absolute time rounded up to the millisecond.
+// boundaries, by the zone rules the replica holds. A bench lasts, from the
+// server's time, as long as Bench.Until is after the replica's clock
+// (WithClock, the pool's), rounded up to the millisecond; the times the
+// store answers — a refused take's RetryAt, a bench's end in State — are
+// the server's moved to the replica's clock. Replicas whose clocks are
+// minutes apart thus bench a key for as long, and see it back at the same
+// moment. Spend still counts by the replica's clock (its calendar days).
 //
 // # Layout
 //

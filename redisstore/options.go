@@ -25,6 +25,22 @@ type config struct {
 	logger   *slog.Logger
 	// timeout bounds each call to Redis (see WithTimeout).
 	timeout time.Duration
+	// clock is the pool's clock, against which a bench's end is read.
+	clock func() time.Time
+}
+
+// WithClock sets the clock the store reads a bench's end against — the
+// pool's (keypool.WithClock), time.Now by default: a bench until
+// clock()+d lasts d from the Redis server's time, and the times the store
+// answers (a refused take's RetryAt, a bench's end in State) are the
+// server's moved to that clock.
+func WithClock(now func() time.Time) Option {
+	return option(func(c *config) error {
+		if now != nil {
+			c.clock = now
+		}
+		return nil
+	})
 }
 
 // WithPrefix sets the first part of the name of every Redis key the store
@@ -96,7 +112,7 @@ func WithTimeout(d time.Duration) Option {
 // newConfig returns the configuration opts make, and an error naming what
 // is wrong with it.
 func newConfig(opts []Option) (config, error) {
-	c := config{prefix: "keypool", logger: slog.Default(), timeout: DefaultTimeout}
+	c := config{prefix: "keypool", logger: slog.Default(), timeout: DefaultTimeout, clock: time.Now}
 	var errs []error
 	for _, o := range opts {
 		if o != nil {

@@ -527,7 +527,8 @@ end
 // It returns {1, at, 0, level, counted, tokens} for a take it recorded at
 // server time at — counted says what counts it: 1 the model's minute, 2 its
 // day, 4 the cap's minute, 8 the cap's day, 16 the key's spend, 32 the
-// account's — and {0, retryAt, reason, level, 0} for one it refused: reason
+// account's — and {0, retryAt, reason, level, now} for one it refused at
+// server time now: reason
 // is the kind of the bench that holds the key, or reasonMinute or reasonDay
 // (a day window or a budget).
 const takeSource = `
@@ -560,7 +561,7 @@ if KEYS[9] ~= KEYS[2] then
   local kkind, kends = bench(redis.call('HGET', KEYS[9], '*'))
   if kends > ends then kind, ends = kkind, kends end
 end
-if ends > now then return {0, ends, kind, level, 0} end
+if ends > now then return {0, ends, kind, level, now} end
 
 local lr, lt = tight(tonumber(ARGV[5]), lrn[1]), tight(tonumber(ARGV[6]), lrn[3])
 local dr, dt = tight(tonumber(ARGV[7]), lrn[2]), tight(tonumber(ARGV[8]), lrn[4])
@@ -609,7 +610,7 @@ for _, b in ipairs(budgets) do
     if not fit then ok, retry, reason = false, math.max(retry, at), reasonDay end
   end
 end
-if not ok then return {0, retry, reason, level, 0} end
+if not ok then return {0, retry, reason, level, now} end
 local counted, bit = 0, 1
 for _, s in ipairs(sets) do
   if s.minute then slidingAdd(s.minute, 1, tok); counted = counted + bit end
@@ -737,8 +738,8 @@ end
 //
 // KEYS: the key's index, its benches.
 //
-// ARGV, after the op: model, overflow model, max models, 1 for all models, kind, end
-// (Unix milliseconds), level.
+// ARGV, after the op: model, overflow model, max models, 1 for all models, kind, how
+// long the bench lasts from the server's time (milliseconds), level.
 const benchSource = `
 ops.bench = function()
 local now, known = key(KEYS[1], ARGV[1])
@@ -749,7 +750,8 @@ if ARGV[4] ~= '1' then
   redis.call('HSET', KEYS[2], 'l' .. m, ARGV[7])
 end
 local _, cur = bench(redis.call('HGET', KEYS[2], f))
-if tonumber(ARGV[6]) > cur then redis.call('HSET', KEYS[2], f, ARGV[5] .. ':' .. ARGV[6]) end
+local ends = now + tonumber(ARGV[6])
+if ends > cur then redis.call('HSET', KEYS[2], f, ARGV[5] .. ':' .. int(ends)) end
 local latest = 0
 local kv = redis.call('HGETALL', KEYS[2])
 for j = 1, #kv, 2 do

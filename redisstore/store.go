@@ -255,6 +255,9 @@ func (s *Store) Take(ctx context.Context, t keypool.Claim) (keypool.Grant, error
 		r := &reservation{store: s, claim: t, at: v[1], counted: v[4], tokens: v[5], cost: exact(t.Cost)}
 		return keypool.Grant{OK: true, Level: int(v[3]), Reservation: r}, nil
 	}
+	// The server's time, to the take's: replicas whose clocks differ agree
+	// on when a key is back, each by its own clock.
+	retryAt := t.Now.Add(time.Duration(v[1]-v[4]) * time.Millisecond).UTC()
 	reason := keypool.Kind(v[2])
 	switch v[2] {
 	case reasonMinute:
@@ -262,7 +265,7 @@ func (s *Store) Take(ctx context.Context, t keypool.Claim) (keypool.Grant, error
 	case reasonDay:
 		reason = keypool.KindQuota
 	}
-	return keypool.Grant{RetryAt: time.UnixMilli(v[1]).UTC(), Reason: reason, Level: int(v[3])}, nil
+	return keypool.Grant{RetryAt: retryAt, Reason: reason, Level: int(v[3])}, nil
 }
 
 // scope returns the names of the keys that hold the windows of a key, or of
@@ -369,28 +372,35 @@ func (r *reservation) Release(context.Context) error {
 	return nil
 }
 
-// Bench implements keypool.Store. The bench's end is kept in Unix
-// milliseconds, rounded up.
+// Bench implements keypool.Store. The bench lasts from the server's time
+// as long as b.Until is after the store's clock (WithClock), in
+// milliseconds, rounded up: replicas whose clocks differ bench for as
+// long. A bench made during an outage and written later lasts from when
+// it is written as long as is left of it then.
 func (s *Store) Bench(ctx context.Context, b keypool.Bench) error {
 	if err := windowspec.CheckModel(b.Model); err != nil {
 		return fmt.Errorf("redisstore: %w", err)
-	}
-	ends := max(b.Until.UnixMilli(), 0)
-	if b.Until.Nanosecond()%int(time.Millisecond) != 0 {
-		ends++
 	}
 	n := s.scope(b.Provider, b.KeyID, b.Account)
 	all := 0
 	if b.AllModels {
 		all = 1
 	}
-	c := call("bench", []string{n.index(), n.benches()},
-		b.Model, overflowModel, maxModels, all, int(b.Kind), ends, b.Level)
-	if b.Until.IsZero() && b.Level == 0 && !b.AllModels {
-		// Only the level, back to zero: a success after quota answers.
-		c = call("reset", []string{n.index(), n.benches()}, b.Model, overflowModel, maxModels)
+	remote := func(ctx context.Context) error {
+		lasts := int64(0)
+		if !b.Until.IsZero() {
+			d := b.Until.Sub(s.cfg.clock())
+			lasts = max(int64((d+time.Millisecond-1)/time.Millisecond), 0)
+		}
+		c := call("bench", []string{n.index(), n.benches()},
+			b.Model, overflowModel, maxModels, all, int(b.Kind), lasts, b.Level)
+		if b.Until.IsZero() && b.Level == 0 && !b.AllModels {
+			// Only the level, back to zero: a success after quota answers.
+			c = call("reset", []string{n.index(), n.benches()}, b.Model, overflowModel, maxModels)
+		}
+		return c.run(s.rdb)(ctx)
 	}
-	return s.change(ctx, s.bounded(c.run(s.rdb)), func() error { return s.local.Bench(ctx, b) })
+	return s.change(ctx, s.bounded(remote), func() error { return s.local.Bench(ctx, b) })
 }
 
 // Learn implements keypool.Store. The statement is queued, as a settle is:

@@ -15,10 +15,10 @@ import (
 
 // harness returns the suite's harness over a Redis: each store has a prefix
 // of its own; Reopen closes a store and opens one over the same prefix.
-func harness(c redis.UniversalClient) storetest.Harness {
+func harness(c redis.UniversalClient, opts ...redisstore.Option) storetest.Harness {
 	prefixes := map[keypool.Store]string{}
 	open := func(t *testing.T, prefix string) keypool.Store {
-		s := newStore(t, c, redisstore.WithPrefix(prefix))
+		s := newStore(t, c, append(opts, redisstore.WithPrefix(prefix))...)
 		prefixes[s] = prefix
 		return s
 	}
@@ -33,7 +33,7 @@ func harness(c redis.UniversalClient) storetest.Harness {
 
 func TestConformanceMiniredis(t *testing.T) {
 	f := newFakeRedis(t)
-	h := harness(f.client(t))
+	h := harness(f.client(t), redisstore.WithClock(f.Now))
 	h.Now, h.Advance = f.Now, f.Advance
 	storetest.Run(t, h)
 }
