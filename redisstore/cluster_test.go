@@ -108,23 +108,7 @@ func TestPlainClientOfClusterNodeRefused(t *testing.T) {
 	}
 }
 
-// clusterHarness is the suite's harness over a Redis Cluster.
-func clusterHarness(t *testing.T) storetest.Harness {
-	c, _ := realCluster(t)
-	h := harness(c)
-	h.Now = func() time.Time {
-		// Any node's: the tests' Cluster runs on one machine.
-		now, err := c.Time(context.Background()).Result()
-		if err != nil {
-			t.Errorf("TIME: %v", err)
-		}
-		return now
-	}
-	h.Advance = func(_ *testing.T, d time.Duration) { time.Sleep(d) }
-	h.RealTime = true
-	return h
-}
-
 func TestConformanceRedisCluster(t *testing.T) {
-	storetest.Run(t, clusterHarness(t))
+	c, _ := realCluster(t)
+	storetest.Run(t, realHarness(t, c))
 }

@@ -40,8 +40,15 @@ func TestConformanceMiniredis(t *testing.T) {
 
 func TestConformanceRedis(t *testing.T) {
 	c := realRedis(t)
+	storetest.Run(t, realHarness(t, c))
+}
+
+// realHarness is the suite's harness over a real Redis, on its clock: the
+// time passes as it does.
+func realHarness(t *testing.T, c redis.UniversalClient) storetest.Harness {
 	h := harness(c)
 	h.Now = func() time.Time {
+		// Any node's, on a Cluster: the tests' runs on one machine.
 		now, err := c.Time(context.Background()).Result()
 		if err != nil {
 			t.Errorf("TIME: %v", err)
@@ -50,5 +57,5 @@ func TestConformanceRedis(t *testing.T) {
 	}
 	h.Advance = func(_ *testing.T, d time.Duration) { time.Sleep(d) }
 	h.RealTime = true
-	storetest.Run(t, h)
+	return h
 }
