@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -29,8 +30,8 @@ const (
 	// probeEvery is how often a Redis taken as down is asked whether it is
 	// back.
 	probeEvery = time.Second
-	// opTimeout bounds the store's own calls: the PING of New, probes,
-	// background sends.
+	// opTimeout bounds the PING of New and the last send of Close; every
+	// other call is bounded by the store's timeout (WithTimeout).
 	opTimeout = 5 * time.Second
 )
 
@@ -44,6 +45,14 @@ type evalCall struct {
 // call returns a call of the store's script's op.
 func call(op string, keys []string, args ...any) *evalCall {
 	return &evalCall{keys: keys, args: append([]any{op}, args...)}
+}
+
+// once returns c as a call the script runs once however often Redis is
+// sent it: its ID's key, in the same slot as the key base names, goes last
+// in its keys (see dispatch).
+func (s *Store) once(c *evalCall, n keyNames) *evalCall {
+	c.keys = append(c.keys, n.base+"o:"+s.id+"-"+strconv.FormatUint(s.calls.Add(1), 36))
+	return c
 }
 
 // run returns a function that runs the call by EVALSHA, or EVAL when Redis
@@ -114,14 +123,14 @@ func (s *Store) adjustCall(a adjustment) *evalCall {
 	n := s.scope(t.Provider, t.KeyID, t.Account)
 	own := names(s.cfg.prefix, t.Provider, t.KeyID)
 	cal := t.DayZone != nil
-	return call("adjust",
+	return s.once(call("adjust",
 		[]string{n.index(), n.minute(t.Model), n.dayOf(t.Model, cal),
 			n.minute(overflowModel), n.dayOf(overflowModel, cal), n.capMinute(), n.capDayOf(cal),
 			own.spend(), n.spend()},
 		t.Model, a.at, a.requests, a.tokens,
 		flag(a.counted&1 != 0), flag(a.counted&2 != 0), flag(a.counted&4 != 0), flag(a.counted&8 != 0), flag(cal),
 		a.cost, flag(a.counted&16 != 0), flag(a.counted&32 != 0), t.Now.UnixMilli(),
-		a.held[0], a.resets[0], a.held[1], a.resets[1])
+		a.held[0], a.resets[0], a.held[1], a.resets[1]), n)
 }
 
 func flag(b bool) int {
@@ -275,10 +284,19 @@ func (s *Store) keep(change func(context.Context) error) bool {
 
 // unavailable returns ErrUnavailable, with its cause, while Redis is taken
 // as down; else nil.
-// Health returns nil while Redis answers, and otherwise why the store takes
-// it as unavailable, until a probe finds it back. The pool reads it to tell
+// Health returns nil while Redis answers and no key is passed over;
+// otherwise why the store takes Redis as unavailable, until a probe finds
+// it back, or which keys are passed over for a Redis key of the wrong
+// type, until a take of each succeeds again. The pool reads it to tell
 // OnStoreError.
-func (s *Store) Health() error { return s.unavailable() }
+func (s *Store) Health() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.down != nil {
+		return s.down
+	}
+	return s.corruption()
+}
 
 func (s *Store) unavailable() error {
 	s.mu.Lock()
@@ -330,7 +348,7 @@ func (s *Store) run() {
 			return
 		}
 		// Not s.ctx: Close lets a send finish rather than drop it.
-		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		ctx, cancel := s.bound(context.Background())
 		_ = s.sendPending(ctx) // reported by checkCarried
 		cancel()
 	}
@@ -344,20 +362,26 @@ func (s *Store) recover() bool {
 		if !s.sleep(probeEvery) {
 			return false
 		}
-		ctx, cancel := context.WithTimeout(s.ctx, opTimeout)
-		err := s.rdb.Ping(ctx).Err()
+		err := s.probe()
 		if err == nil {
-			err = s.replay(ctx)
+			ctx, cancel := context.WithTimeout(s.ctx, opTimeout)
+			if err = s.replay(ctx); err == nil {
+				_ = s.sendPending(ctx) // reported by checkCarried
+			}
+			cancel()
 		}
-		if err == nil {
-			_ = s.sendPending(ctx) // reported by checkCarried
-		}
-		cancel()
 		if err == nil {
 			return true
 		}
 		s.markDown(err) // the latest cause
 	}
+}
+
+// probe asks Redis whether it answers, within the store's timeout.
+func (s *Store) probe() error {
+	ctx, cancel := s.bound(s.ctx)
+	defer cancel()
+	return s.rdb.Ping(ctx).Err()
 }
 
 // replay makes in Redis the changes kept during the outage, in order, and

@@ -5,6 +5,8 @@
 // go-redis.
 //
 //	s, err := redisstore.Open("redis://localhost:6379/0")
+//	// or, for a Redis Cluster, its nodes:
+//	// redisstore.Open("redis://node-1:7000?addr=node-2:7000&addr=node-3:7000")
 //	…
 //	defer s.Close()
 //	pool, err := keypool.New("openai", keys, keypool.WithStore(s), keypool.WithLimits(limits))
@@ -37,8 +39,13 @@
 // calendar days. The replica computes the calendar day of Take.Now and the
 // next one's end, and the script takes the one that holds the server's
 // time: a replica's clock that is off shifts nothing but the day's
-// boundaries, by the zone rules the replica holds. Bench.Until is the
-// pool's clock, as an absolute time rounded up to the millisecond.
+// boundaries, by the zone rules the replica holds. A bench lasts, from the
+// server's time, as long as Bench.Until is after the replica's clock
+// (WithClock, the pool's), rounded up to the millisecond; the times the
+// store answers — a refused take's RetryAt, a bench's end in State — are
+// the server's moved to the replica's clock. Replicas whose clocks are
+// minutes apart thus bench a key for as long, and see it back at the same
+// moment. Spend still counts by the replica's clock (its calendar days).
 //
 // # Layout
 //
@@ -72,6 +79,10 @@
 //	                 counts; expires a minute after the day ends
 //	cm:, cd:, cc:<key>  the same three windows for the key's cap across its
 //	                 models
+//	o:<call ID>      a string: the answer of a take or an adjustment, kept
+//	                 30 s, so that the script run again — go-redis retries a
+//	                 call whose answer it did not read in time — answers the
+//	                 same and counts nothing twice
 //
 // A window exists only while a limit on its axis is set. Integers reach the
 // scripts as strings and are written back with %d; limits above 2^53 are
@@ -79,7 +90,10 @@
 //
 // # When Redis does not answer
 //
-// A call that gets no answer from Redis (the network, a timeout, a server
+// Each call waits for Redis no longer than the store's timeout
+// (WithTimeout, DefaultTimeout by default), so a Redis that pauses — a
+// stalled host, a long command — is noticed within it. A call that gets
+// no answer from Redis (the network, a timeout, a server
 // loading, read-only or down) marks it down, and the store probes it with
 // a PING every second until it answers; WithStatusFunc is told of both
 // changes. Meanwhile, by default, Take, Learn, Bench, Unbench and

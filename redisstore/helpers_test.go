@@ -143,7 +143,7 @@ type redisServer struct {
 
 // startRedis starts a redis-server in dir on port, a free one for 0, that
 // saves nothing, and waits until it answers.
-func startRedis(dir string, port int) (*redisServer, error) {
+func startRedis(dir string, port int, args ...string) (*redisServer, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, err
@@ -159,6 +159,7 @@ func startRedis(dir string, port int) (*redisServer, error) {
 	r := &redisServer{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), port: port, dir: dir}
 	r.cmd = exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
 		"--appendonly", "no", "--dir", dir, "--loglevel", "warning")
+	r.cmd.Args = append(r.cmd.Args, args...)
 	if err := r.cmd.Start(); err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 )
 
 // An Option configures a Store; a bad value is an error from New or Open.
@@ -22,6 +23,24 @@ type config struct {
 	fallback bool // serve locally while Redis is down, rather than refuse
 	replicas int64
 	logger   *slog.Logger
+	// timeout bounds each call to Redis (see WithTimeout).
+	timeout time.Duration
+	// clock is the pool's clock, against which a bench's end is read.
+	clock func() time.Time
+}
+
+// WithClock sets the clock the store reads a bench's end against — the
+// pool's (keypool.WithClock), time.Now by default: a bench until
+// clock()+d lasts d from the Redis server's time, and the times the store
+// answers (a refused take's RetryAt, a bench's end in State) are the
+// server's moved to that clock.
+func WithClock(now func() time.Time) Option {
+	return option(func(c *config) error {
+		if now != nil {
+			c.clock = now
+		}
+		return nil
+	})
 }
 
 // WithPrefix sets the first part of the name of every Redis key the store
@@ -68,10 +87,32 @@ func WithLogger(l *slog.Logger) Option {
 	})
 }
 
+// DefaultTimeout is how long the store waits for Redis to answer a call
+// unless WithTimeout says otherwise: well above a Redis round trip, well
+// below what a client of the pool would wait.
+const DefaultTimeout = 500 * time.Millisecond
+
+// WithTimeout sets how long the store waits for Redis to answer each call
+// — a take, a bench, a state, a send of adjustments, a probe — before it
+// takes Redis as down: DefaultTimeout by default. A pause of Redis longer
+// than d is thus noticed within d, and WithLocalFallback decides what
+// happens next. Over a client given to New, the bound holds only if the
+// client was made with ContextTimeoutEnabled (Open's client is); d must be
+// positive.
+func WithTimeout(d time.Duration) Option {
+	return option(func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("WithTimeout(%v): want a positive duration", d)
+		}
+		c.timeout = d
+		return nil
+	})
+}
+
 // newConfig returns the configuration opts make, and an error naming what
 // is wrong with it.
 func newConfig(opts []Option) (config, error) {
-	c := config{prefix: "keypool", logger: slog.Default()}
+	c := config{prefix: "keypool", logger: slog.Default(), timeout: DefaultTimeout, clock: time.Now}
 	var errs []error
 	for _, o := range opts {
 		if o != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keypool-go/keypool"
+	"github.com/keypool-go/keypool/redisstore"
 )
 
 // TestSameAsMemoryStore offers the same random takes, settles, releases,
@@ -39,7 +40,7 @@ func TestSameAsMemoryStore(t *testing.T) {
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			f := newFakeRedis(t)
-			rs := newStore(t, f.client(t))
+			rs := newStore(t, f.client(t), redisstore.WithClock(f.Now))
 			ms := keypool.NewMemoryStore()
 			rng := rand.New(rand.NewPCG(uint64(i)+seedOffset, 42))
 			type taken struct {

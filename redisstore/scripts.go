@@ -43,6 +43,10 @@ const (
 	// evictScan bounds the entries a take for a new model looks at to make
 	// room on a full key, as keypool.MemoryStore does.
 	evictScan = 32
+	// onceLife is how long a take's or an adjustment's answer is kept
+	// under its ID, so that the call run again changes nothing: longer
+	// than go-redis's retries of a call last.
+	onceLife = int64(30 * time.Second / time.Millisecond)
 	// maxExact bounds limits and token counts: Lua numbers are doubles.
 	maxExact = int64(1) << 53
 	// reasonMinute and reasonDay are a take's refusals by a minute or a day
@@ -551,8 +555,8 @@ end
 // counted says what counts it: 1 the model's minute, 2 its day, 4 the
 // cap's minute, 8 the cap's day, 16 the key's spend, 32 the account's —
 // with what it reserves of the key's and the account's spend, and their
-// resets as of the take; and {0, retryAt, reason, level, 0} for one it
-// refused: reason is the kind of the bench that holds the key, or
+// resets as of the take; and {0, retryAt, reason, level, now} for one it
+// refused at server time now: reason is the kind of the bench that holds the key, or
 // reasonMinute (a minute window, or a budget that requests in flight
 // reserve) or reasonDay (a day window or a spent budget).
 const takeSource = `
@@ -585,7 +589,7 @@ if KEYS[9] ~= KEYS[2] then
   local kkind, kends = bench(redis.call('HGET', KEYS[9], '*'))
   if kends > ends then kind, ends = kkind, kends end
 end
-if ends > now then return {0, ends, kind, level, 0} end
+if ends > now then return {0, ends, kind, level, now} end
 
 local lr, lt = tight(tonumber(ARGV[5]), lrn[1]), tight(tonumber(ARGV[6]), lrn[3])
 local dr, dt = tight(tonumber(ARGV[7]), lrn[2]), tight(tonumber(ARGV[8]), lrn[4])
@@ -637,7 +641,7 @@ for _, b in ipairs(budgets) do
   end
 end
 if spentOut then reason = reasonDay end
-if not ok then return {0, retry, reason, level, 0} end
+if not ok then return {0, retry, reason, level, now} end
 local counted, bit = 0, 1
 for _, s in ipairs(sets) do
   if s.minute then slidingAdd(s.minute, 1, tok); counted = counted + bit end
@@ -775,8 +779,8 @@ end
 //
 // KEYS: the key's index, its benches.
 //
-// ARGV, after the op: model, overflow model, max models, 1 for all models, kind, end
-// (Unix milliseconds), level.
+// ARGV, after the op: model, overflow model, max models, 1 for all models, kind, how
+// long the bench lasts from the server's time (milliseconds), level.
 const benchSource = `
 ops.bench = function()
 local now, known = key(KEYS[1], ARGV[1])
@@ -787,7 +791,8 @@ if ARGV[4] ~= '1' then
   redis.call('HSET', KEYS[2], 'l' .. m, ARGV[7])
 end
 local _, cur = bench(redis.call('HGET', KEYS[2], f))
-if tonumber(ARGV[6]) > cur then redis.call('HSET', KEYS[2], f, ARGV[5] .. ':' .. ARGV[6]) end
+local ends = now + tonumber(ARGV[6])
+if ends > cur then redis.call('HSET', KEYS[2], f, ARGV[5] .. ':' .. int(ends)) end
 local latest = 0
 local kv = redis.call('HGETALL', KEYS[2])
 for j = 1, #kv, 2 do
@@ -848,10 +853,33 @@ return 1
 end
 `
 
-// dispatch runs the op ARGV[1] names with the rest of ARGV.
+// dispatch runs the op ARGV[1] names with the rest of ARGV. A take and an
+// adjust change counts, so each runs once: its last KEYS entry is a key of
+// its own (the call's ID), which keeps its answer for ONCELIFE ms; a call
+// run again — go-redis retries a script whose answer it did not read in
+// time, on another connection — answers the same and changes nothing.
 const dispatch = `
 local op = table.remove(ARGV, 1)
-return ops[op]()
+if op ~= 'take' and op ~= 'adjust' then return ops[op]() end
+local once = KEYS[#KEYS]
+local kept = redis.call('GET', once)
+if kept then
+  local r = {}
+  for n in string.gmatch(kept, '[^,]+') do r[#r + 1] = tonumber(n) end
+  if #r == 1 and op == 'adjust' then return r[1] end
+  return r
+end
+local r = ops[op]()
+local v = r
+if type(r) == 'table' then
+  local parts = {}
+  for i, n in ipairs(r) do parts[i] = int(n) end
+  v = table.concat(parts, ',')
+else
+  v = int(r)
+end
+redis.call('SET', once, v, 'PX', '$ONCELIFE')
+return r
 `
 
 // storeScript is the store's one Lua script: every call names an op, so
@@ -872,6 +900,7 @@ var storeScript = func() *redis.Script {
 		"$EVICTSCAN", strconv.Itoa(evictScan),
 		"$MAXEXACT", strconv.FormatInt(maxExact, 10),
 		"$RESERVED", strconv.FormatInt(int64(windowspec.ReservedRetry/time.Millisecond), 10),
+		"$ONCELIFE", strconv.FormatInt(onceLife, 10),
 		"reasonMinute", strconv.Itoa(reasonMinute),
 		"reasonDay", strconv.Itoa(reasonDay),
 	)

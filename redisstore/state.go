@@ -50,7 +50,9 @@ func (s *Store) state(ctx context.Context, provider, keyID string, clientNow tim
 	if cal {
 		capDay = cc
 	}
-	st := keypool.KeyStats{Bench: benchState(b["*"], now), Cap: usage(cm.Val(), capDay.Val(), cal, now),
+	// Benches end by the server's clock; State answers by the caller's.
+	shift := clientNow.UnixMilli() - now
+	st := keypool.KeyStats{Bench: benchState(b["*"], now, shift), Cap: usage(cm.Val(), capDay.Val(), cal, now),
 		Spent: spentOf(spent.Val(), clientNow.UnixMilli())}
 
 	var models []string
@@ -84,7 +86,7 @@ func (s *Store) state(ctx context.Context, provider, keyID string, clientNow tim
 			return keypool.KeyStats{}, err
 		}
 		level, _ := strconv.Atoi(b["l"+m])
-		st.Models[i] = keypool.ModelStats{Model: m, Bench: benchState(b["b"+m], now), Level: level,
+		st.Models[i] = keypool.ModelStats{Model: m, Bench: benchState(b["b"+m], now, shift), Level: level,
 			Usage: usage(minutes[i].Val(), days[i].Val(), cal, now), Learned: learned(idx["m"+m])}
 	}
 	return st, nil
@@ -129,8 +131,9 @@ func cmpErr(a, b error) error {
 }
 
 // benchState reads a bench, "kind:end", as it stands at now (Unix
-// milliseconds): the zero BenchState once it has ended.
-func benchState(v string, now int64) keypool.Bench {
+// milliseconds): the zero BenchState once it has ended; its end moved by
+// shift milliseconds, to the caller's clock.
+func benchState(v string, now, shift int64) keypool.Bench {
 	k, e, ok := strings.Cut(v, ":")
 	if !ok {
 		return keypool.Bench{}
@@ -140,7 +143,7 @@ func benchState(v string, now int64) keypool.Bench {
 	if err1 != nil || err2 != nil || ends <= now {
 		return keypool.Bench{}
 	}
-	return keypool.Bench{Kind: keypool.Kind(kind), Until: time.UnixMilli(ends).UTC()}
+	return keypool.Bench{Kind: keypool.Kind(kind), Until: time.UnixMilli(ends + shift).UTC()}
 }
 
 // usage returns what a minute window and a day window count at now.

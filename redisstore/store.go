@@ -2,12 +2,14 @@ package redisstore
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"math"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -39,6 +41,11 @@ type Store struct {
 	// local serves while Redis is down, with WithLocalFallback; else nil.
 	local keypool.Store
 
+	// id names the store among those that share Redis, and calls counts
+	// its calls that run once (see once).
+	id    string
+	calls atomic.Uint64
+
 	kick chan struct{} // wakes the store's goroutine
 	stop chan struct{}
 	// ctx bounds the probes of the store's goroutine; Close cancels it.
@@ -55,6 +62,9 @@ type Store struct {
 	sends sync.RWMutex
 
 	mu sync.Mutex // guards the fields below
+	// corrupt holds, by provider and key ID, why a key's takes are passed
+	// over: a Redis key of its holds the wrong type.
+	corrupt map[keyRef]error
 	// pending are the adjustments of settles and releases not yet sent.
 	pending []adjustment
 	// journal holds the changes of benches and levels made locally during
@@ -87,26 +97,24 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 
 // Open returns a Store over a client of its own for the server a URL names,
 // such as "redis://user:password@localhost:6379/0" or "rediss://…" for TLS
-// (see redis.ParseURL for the options a URL can carry). Close closes the
+// (see redis.ParseURL for the options a URL can carry), or for a Redis
+// Cluster when the URL names more of its nodes with addr parameters, as
+// redis.ParseClusterURL reads them:
+// "redis://host:7000?addr=host:7001&addr=host:7002". A URL without addr
+// that names a Cluster node is refused, in one line that says so: a plain
+// client of a node serves only the slots the node holds, until a failover
+// moves them. The client waits for Redis no longer than the store's
+// timeout (WithTimeout), unless the URL sets its own. Close closes the
 // client. Otherwise it is New.
 func Open(rawURL string, opts ...Option) (*Store, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := url.Parse(rawURL); err != nil {
-		// url.Error quotes the URL, and with it any password.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, fmt.Errorf("redisstore: parsing the Redis URL: %w", err)
-	}
-	o, err := redis.ParseURL(rawURL)
+	client, err := openClient(rawURL, cfg.timeout)
 	if err != nil {
-		return nil, fmt.Errorf("redisstore: parsing the Redis URL: %w", err)
+		return nil, err
 	}
-	client := redis.NewClient(o)
 	s, err := newStore(client, true, cfg)
 	if err != nil {
 		_ = client.Close()
@@ -115,19 +123,76 @@ func Open(rawURL string, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
+// IsClusterURL reports whether Open opens a Redis Cluster client for
+// rawURL: the URL names nodes with addr parameters.
+func IsClusterURL(rawURL string) bool {
+	u, err := url.Parse(rawURL)
+	return err == nil && u.Query().Has("addr")
+}
+
+// openClient returns the client Open opens for rawURL, whose calls wait no
+// longer than timeout unless the URL says otherwise.
+func openClient(rawURL string, timeout time.Duration) (redis.UniversalClient, error) {
+	if _, err := url.Parse(rawURL); err != nil {
+		// url.Error quotes the URL, and with it any password.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("redisstore: parsing the Redis URL: %w", err)
+	}
+	if IsClusterURL(rawURL) {
+		o, err := redis.ParseClusterURL(rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: parsing the Redis Cluster URL: %w", err)
+		}
+		o.ContextTimeoutEnabled = true
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = orDefault(o.DialTimeout, timeout), orDefault(o.ReadTimeout, timeout), orDefault(o.WriteTimeout, timeout)
+		return redis.NewClusterClient(o), nil
+	}
+	o, err := redis.ParseURL(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: parsing the Redis URL: %w", err)
+	}
+	o.ContextTimeoutEnabled = true
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = orDefault(o.DialTimeout, timeout), orDefault(o.ReadTimeout, timeout), orDefault(o.WriteTimeout, timeout)
+	return redis.NewClient(o), nil
+}
+
+// orDefault returns d, or def when d is not set.
+func orDefault(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+// Cluster reports whether the store's client is a Redis Cluster client.
+func (s *Store) Cluster() bool {
+	_, ok := s.rdb.(*redis.ClusterClient)
+	return ok
+}
+
 func newStore(client redis.UniversalClient, owned bool, cfg config) (*Store, error) {
-	s := &Store{rdb: client, owned: owned, cfg: cfg, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	s := &Store{rdb: client, owned: owned, cfg: cfg, id: rand.Text()[:16], kick: make(chan struct{}, 1), stop: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if cfg.fallback {
 		s.local = keypool.NewMemoryStore()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	if err := client.Ping(ctx).Err(); err != nil {
-		if !cfg.fallback {
-			s.cancel()
-			return nil, &unavailableError{err}
-		}
+	err := client.Ping(ctx).Err()
+	if err == nil {
+		err = s.notClusterNode(ctx)
+	}
+	switch {
+	case errors.Is(err, errClusterNode):
+		s.cancel()
+		return nil, err
+	case err != nil && !cfg.fallback:
+		s.cancel()
+		return nil, &unavailableError{err}
+	case err != nil:
 		s.markDown(err)
 	}
 	s.done.Add(1)
@@ -170,21 +235,30 @@ func (s *Store) Take(ctx context.Context, t keypool.Claim) (keypool.Grant, error
 	take := s.takeCall(t)
 	s.sends.RLock()
 	carried := s.carry(maxCarried)
-	s.exec(ctx, append(carried, take), nil)
+	cctx, cancel := s.bound(ctx)
+	s.exec(cctx, append(carried, take), nil)
+	cancel()
 	s.sends.RUnlock()
 	s.checkCarried(ctx, carried)
 	v, err := take.cmd.Int64Slice()
 	if err == nil && len(v) != 5 && len(v) != 10 {
 		err = fmt.Errorf("take script answered %v", v)
 	}
+	if wrongType(err) {
+		return s.passOver(ctx, t, take.keys, err), nil
+	}
 	if err != nil {
 		return s.takeLocal(ctx, t, s.fail(ctx, err))
 	}
+	s.sound(t.Provider, t.KeyID)
 	if v[0] == 1 && len(v) == 10 {
 		r := &reservation{store: s, claim: t, at: v[1], counted: v[4], tokens: v[5],
 			held: [2]int64{v[6], v[7]}, resets: [2]int64{v[8], v[9]}}
 		return keypool.Grant{OK: true, Level: int(v[3]), Reservation: r}, nil
 	}
+	// The server's time, to the take's: replicas whose clocks differ agree
+	// on when a key is back, each by its own clock.
+	retryAt := t.Now.Add(time.Duration(v[1]-v[4]) * time.Millisecond).UTC()
 	reason := keypool.Kind(v[2])
 	switch v[2] {
 	case reasonMinute:
@@ -192,7 +266,7 @@ func (s *Store) Take(ctx context.Context, t keypool.Claim) (keypool.Grant, error
 	case reasonDay:
 		reason = keypool.KindQuota
 	}
-	return keypool.Grant{RetryAt: time.UnixMilli(v[1]).UTC(), Reason: reason, Level: int(v[3])}, nil
+	return keypool.Grant{RetryAt: retryAt, Reason: reason, Level: int(v[3])}, nil
 }
 
 // scope returns the names of the keys that hold the windows of a key, or of
@@ -245,7 +319,7 @@ func (s *Store) takeCall(t keypool.Claim) *evalCall {
 	}
 	dayStart, dayEnd, nextDay := calendarDays(zone, hour, t.Now)
 	monthStart, monthEnd, nextMonth := calendarMonths(zone, hour, t.Now)
-	return call("take",
+	return s.once(call("take",
 		[]string{n.index(), n.benches(), n.minute(t.Model), n.dayOf(t.Model, cal),
 			n.minute(overflowModel), n.dayOf(overflowModel, cal), n.capMinute(), n.capDayOf(cal), own.benches(),
 			own.spend(), n.spend()},
@@ -253,7 +327,7 @@ func (s *Store) takeCall(t keypool.Claim) *evalCall {
 		exact(t.Limits.RPM), exact(t.Limits.TPM), exact(t.Limits.RPD), exact(t.Limits.TPD),
 		exact(t.Cap.RPM), exact(t.Cap.TPM), exact(t.Cap.RPD), exact(t.Cap.TPD),
 		start, end, next, flag(t.Named), exact(t.Cost), bd, bm, ad, am,
-		dayStart, dayEnd, nextDay, monthStart, monthEnd, nextMonth, t.Now.UnixMilli(), flag(t.Unbounded))
+		dayStart, dayEnd, nextDay, monthStart, monthEnd, nextMonth, t.Now.UnixMilli(), flag(t.Unbounded)), n)
 }
 
 // exact returns n within what a Lua number holds exactly, and never below
@@ -315,28 +389,35 @@ func (r *reservation) spend(a adjustment, cost int64) adjustment {
 	return a
 }
 
-// Bench implements keypool.Store. The bench's end is kept in Unix
-// milliseconds, rounded up.
+// Bench implements keypool.Store. The bench lasts from the server's time
+// as long as b.Until is after the store's clock (WithClock), in
+// milliseconds, rounded up: replicas whose clocks differ bench for as
+// long. A bench made during an outage and written later lasts from when
+// it is written as long as is left of it then.
 func (s *Store) Bench(ctx context.Context, b keypool.Bench) error {
 	if err := windowspec.CheckModel(b.Model); err != nil {
 		return fmt.Errorf("redisstore: %w", err)
-	}
-	ends := max(b.Until.UnixMilli(), 0)
-	if b.Until.Nanosecond()%int(time.Millisecond) != 0 {
-		ends++
 	}
 	n := s.scope(b.Provider, b.KeyID, b.Account)
 	all := 0
 	if b.AllModels {
 		all = 1
 	}
-	c := call("bench", []string{n.index(), n.benches()},
-		b.Model, overflowModel, maxModels, all, int(b.Kind), ends, b.Level)
-	if b.Until.IsZero() && b.Level == 0 && !b.AllModels {
-		// Only the level, back to zero: a success after quota answers.
-		c = call("reset", []string{n.index(), n.benches()}, b.Model, overflowModel, maxModels)
+	remote := func(ctx context.Context) error {
+		lasts := int64(0)
+		if !b.Until.IsZero() {
+			d := b.Until.Sub(s.cfg.clock())
+			lasts = max(int64((d+time.Millisecond-1)/time.Millisecond), 0)
+		}
+		c := call("bench", []string{n.index(), n.benches()},
+			b.Model, overflowModel, maxModels, all, int(b.Kind), lasts, b.Level)
+		if b.Until.IsZero() && b.Level == 0 && !b.AllModels {
+			// Only the level, back to zero: a success after quota answers.
+			c = call("reset", []string{n.index(), n.benches()}, b.Model, overflowModel, maxModels)
+		}
+		return c.run(s.rdb)(ctx)
 	}
-	return s.change(ctx, c.run(s.rdb), func() error { return s.local.Bench(ctx, b) })
+	return s.change(ctx, s.bounded(remote), func() error { return s.local.Bench(ctx, b) })
 }
 
 // Learn implements keypool.Store. The statement is queued, as a settle is:
@@ -389,7 +470,7 @@ func known(n int64) int64 {
 // index names.
 func (s *Store) Unbench(ctx context.Context, provider, keyID string) error {
 	n := names(s.cfg.prefix, provider, keyID)
-	remote := func(ctx context.Context) error {
+	remote := s.bounded(func(ctx context.Context) error {
 		fields, err := s.rdb.HKeys(ctx, n.index()).Result()
 		if err != nil {
 			return err
@@ -401,14 +482,14 @@ func (s *Store) Unbench(ctx context.Context, provider, keyID string) error {
 			}
 		}
 		return call("forget", keys).run(s.rdb)(ctx)
-	}
+	})
 	return s.change(ctx, remote, func() error { return s.local.Unbench(ctx, provider, keyID) })
 }
 
 // ResetSpend implements keypool.SpendResetter.
 func (s *Store) ResetSpend(ctx context.Context, provider, keyID string) error {
 	key := names(s.cfg.prefix, provider, keyID).spend()
-	remote := call("resetspend", []string{key}).run(s.rdb)
+	remote := s.bounded(call("resetspend", []string{key}).run(s.rdb))
 	return s.change(ctx, remote, func() error {
 		if r, ok := s.local.(keypool.SpendResetter); ok {
 			return r.ResetSpend(ctx, provider, keyID)
@@ -427,7 +508,9 @@ func (s *Store) State(ctx context.Context, provider, keyID string, now time.Time
 		}
 		return s.local.State(ctx, provider, keyID, now)
 	}
-	st, err := s.state(ctx, provider, keyID, now)
+	cctx, cancel := s.bound(ctx)
+	st, err := s.state(cctx, provider, keyID, now)
+	cancel()
 	if err != nil {
 		if err = s.fail(ctx, err); !s.fallback(err) {
 			return keypool.KeyStats{}, err
@@ -452,6 +535,54 @@ func (s *Store) Flush(ctx context.Context) error {
 	return s.sendPending(ctx)
 }
 
+// errClusterNode is the error of a plain client of a Redis Cluster node.
+var errClusterNode = errors.New("is a Redis Cluster node: name the cluster's nodes in the URL (redis://host:7000?addr=host:7001&addr=host:7002) to open a Cluster client")
+
+// clusterNodeError says that the plain client of addr meets a Redis
+// Cluster node.
+type clusterNodeError struct{ addr string }
+
+func (e *clusterNodeError) Error() string {
+	return "redisstore: " + e.addr + " " + errClusterNode.Error()
+}
+func (e *clusterNodeError) Unwrap() error { return errClusterNode }
+
+// notClusterNode returns a clusterNodeError when the store's client is a
+// plain client and its server says it is a Cluster node (INFO cluster:
+// cluster_enabled:1); a server that does not answer INFO is taken as no
+// Cluster node.
+func (s *Store) notClusterNode(ctx context.Context) error {
+	c, ok := s.rdb.(*redis.Client)
+	if !ok {
+		return nil
+	}
+	info, err := c.Info(ctx, "cluster").Result()
+	if err != nil {
+		if isUnavailable(err) {
+			return err
+		}
+		return nil
+	}
+	if strings.Contains(info, "cluster_enabled:1") {
+		return &clusterNodeError{addr: c.Options().Addr}
+	}
+	return nil
+}
+
+// bound returns ctx bounded by the store's timeout for one call.
+func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.cfg.timeout)
+}
+
+// bounded returns call run within the store's timeout.
+func (s *Store) bounded(call func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		ctx, cancel := s.bound(ctx)
+		defer cancel()
+		return call(ctx)
+	}
+}
+
 // fail returns the error of a failed call to Redis: ErrUnavailable, after
 // marking Redis down, when Redis did not answer; the context's error as it
 // is; any other as a failure of the store.
@@ -461,6 +592,13 @@ func (s *Store) fail(ctx context.Context, err error) error {
 		return fmt.Errorf("redisstore: %w", err)
 	case isUnavailable(err):
 		return s.markDown(err)
+	case redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK"):
+		// Only a plain client sees these: a Cluster client follows them.
+		addr := "the server"
+		if c, ok := s.rdb.(*redis.Client); ok {
+			addr = c.Options().Addr
+		}
+		return fmt.Errorf("%w (%w)", &clusterNodeError{addr: addr}, err)
 	}
 	return fmt.Errorf("redisstore: %w", err)
 }

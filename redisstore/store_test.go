@@ -15,10 +15,10 @@ import (
 
 // harness returns the suite's harness over a Redis: each store has a prefix
 // of its own; Reopen closes a store and opens one over the same prefix.
-func harness(c redis.UniversalClient) storetest.Harness {
+func harness(c redis.UniversalClient, opts ...redisstore.Option) storetest.Harness {
 	prefixes := map[keypool.Store]string{}
 	open := func(t *testing.T, prefix string) keypool.Store {
-		s := newStore(t, c, redisstore.WithPrefix(prefix))
+		s := newStore(t, c, append(opts, redisstore.WithPrefix(prefix))...)
 		prefixes[s] = prefix
 		return s
 	}
@@ -33,15 +33,22 @@ func harness(c redis.UniversalClient) storetest.Harness {
 
 func TestConformanceMiniredis(t *testing.T) {
 	f := newFakeRedis(t)
-	h := harness(f.client(t))
+	h := harness(f.client(t), redisstore.WithClock(f.Now))
 	h.Now, h.Advance = f.Now, f.Advance
 	storetest.Run(t, h)
 }
 
 func TestConformanceRedis(t *testing.T) {
 	c := realRedis(t)
+	storetest.Run(t, realHarness(t, c))
+}
+
+// realHarness is the suite's harness over a real Redis, on its clock: the
+// time passes as it does.
+func realHarness(t *testing.T, c redis.UniversalClient) storetest.Harness {
 	h := harness(c)
 	h.Now = func() time.Time {
+		// Any node's, on a Cluster: the tests' runs on one machine.
 		now, err := c.Time(context.Background()).Result()
 		if err != nil {
 			t.Errorf("TIME: %v", err)
@@ -50,5 +57,5 @@ func TestConformanceRedis(t *testing.T) {
 	}
 	h.Advance = func(_ *testing.T, d time.Duration) { time.Sleep(d) }
 	h.RealTime = true
-	storetest.Run(t, h)
+	return h
 }

@@ -40,6 +40,8 @@ func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	state := displayState(s.state)
 	switch {
+	case isRedisURL(s.state) && redisstore.IsClusterURL(s.state):
+		state += " (Redis Cluster)"
 	case isRedisURL(s.state):
 		state += " (Redis)"
 	case s.stateDefault:
@@ -96,11 +98,11 @@ func count(n int, thing string) string {
 // lasts: a running proxy may hold the state.
 func checkState(s *settings, log *slog.Logger) error {
 	if isRedisURL(s.state) {
-		err := redisAnswers(s.state, log)
+		down, err := redisAnswers(s.state, log)
 		switch {
 		case err == nil:
 			return nil
-		case s.replicas > 0:
+		case s.replicas > 0 && down:
 			s.warnings = append(s.warnings, fmt.Sprintf("state: %s; serve would start on local windows at 1/%d of every limit until it answers", err, s.replicas))
 			return nil
 		}
@@ -114,19 +116,20 @@ func checkState(s *settings, log *slog.Logger) error {
 
 // redisAnswers opens the Redis store at state and closes it, and returns
 // why it could not be opened — Redis out of reach, within the store's
-// timeout of a few seconds — as one line, without the URL's password.
+// timeout of a few seconds, or a plain URL naming a Cluster node — as one
+// line, without the URL's password — and whether Redis was out of reach.
 // Neither the store nor the Redis client logs while checking: the client
 // logs to the debug level of log.
-func redisAnswers(state string, log *slog.Logger) error {
+func redisAnswers(state string, log *slog.Logger) (down bool, err error) {
 	redis.SetLogger(redisLog{log})
 	store, err := redisstore.Open(state, redisstore.WithLogger(slog.New(slog.DiscardHandler)))
 	if err == nil {
 		err = store.Close()
 	}
 	if err != nil {
-		return errors.New(withoutPassword(state, oneLine.Replace(err.Error())))
+		return errors.Is(err, redisstore.ErrUnavailable), errors.New(withoutPassword(state, oneLine.Replace(err.Error())))
 	}
-	return nil
+	return false, nil
 }
 
 // redisLog is the Redis client's logger: what it logs — each failed dial

@@ -78,6 +78,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 func stateAttrs(path string, s *settings) []any {
 	attrs := []any{"config", path}
 	switch {
+	case isRedisURL(s.state) && redisstore.IsClusterURL(s.state):
+		return append(attrs, "state", displayState(s.state), "store", "redis cluster")
 	case isRedisURL(s.state):
 		return append(attrs, "state", displayState(s.state), "store", "redis")
 	case s.stateDefault:
@@ -253,7 +255,13 @@ func openState(s *settings, log *slog.Logger) (keypool.Store, io.Closer, error) 
 		}
 		store, err := redisstore.Open(s.state, opts...)
 		if err != nil {
-			return nil, nil, &configError{field: "state", err: errors.New(withoutPassword(s.state, err.Error()))}
+			msg := withoutPassword(s.state, err.Error())
+			if !errors.Is(err, redisstore.ErrUnavailable) {
+				// A mistake of the configuration, such as a plain URL
+				// naming a Cluster node, rather than an outage.
+				return nil, nil, usageError{fieldErr("state", "%s", msg)}
+			}
+			return nil, nil, &configError{field: "state", err: errors.New(msg)}
 		}
 		return store, store, nil
 	}
@@ -656,7 +664,7 @@ func (s *server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		})
 		msg := s.redact.String(err.Error())
 		s.log.Warn("forwarding failed", "path", r.URL.Path, "err", msg)
-		writeError(w, http.StatusBadGateway, "api_error", "keypool: "+msg, nil)
+		writeError(w, http.StatusBadGateway, "api_error", "keypool: "+strings.TrimPrefix(msg, "keypool: "), nil)
 	}
 }
 

@@ -359,9 +359,9 @@ type redisServer struct {
 }
 
 // startRedis starts a redis-server on a free loopback port, or on port
-// when it is not 0, with its files in dir; the test's end stops it. It
-// skips the test when there is no redis-server.
-func startRedis(t *testing.T, port int, dir string) *redisServer {
+// when it is not 0, with its files in dir and args after its own; the
+// test's end stops it. It skips the test when there is no redis-server.
+func startRedis(t *testing.T, port int, dir string, args ...string) *redisServer {
 	t.Helper()
 	path, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -379,6 +379,7 @@ func startRedis(t *testing.T, port int, dir string) *redisServer {
 	rs := &redisServer{port: port, dir: dir, done: make(chan struct{})}
 	rs.cmd = exec.Command(path, "--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--dir", dir, "--dbfilename", "dump.rdb", "--maxmemory-policy", "noeviction", "--loglevel", "warning")
+	rs.cmd.Args = append(rs.cmd.Args, args...)
 	require.NoError(t, rs.cmd.Start())
 	go func() {
 		_ = rs.cmd.Wait()
