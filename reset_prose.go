@@ -158,7 +158,7 @@ func periodWindow(lower string) Window {
 		var d time.Duration
 		switch {
 		case j < len(lower) && lower[j] == '-': // "5-hour"
-			d = periodOf(n, lower[j+1:])
+			d, _ = periodAndRest(n, lower[j+1:])
 		case strings.HasSuffix(before, "/"), strings.HasSuffix(before, "per"), strings.HasSuffix(before, "every"),
 			strings.HasSuffix(before, "reached for"): // "Usage limit reached for 5 hour"
 			d, _ = periodAndRest(n, lower[j:])
@@ -200,12 +200,6 @@ var cjkPeriodUnits = [...]struct {
 	word string
 	unit time.Duration
 }{{"小时", time.Hour}, {"天", 24 * time.Hour}, {"周", 7 * 24 * time.Hour}, {"个月", 30 * 24 * time.Hour}}
-
-// periodOf returns n of the unit word s starts with, or 0.
-func periodOf(n int, s string) time.Duration {
-	d, _ := periodAndRest(n, s)
-	return d
-}
 
 // periodAndRest returns n of the unit word s starts with (after a space),
 // or 0, and the text after the word.
