@@ -55,11 +55,13 @@
 package keypool
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -612,3 +614,480 @@ func (p *Pool) Close() error {
 
 // closeTimeout bounds the flush of Close.
 const closeTimeout = 15 * time.Second
+
+// waitLines holds the requests waiting for a key (WaitForKey), one line per
+// model, first come first served. Only the head of a line tries for a key;
+// the others wait for their turn, and a new request for a model with a line
+// joins it rather than pass it.
+type waitLines struct {
+	waiting atomic.Int64 // requests in all lines; 0 lets requests skip the lock
+	mu      sync.Mutex   // guards byModel and closed
+	byModel map[string][]chan struct{}
+	// closed is closed by close: every waiter leaves at once.
+	closed chan struct{}
+}
+
+// join puts a request in its model's line and returns its turn signal,
+// closed when it reaches the head (at once if the line was empty), and the
+// signal of the pool's close.
+func (w *waitLines) join(model string) (turn, closed chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.byModel == nil {
+		w.byModel = map[string][]chan struct{}{}
+	}
+	if w.closed == nil {
+		w.closed = make(chan struct{})
+	}
+	turn = make(chan struct{})
+	line := append(w.byModel[model], turn)
+	w.byModel[model] = line
+	if len(line) == 1 {
+		close(turn)
+	}
+	w.waiting.Add(1)
+	return turn, w.closed
+}
+
+// leave takes a request out of its model's line and, if it was the head,
+// gives the next one its turn.
+func (w *waitLines) leave(model string, turn chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	line := w.byModel[model]
+	for i, c := range line {
+		if c != turn {
+			continue
+		}
+		line = append(line[:i], line[i+1:]...)
+		if i == 0 && len(line) > 0 {
+			close(line[0])
+		}
+		break
+	}
+	if len(line) == 0 {
+		delete(w.byModel, model)
+	} else {
+		w.byModel[model] = line
+	}
+	w.waiting.Add(-1)
+}
+
+// close releases every waiter, now and later.
+func (w *waitLines) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed == nil {
+		w.closed = make(chan struct{})
+	}
+	select {
+	case <-w.closed:
+	default:
+		close(w.closed)
+	}
+}
+
+// queued reports whether requests for model are waiting.
+func (w *waitLines) queued(model string) bool {
+	if w.waiting.Load() == 0 {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.byModel[model]) > 0
+}
+
+// minPause is the shortest a waiting request sleeps between two tries for a
+// key: no wait ever turns into a loop that does not sleep.
+const minPause = 10 * time.Millisecond
+
+// take acquires a key into l as acquire does and, when the pool waits for
+// keys (WaitForKey), waits in line for one when none is free.
+func (p *Pool) take(ctx context.Context, c *call, model string, est usageReport, l *lease) error {
+	if p.cfg.wait <= 0 {
+		return p.acquire(ctx, c, model, est, l)
+	}
+	var err error
+	if !p.lines.queued(model) {
+		if err = p.acquire(ctx, c, model, est, l); !isNoKey(err) {
+			return err
+		}
+	}
+	return p.wait(ctx, c, model, est, err, l)
+}
+
+// wait waits in line for a key. At its turn it sleeps until the soonest key
+// returns, then tries again — every key, those that failed this request
+// included, since a key that comes back from a bench may serve it now. It
+// gives up, with the last *NoAvailableKeyError, when that moment lies beyond
+// the pool's wait or the context's deadline; it leaves at once when the
+// context ends or the pool is closed. Every try after the first sleeps at
+// least minPause.
+func (p *Pool) wait(ctx context.Context, c *call, model string, est usageReport, last error, l *lease) error {
+	start := time.Now()
+	if c.waitEnds.IsZero() {
+		// The bound is the request's, whatever it tried since it began to
+		// wait.
+		c.waitEnds = start.Add(p.cfg.wait)
+	}
+	deadline := c.waitEnds
+	turn, closed := p.lines.join(model)
+	defer p.lines.leave(model, turn)
+	if last == nil {
+		last = noKeyError(p.provider, time.Time{}, p.cfg.clock())
+	}
+	if err := sleepUntil(ctx, closed, turn, deadline, p.provider); err != nil {
+		if errors.Is(err, errWaitOver) {
+			return last
+		}
+		return err
+	}
+	for {
+		c.forget()
+		err := p.acquire(ctx, c, model, est, l)
+		var na *NoAvailableKeyError
+		if !errors.As(err, &na) {
+			if err == nil {
+				p.tel.wait(ctx, time.Since(start))
+			}
+			return err
+		}
+		if na.RetryAt.IsZero() {
+			return err
+		}
+		wake := time.Now().Add(max(na.RetryAt.Sub(p.cfg.clock()), minPause))
+		if wake.After(deadline) {
+			return err
+		}
+		if d, ok := ctx.Deadline(); ok && wake.After(d) {
+			return err
+		}
+		if err := sleepUntil(ctx, closed, nil, wake, p.provider); err != nil && !errors.Is(err, errWaitOver) {
+			return err
+		}
+	}
+}
+
+// errWaitOver reports that a sleep reached its end.
+var errWaitOver = errors.New("wait over")
+
+// sleepUntil sleeps until the moment end (errWaitOver), or until turn is
+// closed (nil; a nil turn never is), the context ends (its error) or the pool
+// is closed.
+func sleepUntil(ctx context.Context, closed, turn chan struct{}, end time.Time, provider string) error {
+	t := time.NewTimer(time.Until(end))
+	defer t.Stop()
+	select {
+	case <-turn:
+		return nil
+	case <-t.C:
+		return errWaitOver
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-closed:
+		return fmt.Errorf("keypool: %s: pool is closed", provider)
+	}
+}
+
+// forget makes a request that waited try every key again: the keys that
+// failed it may be back, and the moments it saw have passed. The end of its
+// wait stays.
+func (c *call) forget() {
+	c.tried = keySet{}
+	c.soonest = time.Time{}
+}
+
+func isNoKey(err error) bool {
+	var na *NoAvailableKeyError
+	return errors.As(err, &na)
+}
+
+// A key that comes back from a bench of a minute or more returns carefully:
+// it takes one request at a time, for the model it was benched for (or for
+// every model after a bench of the whole key), until one succeeds. Requests
+// that find its one request under way go to other keys or wait, so a key
+// the vendor still limits costs one refused request, not a burst of them.
+// The care is this pool's: replicas sharing a store each send their own one
+// request.
+
+// carefulBench is the shortest bench after which a key returns carefully.
+const carefulBench = time.Minute
+
+// probeRetry is when a request that found a returning key's one request
+// under way tries again, if no other key serves it.
+const probeRetry = time.Second
+
+// returns holds, for one key, the models it is returning for: "" stands for
+// every model.
+type returns struct {
+	n       atomic.Int32 // len(byModel): 0 lets requests skip the lock
+	mu      sync.Mutex   // guards byModel
+	byModel map[string]*returning
+}
+
+// returning is one model's return: the bench it returns from ends at from
+// (Unix nanoseconds), and a request is under way while probing.
+type returning struct {
+	from    int64
+	probing bool
+}
+
+// mark notes that the key returns for model ("" for every model) once a
+// bench ending at until is over.
+func (r *returns) mark(model string, until time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.byModel == nil {
+		r.byModel = map[string]*returning{}
+	}
+	if s := r.byModel[model]; s != nil {
+		s.from = max(s.from, until.UnixNano())
+		return
+	}
+	if len(r.byModel) >= maxModelsPerKey {
+		return // a bound on what clients can make the pool remember
+	}
+	r.byModel[model] = &returning{from: until.UnixNano()}
+	r.n.Store(int32(len(r.byModel)))
+}
+
+// admit reports whether a request for model may go to the key at now, and
+// whether it is the one request of a return (a probe). A request is refused
+// while another is the probe of a return whose bench is over; the caller
+// then retries at now + probeRetry.
+func (r *returns) admit(model string, now time.Time) (ok, probe bool) {
+	if r.n.Load() == 0 {
+		return true, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := now.UnixNano()
+	for _, m := range [...]string{model, ""} {
+		s := r.byModel[m]
+		if s == nil || s.from > n {
+			continue // no return, or a bench not over: the store refuses
+		}
+		if s.probing {
+			return false, false
+		}
+		s.probing = true
+		return true, true
+	}
+	return true, false
+}
+
+// done ends a probe for model: a success ends the return (and a return of
+// every model), anything else lets the next request probe.
+func (r *returns) done(model string, succeeded bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, m := range [...]string{model, ""} {
+		if s := r.byModel[m]; s != nil {
+			s.probing = false
+			if succeeded {
+				delete(r.byModel, m)
+			}
+		}
+	}
+	r.n.Store(int32(len(r.byModel)))
+}
+
+// KeyStats is what is known of one key: what its store holds (its benches,
+// levels and usage) and, from Pool.Stats, what its pool saw (requests sent,
+// answers by kind, the vendor's last reading).
+type KeyStats struct {
+	ID   string
+	Paid bool
+	// Account is the key's account, whose windows and benches it shares;
+	// Pool.Stats gives each key of an account the account's models, cap
+	// and benches, with its own bench of every model (a revoked key).
+	Account string
+	// Bench is the bench that holds the key for every model; zero when
+	// none does.
+	Bench Bench
+	// Cap is what the key has used across its models.
+	Cap Usage
+	// Spent is what the key spent today and this month, in US dollars;
+	// Budget its caps. For a key of an account, AccountSpent and
+	// AccountBudget are the account's.
+	Spent, Budget               Budget
+	AccountSpent, AccountBudget Budget
+	// Models holds the key's state per model, sorted by model name in
+	// Pool.Stats and in no particular order from a Store.
+	Models []ModelStats
+	// Sent counts the requests sent with the key; Answers counts their
+	// answers by kind (KindNone for successes and other answers that bench
+	// nothing).
+	Sent    int64
+	Answers map[Kind]int64
+	// Last is what the vendor last said of the key's windows (how full,
+	// when it resets), at LastAt; zero when it has said nothing.
+	Last   Reading
+	LastAt time.Time
+}
+
+// ModelStats is what is known of one key for one model.
+type ModelStats struct {
+	Model string
+	// Limits are the limits enforced on the key for the model: axis by
+	// axis, the tighter of Configured and Learned. Configured are those the
+	// pool was given (WithLimits, WithModelLimits, WithAccountLimits,
+	// Key.Limits); Learned those the vendor last stated. A Store fills only
+	// Learned.
+	Limits     Limits
+	Configured Limits
+	Learned    Limits
+	Bench      Bench
+	// Level is the number of quota answers without a date since the key's
+	// last success for the model.
+	Level int
+	Usage Usage
+}
+
+// statsTimeout bounds the store calls of Stats, which takes no context.
+const statsTimeout = 5 * time.Second
+
+// Stats returns what the pool knows of each key, in the order the keys were
+// given. It asks the store, each call bounded by a few seconds, and leaves
+// out what a failing store cannot say. A zero Pool has no stats.
+func (p *Pool) Stats() []KeyStats {
+	if p.usable() == errNotNew {
+		return nil
+	}
+	now := p.cfg.clock()
+	out := make([]KeyStats, 0, len(p.keys))
+	for _, k := range p.keys {
+		ks := p.stored(k, now)
+		ks.ID, ks.Paid, ks.Account, ks.Sent, ks.Answers = k.ID, k.Paid, k.Account, k.sent.Load(), map[Kind]int64{}
+		k.lastMu.Lock()
+		ks.Last, ks.LastAt = k.last, k.lastAt
+		k.lastMu.Unlock()
+		for kind := range k.answers {
+			if n := k.answers[kind].Load(); n != 0 {
+				ks.Answers[Kind(kind)] = n
+			}
+		}
+		out = append(out, ks)
+	}
+	return out
+}
+
+// stored returns what the store holds for key k at now — for a key of an
+// account, the account's windows and benches, and the later of its own
+// bench and the account's — with each model's configured, learned and
+// enforced limits. A store that fails leaves it empty.
+func (p *Pool) stored(k *poolKey, now time.Time) KeyStats {
+	state := func(id string) (KeyStats, bool) {
+		ctx, cancel := context.WithTimeout(context.Background(), statsTimeout)
+		defer cancel()
+		st, err := p.store.State(ctx, p.provider, id, now)
+		return st, err == nil
+	}
+	ks, ok := state(k.ID)
+	if !ok {
+		return KeyStats{}
+	}
+	ks.Budget = k.Budget
+	if k.Account != "" {
+		own := ks
+		if ks, ok = state(accountID(k.Account)); !ok {
+			return KeyStats{}
+		}
+		if own.Bench.Until.After(ks.Bench.Until) {
+			ks.Bench = own.Bench
+		}
+		ks.AccountSpent, ks.AccountBudget = ks.Spent, p.cfg.accountBudgets[k.Account]
+		ks.Spent, ks.Budget = own.Spent, own.Budget
+	}
+	for i := range ks.Models {
+		m := &ks.Models[i]
+		m.Configured = p.limits(k, m.Model)
+		m.Limits = m.Configured.tighter(m.Learned)
+	}
+	slices.SortFunc(ks.Models, func(a, b ModelStats) int { return cmp.Compare(a.Model, b.Model) })
+	return ks
+}
+
+// available returns how many keys no bench of this pool holds at now, for
+// any model.
+func (p *Pool) available(now time.Time) int {
+	n := 0
+	for _, k := range p.keys {
+		if k.benchedUntil.Load() <= now.UnixNano() {
+			n++
+		}
+	}
+	return n
+}
+
+// Unbench lifts every bench of the key with the given ID and sets its levels
+// back to zero: an operator's manual return, for a key that was fixed (a
+// topped-up balance, a renewed key). It also forgets what the key's
+// windows count and the limits the vendor stated (see Store.Unbench) —
+// for a key of an account, the account's, which its other keys share — so
+// that whatever one answer set, a learned day window included, is lifted.
+// A Fallback's route over the pool that is benched comes back with it. It
+// returns an error for an unknown ID or a failing store.
+func (p *Pool) Unbench(ctx context.Context, keyID string) error {
+	k, err := p.operatorKey(keyID)
+	if err != nil {
+		return err
+	}
+	for _, id := range k.stateIDs() {
+		if err := p.store.Unbench(ctx, p.provider, id); err != nil {
+			return fmt.Errorf("keypool: %s: unbench %s: %w", p.provider, keyID, err)
+		}
+	}
+	k.benchedUntil.Store(0)
+	p.unbenched.Add(1)
+	return nil
+}
+
+// ResetSpend forgets what the key with the given ID spent today and this
+// month, and what its requests in flight reserve — for a key of an
+// account, the account's spend too, which its other keys share — so that
+// its budget has all its room again: an operator's answer to a vendor's
+// report that was wrong, or to reservations a process that ended left
+// counted. A request in flight counts what its answer costs once it
+// settles. A Fallback's route over the pool that is benched comes back
+// with it. It returns an error for an unknown ID, a store that cannot
+// reset spend (see SpendResetter) or a failing store.
+func (p *Pool) ResetSpend(ctx context.Context, keyID string) error {
+	k, err := p.operatorKey(keyID)
+	if err != nil {
+		return err
+	}
+	r, ok := p.store.(SpendResetter)
+	if !ok {
+		return fmt.Errorf("keypool: %s: reset spend of %s: the store (%T) cannot reset spend", p.provider, keyID, p.store)
+	}
+	for _, id := range k.stateIDs() {
+		if err := r.ResetSpend(ctx, p.provider, id); err != nil {
+			return fmt.Errorf("keypool: %s: reset spend of %s: %w", p.provider, keyID, err)
+		}
+	}
+	p.unbenched.Add(1) // a Fallback's route the spent budget benched comes back
+	return nil
+}
+
+// operatorKey returns the key with the given ID, for an operator's call.
+func (p *Pool) operatorKey(keyID string) (*poolKey, error) {
+	if err := p.usable(); err == errNotNew {
+		return nil, err
+	}
+	for _, k := range p.keys {
+		if k.ID == keyID {
+			return k, nil
+		}
+	}
+	return nil, fmt.Errorf("keypool: %s: no key with ID %q", p.provider, keyID)
+}
+
+// stateIDs returns the IDs under which a store keeps the key's state: its
+// own, and its account's when it names one.
+func (k *poolKey) stateIDs() []string {
+	if k.Account == "" {
+		return []string{k.ID}
+	}
+	return []string{k.ID, accountID(k.Account)}
+}

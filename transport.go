@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -432,4 +435,423 @@ func (p *Pool) checkModel(model string, b *replay) error {
 		return fmt.Errorf("keypool: %s: %w", p.provider, err)
 	}
 	return nil
+}
+
+// Keys go only to the vendor: to the hosts of WithHosts, or else to the host
+// a request was first sent to. http.Client calls a RoundTripper again for
+// every hop of a redirect, so a transport that put its key on every request
+// would hand the key to whatever host a redirect named — net/http strips
+// Authorization on such a hop, but not the header another vendor reads, nor
+// a key in the URL.
+
+// hostKey returns u's host as hosts are compared: lower case, with the
+// scheme's default port when none is given.
+func hostKey(u *url.URL) string {
+	host, port := strings.ToLower(u.Hostname()), u.Port()
+	if port == "" {
+		port = "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// parseHost returns the host key of an entry of WithHosts: a host name
+// with or without a port ("api.openai.com", "localhost:8080"); without one
+// it stands for both default ports.
+func parseHost(h string) ([]string, error) {
+	if h == "" || strings.ContainsAny(h, "/?#@ ") {
+		return nil, fmt.Errorf("%q is not a host name", h)
+	}
+	if _, _, err := net.SplitHostPort(h); err == nil {
+		return []string{hostKey(&url.URL{Host: h})}, nil
+	}
+	return []string{hostKey(&url.URL{Scheme: "http", Host: h}), hostKey(&url.URL{Scheme: "https", Host: h})}, nil
+}
+
+// maxRedirects bounds the walk back along a redirect chain.
+const maxRedirects = 64
+
+// firstRequest returns the request a chain of redirects began with: req
+// itself when it is no redirect.
+func firstRequest(req *http.Request) *http.Request {
+	for range maxRedirects {
+		if req.Response == nil || req.Response.Request == nil {
+			break
+		}
+		req = req.Response.Request
+	}
+	return req
+}
+
+// keyless reports whether req must go without a key — a redirect to a host
+// keys do not go to — or returns an error for a request the pool must not
+// send at all: one sent first to a host outside WithHosts.
+func (p *Pool) keyless(req *http.Request) (bool, error) {
+	if req.URL == nil {
+		return false, nil // net/http refuses it
+	}
+	if len(p.cfg.hosts) > 0 {
+		if p.cfg.hosts[hostKey(req.URL)] {
+			return false, nil
+		}
+		if req.Response != nil {
+			return true, nil
+		}
+		return false, fmt.Errorf("keypool: %s: %s is not a host of the pool (WithHosts): no key goes there", p.provider, req.URL.Host)
+	}
+	if req.Response == nil {
+		return false, nil
+	}
+	first := firstRequest(req)
+	return first.URL == nil || hostKey(first.URL) != hostKey(req.URL), nil
+}
+
+// sendKeyless sends a redirected request on to a host keys do not go to, as
+// net/http would: with no key of the pool, and without the header or
+// parameter keys go in. It counts in no window.
+func (t *transport) sendKeyless(req *http.Request) (*http.Response, error) {
+	out := req.Clone(req.Context())
+	t.pool.cfg.auth.strip(out)
+	resp, err := t.base.RoundTrip(out)
+	if resp != nil {
+		resp.Request = req
+	}
+	return resp, err
+}
+
+// replay hands a request's body to each attempt of a RoundTrip. A body read
+// whole (see read) is sent from memory; otherwise the first attempt gets the
+// caller's body and later ones a copy from Request.GetBody.
+type replay struct {
+	orig    io.ReadCloser // the caller's body: nil or http.NoBody for none
+	getBody func() (io.ReadCloser, error)
+	// data is what was read of the body: all of it when whole, else the
+	// start of a body too long to read whole.
+	data   []byte
+	whole  bool
+	handed bool       // orig, or first, has been handed to an attempt
+	first  memoryBody // the first attempt's reader of a body read whole
+	// rewind is GetBody for a body read whole, made once per request.
+	rewind func() (io.ReadCloser, error)
+}
+
+// memoryBody reads a body held in memory. The pool reads one it is handed
+// (by a Fallback, or as a GetBody of its own) without copying it.
+type memoryBody struct {
+	data []byte
+	off  int // what has been read of data
+}
+
+func newMemoryBody(data []byte) *memoryBody { return &memoryBody{data: data} }
+
+func (m *memoryBody) Read(p []byte) (int, error) {
+	if m.off >= len(m.data) {
+		return 0, io.EOF
+	}
+	n := copy(p, m.data[m.off:])
+	m.off += n
+	return n, nil
+}
+
+// WriteTo writes the rest of the body to w in one call, as bytes.Reader
+// does, so that io.Copy needs no buffer for it.
+func (m *memoryBody) WriteTo(w io.Writer) (int64, error) {
+	rest := m.data[min(m.off, len(m.data)):]
+	if len(rest) == 0 {
+		return 0, nil
+	}
+	n, err := w.Write(rest)
+	n = min(max(n, 0), len(rest)) // a Writer that says more than it was given wrote it all
+	m.off += n
+	if err == nil && n < len(rest) {
+		err = io.ErrShortWrite
+	}
+	return int64(n), err
+}
+
+func (*memoryBody) Close() error { return nil }
+
+// read returns up to maxBodyScan bytes of the body without using it up: the
+// body is read into memory, whole when it fits, and sent from there on every
+// attempt; a longer body keeps its start for the first attempt. It never
+// reads a copy from GetBody for this, since some GetBody functions (go-
+// retryablehttp's, for one) rewind the very reader the request holds. n is
+// the body's length when known, else -1.
+func (b *replay) read(n int64) ([]byte, error) {
+	if m, ok := b.orig.(*memoryBody); ok && m.off == 0 && len(m.data) <= maxBodyScan {
+		b.data, b.whole = m.data, true
+		return m.data, nil
+	}
+	data, err := readAtMost(b.orig, n, maxBodyScan)
+	if err != nil {
+		return nil, err
+	}
+	b.data = data
+	if len(data) <= maxBodyScan {
+		b.whole = true
+		_ = b.orig.Close()
+		return data, nil
+	}
+	return data[:maxBodyScan], nil
+}
+
+// readAtMost reads r to its end, or to limit+1 bytes when it is longer. n is
+// r's length when known (else -1), so that a body of known length is read
+// into one buffer of its size.
+func readAtMost(r io.Reader, n int64, limit int) ([]byte, error) {
+	if n < 0 || n > int64(limit) {
+		return io.ReadAll(io.LimitReader(r, int64(limit)+1))
+	}
+	buf := make([]byte, n, n+1)
+	if k, err := io.ReadFull(r, buf); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return buf[:k], nil // shorter than it said: the vendor will judge
+		}
+		return nil, err
+	}
+	// The one byte more that tells a body longer than it said goes in
+	// buf's spare capacity: a local array would escape to the heap.
+	for {
+		m, err := r.Read(buf[n : n+1])
+		if m > 0 {
+			// Longer than it said: read on as a body of unknown length.
+			rest, err := io.ReadAll(io.LimitReader(r, int64(limit)-n))
+			return append(buf[:n+1], rest...), err
+		}
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// replayable reports whether the body can be sent again.
+// known returns the body as the pool holds it, and whether that is all of
+// it: a request without a body is known to hold nothing.
+func (b *replay) known() ([]byte, bool) {
+	return b.data, b.orig == nil || b.orig == http.NoBody || b.whole
+}
+
+func (b *replay) replayable() bool {
+	return b.orig == nil || b.orig == http.NoBody || b.getBody != nil || b.whole
+}
+
+// next returns the body for the next attempt.
+func (b *replay) next() (io.ReadCloser, error) {
+	switch {
+	case b.orig == nil || b.orig == http.NoBody:
+		return b.orig, nil
+	case b.whole && !b.handed:
+		b.handed = true
+		b.first.data = b.data
+		return &b.first, nil
+	case b.whole:
+		return b.rewindBody()
+	case !b.handed:
+		b.handed = true
+		if b.data != nil {
+			return &prefixedBody{r: io.MultiReader(bytes.NewReader(b.data), b.orig), c: b.orig}, nil
+		}
+		return b.orig, nil
+	case b.getBody != nil:
+		return b.getBody()
+	}
+	return nil, errors.New("keypool: request body cannot be sent again")
+}
+
+// rewindBody returns a new reader of a body read whole.
+func (b *replay) rewindBody() (io.ReadCloser, error) {
+	return newMemoryBody(b.data), nil
+}
+
+// getBodyFunc returns what an attempt's Request.GetBody should be: the
+// caller's, which gives the same bytes, or else one over the body read
+// whole.
+func (b *replay) getBodyFunc() func() (io.ReadCloser, error) {
+	if !b.whole || b.getBody != nil {
+		return b.getBody
+	}
+	if b.rewind == nil {
+		b.rewind = b.rewindBody
+	}
+	return b.rewind
+}
+
+// discard closes the caller's body if no attempt has taken it, as a
+// RoundTripper must on every path.
+func (b *replay) discard() {
+	if b.orig != nil && b.orig != http.NoBody && !b.handed && !b.whole {
+		_ = b.orig.Close()
+	}
+}
+
+// auth is how a key is put on a request.
+type auth struct {
+	style  authStyle
+	name   string // the canonical header name, or the query parameter
+	prefix string // before the secret in a header value; "param=" for a query
+}
+
+type authStyle int
+
+const (
+	authHeader authStyle = iota
+	authQuery
+)
+
+// value returns what apply puts on a request for secret, built once per key.
+func (a auth) value(secret string) []string {
+	if a.style == authQuery {
+		return []string{a.prefix + url.QueryEscape(secret)}
+	}
+	return []string{a.prefix + secret}
+}
+
+// outgoing returns the request one attempt sends: req under ctx, with the
+// key's value put on it in place of any the request had for the same header
+// or parameter, in any spelling. req is left as it was. When ctx is req's
+// own context and into is not nil, the copy is made in into, which the
+// caller allocated with other things, rather than in a request of its own.
+//
+// It copies only what it changes, where Request.Clone copies every field
+// the request points to: the header, and the URL for a key in the query.
+// The rest — the trailer, the form, the transfer encoding — is the
+// caller's, which no RoundTripper may change.
+func (a auth) outgoing(ctx context.Context, req *http.Request, value []string, into *http.Request) *http.Request {
+	var out *http.Request
+	if into != nil && ctx == req.Context() {
+		*into = *req // as WithContext copies it, the context the same
+		out = into
+	} else {
+		out = req.WithContext(ctx)
+	}
+	if a.style == authQuery {
+		out.Header = cloneHeader(req.Header, "", nil)
+		if req.URL != nil {
+			u := *req.URL
+			u.RawQuery = withQuery(u.RawQuery, a.name, value[0])
+			out.URL = &u
+		}
+		return out
+	}
+	out.Header = cloneHeader(req.Header, a.name, value)
+	return out
+}
+
+// cloneHeader returns a copy of h without any spelling of name, and with
+// name set to value when name is not "". As Header.Clone does, it copies
+// the values into one array, each name's cut to its length: whatever sends
+// the request may write to them or append, and the caller's header, or
+// the key's value that later requests share, never sees it.
+func cloneHeader(h http.Header, name string, value []string) http.Header {
+	n := len(value)
+	for _, v := range h {
+		n += len(v)
+	}
+	values := make([]string, n)
+	out := make(http.Header, len(h)+1)
+	for k, v := range h {
+		if name != "" && len(k) == len(name) && strings.EqualFold(k, name) {
+			continue
+		}
+		out[k], values = cut(values, v)
+	}
+	if name != "" {
+		out[name], _ = cut(values, value)
+	}
+	return out
+}
+
+// cut copies v into the start of values and returns that copy, its
+// capacity its length, and the rest of values.
+func cut(values, v []string) (copied, rest []string) {
+	n := copy(values, v)
+	return values[:n:n], values[n:]
+}
+
+// strip removes from r, a clone the caller owns, the header or parameter a
+// key goes in, in every spelling.
+func (a auth) strip(r *http.Request) {
+	if a.style == authQuery {
+		if r.URL != nil && r.URL.RawQuery != "" {
+			u := *r.URL
+			u.RawQuery = withoutQuery(u.RawQuery, a.name)
+			r.URL = &u
+		}
+		return
+	}
+	for name := range r.Header {
+		if strings.EqualFold(name, a.name) {
+			delete(r.Header, name)
+		}
+	}
+}
+
+// withoutQuery returns the query raw without any name parameter.
+func withoutQuery(raw, name string) string {
+	var b strings.Builder
+	for part := range strings.SplitSeq(raw, "&") {
+		if key, _, _ := strings.Cut(part, "="); key == "" || unescape(key) == name {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('&')
+		}
+		b.WriteString(part)
+	}
+	return b.String()
+}
+
+// withQuery returns the query raw without any name parameter and with pair
+// ("name=value") added at the end.
+func withQuery(raw, name, pair string) string {
+	if raw == "" {
+		return pair
+	}
+	if rest := withoutQuery(raw, name); rest != "" {
+		return rest + "&" + pair
+	}
+	return pair
+}
+
+func unescape(s string) string {
+	if u, err := url.QueryUnescape(s); err == nil {
+		return u
+	}
+	return s
+}
+
+// refused reports whether err is net/http refusing to send the key's
+// header value: a key the transport cannot put on any request. The http
+// package says so only in its error text.
+func (a auth) refused(err error) bool {
+	return a.style == authHeader && strings.Contains(err.Error(), "invalid header field value for "+strconv.Quote(a.name))
+}
+
+// unechoed removes a key put in a URL from an answer's headers that echo it:
+// a Location or Content-Location loses the parameter (a redirect to the same
+// host gets the key again from the pool; one to another host must not), any
+// other header the secret itself. Only keys put in the query are echoed so.
+func (a auth) unechoed(h http.Header, secret string) {
+	if a.style != authQuery || len(h) == 0 {
+		return
+	}
+	escaped := url.QueryEscape(secret)
+	for name, vs := range h {
+		for i, v := range vs {
+			if !strings.Contains(v, secret) && !strings.Contains(v, escaped) {
+				continue
+			}
+			if u, err := url.Parse(v); err == nil && (name == "Location" || name == "Content-Location") {
+				u.RawQuery = withoutQuery(u.RawQuery, a.name)
+				vs[i] = u.String()
+				continue
+			}
+			vs[i] = strings.ReplaceAll(strings.ReplaceAll(v, secret, "[redacted]"), escaped, "[redacted]")
+		}
+	}
 }
