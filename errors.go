@@ -91,3 +91,12 @@ func (e *ProviderError) Error() string {
 	}
 	return s
 }
+
+// truncate returns s cut to n bytes, marked when cut, for an error that
+// quotes what a client sent.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

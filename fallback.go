@@ -324,15 +324,6 @@ func climbs(p string) bool {
 	return false
 }
 
-// truncate returns s cut to n bytes, marked when cut, for an error that
-// quotes what a client sent.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
-
 // mapModel returns body with its top-level "model" renamed by models, or
 // body itself when models does not name it.
 func mapModel(body []byte, models map[string]string) []byte {

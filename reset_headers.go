@@ -8,31 +8,6 @@ import (
 	"time"
 )
 
-// Canonical names of the headers read one by one.
-const (
-	headerRetryAfter     = "Retry-After"         // RFC 9110: seconds or an HTTP-date
-	headerRetryAfterMs   = "Retry-After-Ms"      // OpenAI and Azure OpenAI: milliseconds
-	headerMsRetryAfterMs = "X-Ms-Retry-After-Ms" // Azure: milliseconds
-	// headerGroqRegion names the Groq region that served an answer ("dls",
-	// "fra", "bom"). Only Groq sends it, and it is how Groq's per-day
-	// x-ratelimit-*-requests are told from OpenAI's per-minute ones.
-	headerGroqRegion = "X-Groq-Region"
-
-	// draft-ietf-httpapi-ratelimit-headers-08 and later.
-	headerRateLimit       = "Ratelimit"
-	headerRateLimitPolicy = "Ratelimit-Policy"
-
-	// Anthropic's subscription (Claude Pro/Max through OAuth) headers; the
-	// windows themselves are in unifiedWindows.
-	headerUnifiedStatus = "Anthropic-Ratelimit-Unified-Status"
-	headerUnifiedReset  = "Anthropic-Ratelimit-Unified-Reset"
-	headerUnifiedClaim  = "Anthropic-Ratelimit-Unified-Representative-Claim"
-	// headerUnifiedOverageReason says why extra usage (overage) is closed:
-	// out_of_credits when its credits are spent
-	// (github.com/tombii/better-ccflare/issues/261).
-	headerUnifiedOverageReason = "Anthropic-Ratelimit-Unified-Overage-Disabled-Reason"
-)
-
 // The groups of headers read by name. scanHeaders notes which occur, so
 // that an answer without rate-limit headers costs one pass over its keys
 // and no lookup, and an answer with some reads only its groups' headers.
@@ -299,54 +274,6 @@ type counter struct {
 	resetAlone bool
 }
 
-// counters are the limit/remaining/reset triples vendors send. The same name
-// does not mean the same window at every vendor: atGroq says where Groq
-// differs.
-var counters = [...]counter{
-	// OpenAI: per-minute requests and tokens, resets as Go durations ("6ms",
-	// "6m0s"); https://platform.openai.com/docs/guides/rate-limits. Azure
-	// OpenAI sends the same names, sometimes only the remaining counts
-	// (github.com/EvolvingPrograms/oaib/issues/11), or -1 and 0 as
-	// placeholders for unknown (github.com/openai/openai-dotnet/issues/838).
-	// Groq: -requests counts requests per DAY, -tokens tokens per minute;
-	// https://console.groq.com/docs/rate-limits.
-	{limit: "X-Ratelimit-Limit-Requests", remaining: "X-Ratelimit-Remaining-Requests", reset: "X-Ratelimit-Reset-Requests",
-		atGroq: WindowDaily, axis: axisRPM, axisAtGroq: axisRPD, resetAlone: true},
-	{limit: "X-Ratelimit-Limit-Tokens", remaining: "X-Ratelimit-Remaining-Tokens", reset: "X-Ratelimit-Reset-Tokens",
-		axis: axisTPM, resetAlone: true},
-	// Cerebras names the window in the header; resets are countdowns in float
-	// seconds; https://inference-docs.cerebras.ai/support/rate-limits.
-	// Mistral sends -tokens-minute too, without a reset
-	// (github.com/mistralai/client-ts/issues/169).
-	{limit: "X-Ratelimit-Limit-Requests-Day", remaining: "X-Ratelimit-Remaining-Requests-Day", reset: "X-Ratelimit-Reset-Requests-Day",
-		window: WindowDaily, axis: axisRPD},
-	{limit: "X-Ratelimit-Limit-Tokens-Minute", remaining: "X-Ratelimit-Remaining-Tokens-Minute", reset: "X-Ratelimit-Reset-Tokens-Minute",
-		axis: axisTPM},
-	// Mistral: requests per minute, no reset (same source).
-	{limit: "X-Ratelimit-Limit-Req-Minute", remaining: "X-Ratelimit-Remaining-Req-Minute",
-		axis: axisRPM},
-	// One unnamed window: GitHub (hourly, reset in epoch seconds;
-	// docs.github.com rate-limits-for-the-rest-api), OpenRouter (reset in
-	// epoch milliseconds, also inside its 429 bodies), Together (a countdown
-	// in seconds, on 429s; togethercomputer/skills#61).
-	{limit: "X-Ratelimit-Limit", remaining: "X-Ratelimit-Remaining", reset: "X-Ratelimit-Reset",
-		resetAlone: true},
-	// The IETF three-field form, draft-ietf-httpapi-ratelimit-headers-00 to
-	// -06: countdown seconds (gitlab.com sends epoch seconds instead).
-	{limit: "Ratelimit-Limit", remaining: "Ratelimit-Remaining", reset: "Ratelimit-Reset",
-		policies: true},
-	// Anthropic API keys: per-minute buckets, resets in RFC 3339;
-	// https://docs.anthropic.com/en/api/rate-limits#response-headers. The
-	// tokens bucket is the tightest of the input and output ones, which
-	// the pool's windows (one token count) do not keep apart.
-	{limit: "Anthropic-Ratelimit-Requests-Limit", remaining: "Anthropic-Ratelimit-Requests-Remaining", reset: "Anthropic-Ratelimit-Requests-Reset",
-		axis: axisRPM, resetAlone: true},
-	{limit: "Anthropic-Ratelimit-Tokens-Limit", remaining: "Anthropic-Ratelimit-Tokens-Remaining", reset: "Anthropic-Ratelimit-Tokens-Reset",
-		axis: axisTPM, resetAlone: true},
-	{limit: "Anthropic-Ratelimit-Input-Tokens-Limit", remaining: "Anthropic-Ratelimit-Input-Tokens-Remaining", reset: "Anthropic-Ratelimit-Input-Tokens-Reset"},
-	{limit: "Anthropic-Ratelimit-Output-Tokens-Limit", remaining: "Anthropic-Ratelimit-Output-Tokens-Remaining", reset: "Anthropic-Ratelimit-Output-Tokens-Reset"},
-}
-
 // read reads the counter from the values of its headers in h, as
 // scanHeaders read them into f; it reports false when they have neither a
 // readable remaining count nor, where the reset may come alone, a reset. A
@@ -495,27 +422,6 @@ func sfPolicy(fields []string, name string) string {
 	return ""
 }
 
-// unifiedWindows are the windows of a Claude subscription: utilization as a
-// fraction (above 1 is real), reset in epoch seconds, status allowed,
-// allowed_warning or rejected; claim is the representative-claim value that
-// names the window. 7d_oi is the weekly window of models served only from
-// extra usage ("overage included"), which Anthropic scopes to those models.
-// Sources: live answers recorded in
-// PabloLION/agent-console-dashboard:docs/agents/hook-research/oauth-403-research.md
-// and github.com/router-for-me/CLIProxyAPI/issues/5915.
-var unifiedWindows = [...]struct {
-	utilization, reset, status string
-	window                     Window
-	claim                      string
-}{
-	{"Anthropic-Ratelimit-Unified-5h-Utilization", "Anthropic-Ratelimit-Unified-5h-Reset", "Anthropic-Ratelimit-Unified-5h-Status",
-		Window5h, "five_hour"},
-	{"Anthropic-Ratelimit-Unified-7d-Utilization", "Anthropic-Ratelimit-Unified-7d-Reset", "Anthropic-Ratelimit-Unified-7d-Status",
-		WindowWeekly, "seven_day"},
-	{"Anthropic-Ratelimit-Unified-7d_oi-Utilization", "Anthropic-Ratelimit-Unified-7d_oi-Reset", "Anthropic-Ratelimit-Unified-7d_oi-Status",
-		WindowWeekly, "seven_day_overage_included"},
-}
-
 // readUnified reads a Claude subscription's windows. A window is spent when
 // its status is rejected, its utilization reaches 1, or the answer as a whole
 // is rejected and the representative claim names it. The window the claim
@@ -569,18 +475,6 @@ func claimWindow(claim string) Window {
 		return WindowWeekly
 	}
 	return WindowNone
-}
-
-// codexWindows are the two window slots of the ChatGPT backend (Codex): used
-// percent 0–100, window length in minutes, reset as epoch seconds or a
-// countdown. A slot is not a window — a free plan's primary slot is the
-// weekly window — so the window comes from the length. Sources:
-// openai/codex codex-rs rate-limit parsing; answers recorded in
-// github.com/earendil-works/pi/issues/4172 and
-// github.com/icebear0828/codex-proxy/issues/65.
-var codexWindows = [...]struct{ usedPercent, minutes, resetAt, resetAfter string }{
-	{"X-Codex-Primary-Used-Percent", "X-Codex-Primary-Window-Minutes", "X-Codex-Primary-Reset-At", "X-Codex-Primary-Reset-After-Seconds"},
-	{"X-Codex-Secondary-Used-Percent", "X-Codex-Secondary-Window-Minutes", "X-Codex-Secondary-Reset-At", "X-Codex-Secondary-Reset-After-Seconds"},
 }
 
 // readCodex reads the ChatGPT backend's windows. A slot whose length is 0

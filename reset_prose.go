@@ -6,123 +6,9 @@ import (
 	"time"
 )
 
-// The phrases below are matched against the lower-cased text of an error
-// body. Each names the vendor answer it was taken from.
-
-// billingPhrases name a spent balance, credit or spend limit.
-var billingPhrases = [...]string{
-	"insufficient_quota",           // OpenAI 429 type and code
-	"billing_hard_limit",           // OpenAI, the organization's hard spend cap
-	"credit balance is too low",    // Anthropic 400 (anthropics/claude-code#4684)
-	"api usage limits",             // Anthropic 400, the organization's spend limit (anthropics/claude-code#38035)
-	"insufficient balance",         // DeepSeek 402
-	"insufficient credits",         // OpenRouter 402
-	"more credits are required",    // OpenRouter 402, a key's credit limit
-	"requires more credits",        // OpenRouter 402
-	"out of credits",               // xAI 403
-	"used all available credits",   // xAI 429
-	"reached its monthly spending", // xAI 429
-	"out of extra usage",           // Anthropic subscription 400 (router-for-me/CLIProxyAPI#2599)
-	"draw from your extra usage",   // Anthropic subscription 400 (NousResearch/hermes-agent#31668)
-	"out_of_credits",               // Anthropic overage-disabled-reason (tombii/better-ccflare#261)
-	"quota is not enough",          // one-api 403 insufficient_user_quota (songquanpeng/one-api#1270)
-	"budget has been exceeded",     // LiteLLM proxy 400 (BerriAI/litellm#14144)
-	"spend limit",                  // Anthropic 429 "would exceed your account's monthly spend limit" (can1357/oh-my-pi#5418)
-	"exceeded_current_quota",       // Moonshot error.type exceeded_current_quota_error, on a 403 or 429
-	"balance is insufficient",      // SiliconFlow 403 30011 "Your paid balance is insufficient"
-	"payment is past due",          // Ollama Cloud 403 "your subscription payment is past due"
-	"overdue",                      // Volcengine 403 code AccountOverdueError
-	"arrearage",                    // DashScope 400 code Arrearage
-	"credits remaining",            // ElevenLabs 401 quota_exceeded "You have 0 credits remaining"
-	"余额不足",                         // "insufficient balance": Zhipu 1113 "余额不足或无可用资源包,请充值", and kin
-	"请充值",                          // "please top up"
-}
-
-// quotaPhrases name a spent allowance, or one the plan does not include,
-// whether or not they name its window: no short wait brings it back.
-var quotaPhrases = [...]string{
-	"usage_limit_reached",       // ChatGPT backend 429
-	"usage_not_included",        // ChatGPT backend: the plan does not include the usage
-	"not included in your plan", // ChatGPT backend 403 (RayBytes/ChatMock#54)
-	"extra usage",               // Anthropic subscription: "Extra usage is required for long context requests."
-	"are cooling down",          // a router's own cooldown: "All credentials for model X are cooling down" (CLIProxyAPI)
-	"free-usage-exhausted",      // Grok CLI 429 (Vanszs/VansRouter#56)
-	"allocated quota exceeded",  // Qwen 429 "Free allocated quota exceeded."
-}
-
-// authPhrases name a refused key where the status does not (Gemini and xAI
-// answer a bad key with 400).
-var authPhrases = [...]string{
-	"api key not valid", // Gemini 400
-	"api_key_invalid",   // Gemini 400 ErrorInfo reason
-	"incorrect api key", // xAI 400, OpenAI 401
-	"invalid_api_key",   // OpenAI 401 code
-	"invalid api key",
-	"consumer_suspended", // Gemini 403 ErrorInfo reason: the key's consumer is suspended
-}
-
-// throttlePhrases name a rate limit, which turns a 403 from a permission
-// failure into a throttle (GitHub: "API rate limit exceeded", "You have
-// exceeded a secondary rate limit").
-var throttlePhrases = [...]string{"rate limit", "rate_limit", "too many requests", abuseLimitPhrase}
-
-// GitHub's secondary rate limit, which its x-ratelimit-reset dates although
-// the primary window has room; "abuse detection" is its older name
-// (inaka/erlang-github#27).
-const (
-	secondaryLimitPhrase = "secondary rate limit"
-	abuseLimitPhrase     = "abuse detection mechanism"
-)
-
-// oversizedPhrases name a request that exceeds a per-minute limit on its
-// own, which no wait cures (OpenAI 429 and Groq 413 "Request too large for
-// model …").
-var oversizedPhrases = [...]string{"request too large"}
-
-// overloadPhrases name the vendor's overload, which some vendors answer
-// with a 429: no other key on the same engine fares better.
-var overloadPhrases = [...]string{
-	"overload",         // Moonshot 429 "engine is currently overloaded"; Novita 429 "server overload"
-	"traffic too high", // "model traffic too high"
-	"traffic is too high",
-	"at capacity", // Nous 429 "temporarily at capacity upstream. This is not your API key's rate limit"
-	"访问量过大",       // Zhipu 429 1305 "该模型当前访问量过大" (the model's traffic is too high)
-}
-
-// sizedPhrases say a request is too large for what the key has left: a
-// smaller one would be served, so the key is not out.
-var sizedPhrases = [...]string{
-	"fewer max_tokens",             // OpenRouter 402 "requires more credits, or fewer max_tokens"
-	"can only afford",              // OpenRouter 402 "but can only afford 3234"
-	"prompt tokens limit exceeded", // OpenRouter 402 "Prompt tokens limit exceeded: 23229 > 14796"
-	"token capacity required",      // OpenRouter 402 "128000 token capacity required, 19484 available"
-}
-
-// minutePhrases name a per-minute limit. A body that names one beside a
-// per-day limit in prose, and asks for a short wait, is about the minute.
-var minutePhrases = [...]string{"per minute", "per min", "per-minute", "(rpm)", "(tpm)"}
-
-// windowPhrases name a window; when several match, the longest is named.
-var windowPhrases = [...]struct {
-	phrase string
-	window Window
-}{
-	{"per day", WindowDaily},   // OpenAI and Groq "requests per day (RPD)", "tokens per day (TPD)"; Cerebras "Requests per day limit exceeded"
-	{"per-day", WindowDaily},   // OpenRouter "free-models-per-day"
-	{"perday", WindowDaily},    // Gemini quota ids "GenerateRequestsPerDayPerProjectPerModel-FreeTier"
-	{"daily", WindowDaily},     // OpenRouter limit_source "openrouter_free_tier_daily"
-	{"weekly", WindowWeekly},   // plain wording
-	{"monthly", WindowMonthly}, // xAI "reached its monthly spending limit"
-	// Anthropic's spend limits are monthly: access is regained on the 1st
-	// (anthropics/claude-code#38035).
-	{"api usage limits", WindowMonthly},
-	// A window named by its period: "limited to 1000 API calls / month".
-	{"per week", WindowWeekly}, {"/ week", WindowWeekly}, {"/week", WindowWeekly},
-	{"per month", WindowMonthly}, {"/ month", WindowMonthly}, {"/month", WindowMonthly},
-	{"/ day", WindowDaily}, {"/day", WindowDaily},
-	// Ollama Cloud's session limit is its 5-hour window (fgrehm/pi-ollama-cloud#42).
-	{"session usage limit", Window5h},
-}
+// The reading of prose: an error body's lower-cased text matched against
+// the phrases of the vendor catalogue (reset_vendors.go) and read for the
+// windows, waits and dates it states.
 
 // namedWindow returns the longest window the text names, by a phrase of
 // windowPhrases or by a stated length (periodWindow), or "".
@@ -264,18 +150,6 @@ func periodLimits(lower string) (w Window, used float64, ok bool) {
 	return w, used, ok
 }
 
-// delayMarkers introduce a delay stated in prose — Django REST framework's
-// "Expected available in 7 seconds" too — OpenAI and Groq "Please try
-// again in 26.604s" and "644ms", Azure "Try again in 50 seconds" and "Please
-// retry after 86400 seconds", Gemini "Please retry in 10.689924287s", GitHub
-// Models "Please wait 60 seconds before retrying".
-var delayMarkers = [...]string{"try again in ", "retry after ", "retry in ", "please wait ", "available in "}
-
-// resetMarkers introduce when a limit lifts, stated in prose: a horizon, not
-// a wait asked for (Gemini Code Assist "Your quota will reset after 54s";
-// "resets in ~30s"; "reset in 3 hours 49 minutes").
-var resetMarkers = [...]string{"reset after ", "resets in ", "reset in "}
-
 // delayUnits are the unit words a prose delay may use after a bare number.
 var delayUnits = [...]struct {
 	word string
@@ -288,40 +162,9 @@ var delayUnits = [...]struct {
 	{"day", 24 * time.Hour},
 }
 
-// resetAtMarkers introduce the moment a limit lifts, stated in prose.
-var resetAtMarkers = [...]string{
-	"regain access on ", // Anthropic 400: "You will regain access on 2026-04-01 at 00:00 UTC."
-	"resets at ",        // "Throttle resets at 2024-10-18 14:55:00 +0000"; "Resets at 10:00 UTC"
-	"reset at ",
-	"resets on ",
-	"reset on ", // Copilot 429 "wait for your limit to reset on April 20, 2026 at 2:00 AM"
-	"将在 ",       // Zhipu 429 1308 "您的限额将在 2026-08-25 07:41:44 重置" (your limit will reset at …)
-	"available at ",
-}
-
-// proseTimeLayouts are the absolute times prose states beyond what a
-// vendor's time fields hold (RFC 3339, HTTP-dates, epochs, which
-// timeValue reads); a layout without a zone is in the zone of the text
-// (zoneOfText).
-var proseTimeLayouts = [...]string{
-	"2006-01-02 at 15:04 MST",   // Anthropic's "2026-04-01 at 00:00 UTC"
-	"2006-01-02 15:04:05 -0700", // a Rails throttle's "2024-10-18 14:55:00 +0000"
-	"2006-01-02 15:04:05 MST",
-	"2006-01-02 15:04 MST",
-	"2006-01-02 15:04:05",        // Zhipu 429 1308 "Your limit will reset at 2026-09-09 05:38:28"
-	"January 2, 2006 at 3:04 PM", // Copilot 429 "reset on April 20, 2026 at 2:00 AM"
-	"January 2, 2006 at 15:04",
-}
-
 // chinaTime is the zone of a time a vendor answering in Chinese states
 // without one: China's, UTC+8 all year.
 var chinaTime = time.FixedZone("UTC+8", 8*60*60)
-
-// chinaTimePhrases name answers whose times without a zone are China's
-// though their text is English: Zhipu's coding plan ("the dated reset is
-// Beijing time", hugalafutro/model-hotel#955; its retry-after-ms agrees,
-// Yeachan-Heo/gajae-code#1821).
-var chinaTimePhrases = [...]string{"usage limit reached for 5 hour", "weekly/monthly limit exhausted"}
 
 // zoneOfText returns the zone a time without one is read in: China's for
 // a text in Chinese or of a vendor in chinaTimePhrases, else UTC.
