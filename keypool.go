@@ -20,6 +20,65 @@
 // Secrets never leave memory: they are not logged, traced, stored, or put in
 // an error; keys are known by their IDs.
 //
+// # How a request flows
+//
+// Each room (a file, or a family of files under one name) holds one idea
+// whole. A request meets them in this order, and comes back only to the
+// exchange, which drives it:
+//
+//  1. transport.go, the exchange: RoundTrip checks that the request goes
+//     to the vendor (WithHosts), holds its body for another key, puts the
+//     key on the request, sends it, hands the answer to the reader and the
+//     judge, and fails over to the next key.
+//  2. request.go: reading the request — its model (JSON escapes decoded),
+//     the tokens it may use (the estimate), its bounds — with the one JSON
+//     lexer of json.go.
+//  3. keypool.go: choosing a key — order and tiers, waiting lines, careful
+//     return — and the Pool's report (Stats).
+//  4. store*.go and window.go: the Store's atomic take of a key's windows
+//     and budget (the memory store unless WithStore gives another), and
+//     the window arithmetic it runs.
+//  5. otel.go: the attempt's span and metrics.
+//  6. reset*.go: reading the answer — headers (reset_headers.go), bodies
+//     (reset_body.go), prose (reset_prose.go), times (reset_value.go), the
+//     vendor catalogue (reset_vendors.go) — into a Kind and a Reset
+//     (Classify, reset.go).
+//  7. cooldown.go: acting on the answer — what it may bench (the rule
+//     below), for how long, the quota ladder, what the store learns, the
+//     events of OnEvict and OnRateLimit.
+//  8. usage.go: metering the answer's usage as its body is read, and
+//     settling the request's tokens and spend.
+//  9. errors.go: what the caller gets when no key serves.
+//
+// Beside the flow: options.go (every Option), do.go (Pool.Do), retry.go
+// (go-retryablehttp), fallback.go (routes over pools), store_badger*.go
+// (the Badger store).
+//
+// # Words
+//
+// One word per idea, in the code, the docs and the command:
+//
+//   - answer: what the vendor sent back (an [*http.Response] in code).
+//   - bench: a key out of rotation until a time, for one model or for
+//     every model (a Fallback's route is benched too). OnEvict reports a
+//     bench as an Eviction; its length is the cooldown.
+//   - level: the step of the quota ladder, which a key climbs by quota
+//     answers that date nothing and leaves on a success.
+//   - window: the pool's count of a key's requests or tokens per minute
+//     or per day (Limits). A vendor's [Window] is the span an answer names
+//     (5h, daily, weekly, monthly).
+//   - reading: what an answer says of a limit — when it lifts, which
+//     Window, how full — as a [Reset]; OnRateLimit hears it as a Reading.
+//   - account: keys naming one Account share its windows, and its rate
+//     and quota benches.
+//   - stated, learned, enforced: a limit an answer's headers state; a
+//     stated limit the store keeps (learned); the limit a window enforces,
+//     the tighter of the configured and the learned.
+//   - quoted: an answer whose kind rests on words the request could have
+//     written (the rule below).
+//   - reserve, spend: what a request may cost at most, held against a
+//     Budget while it runs; what it cost, settled from its usage.
+//
 // # What an answer may bench
 //
 // A bench rests on evidence, and an answer benches only what it is evidence
