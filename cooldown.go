@@ -48,6 +48,9 @@ func (k Kind) String() string {
 	return "unknown"
 }
 
+// MarshalText returns the kind's name, so that JSON shows "rate", not 1.
+func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
 // benchPolicy holds how long each kind of failure benches a key.
 type benchPolicy struct {
 	rate      time.Duration   // a throttle that gives no date
@@ -191,9 +194,6 @@ func (v verdict) wholeKey() bool {
 func (v verdict) ofAccount() bool {
 	return (v.kind == KindRate || v.kind == KindQuota) && !v.quoted
 }
-
-// MarshalText returns the kind's name, so that JSON shows "rate", not 1.
-func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 
 // observe records what an answer said of a lease's key — its count, the
 // vendor's reading, the end of a climb up the quota levels on a success, a
@@ -378,16 +378,6 @@ func extendTo(a *atomic.Int64, until int64) bool {
 			return true
 		}
 	}
-}
-
-// longThrottle is the longest wait a throttle of a short window takes; a
-// spent window that lifts later is a quota.
-const longThrottle = 10 * time.Minute
-
-// exhausted reports that a reading says its binding window is full and
-// dates when it resets.
-func (r Reset) exhausted(now time.Time) bool {
-	return r.HasUtilization && r.Utilization >= 1 && r.ResetAt.After(now)
 }
 
 // Eviction reports a benched key to OnEvict: which key, why, and for how

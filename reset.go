@@ -430,3 +430,13 @@ func windowOfRetry(d time.Duration) Window {
 	}
 	return WindowMonthly
 }
+
+// longThrottle is the longest wait a throttle of a short window takes; a
+// spent window that lifts later is a quota.
+const longThrottle = 10 * time.Minute
+
+// exhausted reports that a reading says its binding window is full and
+// dates when it resets.
+func (r Reset) exhausted(now time.Time) bool {
+	return r.HasUtilization && r.Utilization >= 1 && r.ResetAt.After(now)
+}
