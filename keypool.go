@@ -142,8 +142,14 @@ type Key struct {
 	// ID labels the key in stats, events, errors and stores. It defaults to
 	// a short hash of Secret.
 	ID string
-	// Paid keys are used only when no free key can take a request.
+	// Paid keys are used only when no free key of the same Priority can
+	// take a request.
 	Paid bool
+	// Priority orders keys: a request goes to a key of a higher Priority
+	// (a larger number) only when no key of a lower one can take it. Keys
+	// of one Priority take requests in turn, free keys before paid ones.
+	// The zero value is the first Priority; a negative one is refused.
+	Priority int
 	// Limits, when set, override the pool's limits for this key field by
 	// field (WithLimits, WithModelLimits).
 	Limits Limits
@@ -269,11 +275,8 @@ type Pool struct {
 	// brings, looking nothing up.
 	mem      *memoryStore
 	keys     []*poolKey // in the order given
-	free     []*poolKey
-	paid     []*poolKey
+	tiers    []tier                // the keys in the order requests try them
 	accounts map[string][]*poolKey // the keys of each account
-	freeNext atomic.Uint64         // round-robin cursor over free
-	paidNext atomic.Uint64         // round-robin cursor over paid
 	// tokens reports that some token limit applies — configured, or
 	// learned from the vendor — so requests are estimated and answers
 	// settled.
@@ -387,6 +390,9 @@ func (p *Pool) addKeys(keys []Key) error {
 		if err := k.Limits.validate(); err != nil {
 			return fmt.Errorf("key %s: %w", k.ID, err)
 		}
+		if k.Priority < 0 {
+			return fmt.Errorf("key %s: priority %d is negative", k.ID, k.Priority)
+		}
 		if err := checkName("ID", k.ID); err != nil {
 			return fmt.Errorf("key %d: %w", i, err)
 		}
@@ -407,13 +413,41 @@ func (p *Pool) addKeys(keys []Key) error {
 			}
 			p.accounts[k.Account] = append(p.accounts[k.Account], pk)
 		}
-		if k.Paid {
-			p.paid = append(p.paid, pk)
-		} else {
-			p.free = append(p.free, pk)
-		}
+		p.tiers = tier{priority: k.Priority, paid: k.Paid}.with(pk, p.tiers)
 	}
 	return nil
+}
+
+// A tier is the keys of one Priority and one of free or paid, which take
+// requests in turn from a round-robin cursor.
+type tier struct {
+	priority int
+	paid     bool
+	keys     []*poolKey
+	next     *atomic.Uint64 // the cursor; a pointer, so that tiers may be sorted and grown
+}
+
+// with returns tiers with k added to tier t's keys, t made where it does
+// not stand yet: tiers stay ordered by Priority, free before paid.
+func (t tier) with(k *poolKey, tiers []tier) []tier {
+	i, found := slices.BinarySearchFunc(tiers, t, func(a, b tier) int {
+		if c := cmp.Compare(a.priority, b.priority); c != 0 {
+			return c
+		}
+		switch {
+		case a.paid == b.paid:
+			return 0
+		case a.paid:
+			return 1
+		}
+		return -1
+	})
+	if !found {
+		t.next = new(atomic.Uint64)
+		tiers = slices.Insert(tiers, i, t)
+	}
+	tiers[i].keys = append(tiers[i].keys, k)
+	return tiers
 }
 
 // limits returns the limits of key k for model.
@@ -498,8 +532,8 @@ func (c *call) sooner(t time.Time) {
 }
 
 // acquire takes into l the first key in order that can take a request for
-// model estimated at est: free keys round-robin, then paid keys
-// round-robin, each only if c has not tried it. When none can, it returns a
+// model estimated at est: tier by tier (by Priority, free before paid),
+// each tier's keys round-robin, each key only if c has not tried it. When none can, it returns a
 // *NoAvailableKeyError — or, when only keys with a budget could have taken
 // it and the model has no price, an error naming the model — and l holds
 // nothing of use. The model must be one a store may keep
@@ -512,11 +546,10 @@ func (p *Pool) acquire(ctx context.Context, c *call, model string, est usageRepo
 		return err
 	}
 	now := p.cfg.clock()
-	if ok, err := p.scan(ctx, c, p.free, &p.freeNext, model, est, now, l); ok || err != nil {
-		return err
-	}
-	if ok, err := p.scan(ctx, c, p.paid, &p.paidNext, model, est, now, l); ok || err != nil {
-		return err
+	for _, t := range p.tiers {
+		if ok, err := p.scan(ctx, c, t.keys, t.next, model, est, now, l); ok || err != nil {
+			return err
+		}
 	}
 	if c.unpriced && c.soonest.IsZero() {
 		return fmt.Errorf("keypool: %s: model %q %w", p.provider, truncate(model, 64), errNoPrice)
