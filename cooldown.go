@@ -182,10 +182,11 @@ func mayHaveWritten(echo signs, req *http.Request, body []byte, whole bool) bool
 var limitWords = [...]string{"limit", "quota", "per ", "daily", "weekly", "monthly", "hour", "day", "week", "month", "minute", "second", "retry", "reset", "wait", "try again", "available"}
 
 // wholeKey reports whether verdict v benches the whole key rather than the
-// key for one model: a key that is revoked or out of money, in the vendor's
-// own words, is out for every model.
+// key for one model: a key that is revoked or out of money, or whose
+// plan's window is spent, in the vendor's own words, is out for every
+// model.
 func (v verdict) wholeKey() bool {
-	return (v.kind == KindAuth || v.billing) && !v.quoted
+	return (v.kind == KindAuth || v.billing || v.plan) && !v.quoted
 }
 
 // ofAccount reports whether verdict v benches every key of the key's
@@ -313,7 +314,7 @@ func spentWindow(v *verdict, limits Limits, now time.Time) verdict {
 	if v.reset.Window != WindowNone || v.reset.ResetAt.Sub(now) > longThrottle {
 		kind = KindQuota
 	}
-	return verdict{kind: kind, reset: v.reset}
+	return verdict{kind: kind, reset: v.reset, plan: v.plan}
 }
 
 // bench sets the lease's key aside as verdict v says, reports it, and

@@ -3,8 +3,8 @@
 //
 // A Pool holds the keys. Its Transport is an [http.RoundTripper] that goes
 // into any [http.Client] — and so under vendor SDKs and go-retryablehttp. For
-// each request it picks a key (free keys round-robin, paid keys only when no
-// free key can take the request), puts the key on the request, refuses what
+// each request it picks a key (by Key.Priority; within one, free keys
+// round-robin, paid keys only when no free key can take the request), puts the key on the request, refuses what
 // the key's request and token windows cannot take before sending it, reads
 // the vendor's answer for rate-limit signals, and benches a failing key for
 // as long as its failure deserves: a throttle for seconds, a spent weekly
@@ -91,7 +91,9 @@
 //
 //   - A 401 or a 402 benches the key for every model. A 429 benches the
 //     key and its account for the model — for every model when it says the
-//     money is spent — its prose saying which window and for how long; one
+//     money or a subscription's plan window (Anthropic's 5-hour and 7-day,
+//     the ChatGPT backend's, a 5-hour or weekly window in prose) is spent
+//     — its prose saying which window and for how long; one
 //     that speaks of the vendor's overload is transient. A 5xx benches the
 //     key for the model.
 //   - A 400 or 403 — or a 5xx that speaks of money — whose kind no code or
@@ -274,7 +276,7 @@ type Pool struct {
 	// entries each key keeps (memEntries) and the reservation a request
 	// brings, looking nothing up.
 	mem      *memoryStore
-	keys     []*poolKey // in the order given
+	keys     []*poolKey            // in the order given
 	tiers    []tier                // the keys in the order requests try them
 	accounts map[string][]*poolKey // the keys of each account
 	// tokens reports that some token limit applies — configured, or

@@ -112,6 +112,10 @@ type limitEvidence struct {
 	// limit and remaining are the counts the answer states, when it does
 	// (limit 0: not stated).
 	limit, remaining float64
+	// plan: the window is a subscription's plan window (Anthropic's
+	// unified 5-hour and 7-day, the ChatGPT backend's slots, a 5-hour or
+	// weekly window named in prose), which counts every model of the key.
+	plan bool
 }
 
 // evidence gathers what one answer reports and keeps the limits that bind:
@@ -178,7 +182,7 @@ func (e *evidence) fill(b evidence) {
 		return
 	}
 	if e.spent.window == WindowNone {
-		e.spent.window = b.spent.window
+		e.spent.window, e.spent.plan = b.spent.window, b.spent.plan
 	}
 	if !e.spent.hasUsed {
 		e.spent.used, e.spent.hasUsed = b.spent.used, b.spent.hasUsed
@@ -203,20 +207,26 @@ const (
 	asRetryOnly
 )
 
-// reset composes the Reset the evidence gives, as of now.
-func (e *evidence) reset(now time.Time, use evidenceUse) Reset {
-	out := Reset{RetryAfter: e.retryAfter, HasRetryAfter: e.hasRetryAfter}
-	var b limitEvidence
+// binding returns the limit whose window the Reset of use names: the spent
+// one, else (as reported) the claimed or the fullest; zero for none.
+func (e *evidence) binding(use evidenceUse) limitEvidence {
 	switch {
 	case use == asRetryOnly:
 	case e.hasSpent:
-		b = e.spent
+		return e.spent
 	case use != asReported:
 	case e.hasClaimed:
-		b = e.claimed
+		return e.claimed
 	case e.hasFullest:
-		b = e.fullest
+		return e.fullest
 	}
+	return limitEvidence{}
+}
+
+// reset composes the Reset the evidence gives, as of now.
+func (e *evidence) reset(now time.Time, use evidenceUse) Reset {
+	out := Reset{RetryAfter: e.retryAfter, HasRetryAfter: e.hasRetryAfter}
+	b := e.binding(use)
 	out.Window = b.window
 	out.Utilization, out.HasUtilization = b.used, b.hasUsed
 	switch {
@@ -291,6 +301,9 @@ type verdict struct {
 	// request without their words cannot have written it (mayHaveWritten).
 	// Zero when the status alone gave the kind.
 	echo signs
+	// plan: the window the reading names is a subscription's plan window,
+	// spent on the key as a whole, so a bench holds every model of it.
+	plan bool
 	// stated is what the answer's headers state of the key's minute and
 	// day windows: limits and counts the pool learns.
 	stated statedWindows
@@ -353,7 +366,7 @@ func classify(status int, h http.Header, body []byte, now time.Time) verdict {
 func judge(status int, body []byte, e *evidence, now time.Time) verdict {
 	switch {
 	case status < 400:
-		return verdict{kind: KindNone, reset: e.reset(now, asReported)}
+		return verdict{kind: KindNone, reset: e.reset(now, asReported), plan: e.binding(asReported).plan}
 	case status == http.StatusUnauthorized:
 		v := verdict{kind: KindAuth, reset: e.reset(now, asRetryOnly)}
 		if len(body) > 0 && readBody(body, now).billing {
@@ -371,6 +384,9 @@ func judge(status int, body []byte, e *evidence, now time.Time) verdict {
 	vendor := b.coded | e.signs() // before the body's prose adds to e
 	e.fill(b.evidence)
 	v := weigh(status, &b, e, now)
+	if l := e.binding(asLimited); v.kind == KindQuota && l.plan && l.window == v.reset.Window {
+		v.plan = true
+	}
 	quote(status, &v, &b, vendor)
 	return v
 }

@@ -435,7 +435,7 @@ func readUnified(h http.Header, now time.Time, e *evidence) {
 	e.creditsSpent = e.creditsSpent || first(h, headerUnifiedOverageReason) == "out_of_credits"
 	claimed := false
 	for _, u := range unifiedWindows {
-		l := limitEvidence{window: u.window}
+		l := limitEvidence{window: u.window, plan: u.plan}
 		l.used, l.hasUsed = parseNumber(first(h, u.utilization))
 		l.wait, l.hasReset = parseWait(first(h, u.reset), now)
 		status := first(h, u.status)
@@ -455,7 +455,7 @@ func readUnified(h http.Header, now time.Time, e *evidence) {
 	}
 	// The claim names a window without headers of its own, or none: the
 	// overall reset dates it.
-	l := limitEvidence{window: claimWindow(claim), spent: rejected}
+	l := limitEvidence{window: claimWindow(claim), spent: rejected, plan: claim == "five_hour" || claim == "seven_day"}
 	l.wait, l.hasReset = parseWait(first(h, headerUnifiedReset), now)
 	if rejected || l.window != WindowNone || l.hasReset {
 		e.add(l)
@@ -485,7 +485,7 @@ func readCodex(h http.Header, now time.Time, e *evidence) {
 		if !ok {
 			continue
 		}
-		l := limitEvidence{used: percent / 100, hasUsed: true, spent: percent >= 100}
+		l := limitEvidence{used: percent / 100, hasUsed: true, spent: percent >= 100, plan: true}
 		if minutes, ok := parseNumber(first(h, c.minutes)); ok {
 			if minutes == 0 {
 				continue

@@ -91,13 +91,14 @@ var unifiedWindows = [...]struct {
 	utilization, reset, status string
 	window                     Window
 	claim                      string
+	plan                       bool // the plan's window, over every model (7d_oi counts only its models)
 }{
 	{"Anthropic-Ratelimit-Unified-5h-Utilization", "Anthropic-Ratelimit-Unified-5h-Reset", "Anthropic-Ratelimit-Unified-5h-Status",
-		Window5h, "five_hour"},
+		Window5h, "five_hour", true},
 	{"Anthropic-Ratelimit-Unified-7d-Utilization", "Anthropic-Ratelimit-Unified-7d-Reset", "Anthropic-Ratelimit-Unified-7d-Status",
-		WindowWeekly, "seven_day"},
+		WindowWeekly, "seven_day", true},
 	{"Anthropic-Ratelimit-Unified-7d_oi-Utilization", "Anthropic-Ratelimit-Unified-7d_oi-Reset", "Anthropic-Ratelimit-Unified-7d_oi-Status",
-		WindowWeekly, "seven_day_overage_included"},
+		WindowWeekly, "seven_day_overage_included", false},
 }
 
 // codexWindows are the two window slots of the ChatGPT backend (Codex): used
