@@ -58,6 +58,7 @@ type benchPolicy struct {
 	auth      time.Duration   // a revoked or unauthorized key
 	billing   time.Duration   // a spent balance or a 402
 	levels    []time.Duration // quota answers without a date, by level
+	looks     []time.Duration // early looks at an undated quota bench, after its start
 	min, max  time.Duration   // the clamp on every bench
 }
 
@@ -68,8 +69,10 @@ func defaultBenchPolicy() benchPolicy {
 		auth:      12 * time.Hour,
 		billing:   12 * time.Hour,
 		levels:    []time.Duration{2 * time.Minute, 10 * time.Minute, time.Hour, 12 * time.Hour},
-		min:       time.Second,
-		max:       12 * time.Hour,
+		looks: []time.Duration{5 * time.Minute, 10 * time.Minute, 20 * time.Minute, 30 * time.Minute,
+			time.Hour, 2 * time.Hour, 4 * time.Hour, 8 * time.Hour},
+		min: time.Second,
+		max: 12 * time.Hour,
 	}
 }
 
@@ -327,25 +330,43 @@ func (p *Pool) bench(ctx context.Context, l *lease, v *verdict, now time.Time) t
 // for the model, reports it, and returns when the key comes back.
 func (p *Pool) benchKey(ctx context.Context, k *poolKey, m string, level int, v *verdict, now time.Time) time.Time {
 	d, climb := p.cfg.bench.benchFor(*v, level, now)
-	if climb {
-		level++
-	}
 	b := Bench{Provider: p.provider, KeyID: k.ID, Model: m, AllModels: v.wholeKey(),
 		Kind: v.kind, Until: now.Add(d), Level: level}
+	var look early
+	if v.kind == KindQuota && v.reset.ResetAt.IsZero() && !v.quoted {
+		// A quota that dates nothing is looked at early. A look that
+		// failed goes on with the bench it looked into: no climb.
+		var failed bool
+		if look, failed = k.returns.looking(model(b), now); failed {
+			look.looks++
+			climb = false
+		} else {
+			look = early{start: now.UnixNano(), end: b.Until.UnixNano()}
+		}
+		b.Until = look.next(p.cfg.bench.looks, now)
+		d = b.Until.Sub(now)
+	}
+	if climb {
+		b.Level++
+	}
 	if v.ofAccount() {
 		b.Account = k.Account
 	}
 	p.storeResult(opBench, p.store.Bench(ctx, b))
 	for _, o := range p.benchedBy(k, b) {
 		if d >= carefulBench {
-			o.returns.mark(model(b), b.Until)
+			o.returns.mark(model(b), b.Until, look)
 		}
 		extendTo(&o.benchedUntil, b.Until.UnixNano())
 	}
 	p.tel.benched(ctx, k, v.kind)
 	if f := p.cfg.onEvict; f != nil {
-		f(Eviction{Provider: p.provider, KeyID: k.ID, Model: model(b), Paid: k.Paid,
-			Kind: v.kind, For: d, Until: b.Until})
+		ev := Eviction{Provider: p.provider, KeyID: k.ID, Model: model(b), Paid: k.Paid,
+			Kind: v.kind, For: d, Until: b.Until}
+		if look.end > b.Until.UnixNano() {
+			ev.Latest = at(look.end, now)
+		}
+		f(ev)
 	}
 	return b.Until
 }
@@ -391,6 +412,11 @@ type Eviction struct {
 	Kind     Kind
 	For      time.Duration
 	Until    time.Time
+	// Latest, when set, is the end of a quota bench that dates nothing
+	// and is looked at early: at Until the key takes one request, which
+	// ends the bench if it succeeds, and a look that fails is reported
+	// again with the next look as its Until (Benches.EarlyLooks).
+	Latest time.Time
 }
 
 // Reading reports to OnRateLimit what an answer said of a window: which
@@ -431,28 +457,67 @@ type returns struct {
 }
 
 // returning is one model's return: the bench it returns from ends at from
-// (Unix nanoseconds), and a request is under way while probing.
+// (Unix nanoseconds), a request is under way while probing, and look is
+// the early looks at the bench, when it is a quota that dates nothing.
 type returning struct {
 	from    int64
 	probing bool
+	look    early
+}
+
+// early is the early looks at a quota bench that dates nothing: the bench
+// began at start and lasts at most until end (Unix nanoseconds), and looks
+// have failed so far. Zero for a bench that is not looked at early.
+type early struct {
+	start, end int64
+	looks      int
+}
+
+// next returns when the bench is next looked at, by the looks after its
+// start: the first look not yet failed, or the bench's end after the last.
+func (e early) next(looks []time.Duration, now time.Time) time.Time {
+	end := e.end
+	if e.looks < len(looks) {
+		end = min(end, e.start+int64(looks[e.looks]))
+	}
+	return at(end, now)
+}
+
+// at returns the time of Unix nanoseconds ns in now's location.
+func at(ns int64, now time.Time) time.Time { return now.Add(time.Duration(ns - now.UnixNano())) }
+
+// looking returns the early looks of the bench the key returns from for
+// model, when that bench is over and its end has not come: the answer
+// now benching the key is a look that failed.
+func (r *returns) looking(model string, now time.Time) (early, bool) {
+	if r.n.Load() == 0 {
+		return early{}, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := now.UnixNano()
+	if s := r.byModel[model]; s != nil && s.from <= n && s.look.end > n {
+		return s.look, true
+	}
+	return early{}, false
 }
 
 // mark notes that the key returns for model ("" for every model) once a
-// bench ending at until is over.
-func (r *returns) mark(model string, until time.Time) {
+// bench ending at until is over, with the bench's early looks.
+func (r *returns) mark(model string, until time.Time, look early) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.byModel == nil {
 		r.byModel = map[string]*returning{}
 	}
 	if s := r.byModel[model]; s != nil {
-		s.from = max(s.from, until.UnixNano())
+		s.from, s.look = max(s.from, until.UnixNano()), look
 		return
 	}
 	if len(r.byModel) >= maxModelsPerKey {
 		return // a bound on what clients can make the pool remember
 	}
-	r.byModel[model] = &returning{from: until.UnixNano()}
+	r.byModel[model] = &returning{from: until.UnixNano(), look: look}
 	r.n.Store(int32(len(r.byModel)))
 }
 

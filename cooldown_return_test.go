@@ -95,5 +95,6 @@ func TestReturningKeyThatFailsAgainIsBenchedAgain(t *testing.T) {
 	}
 	assert.Equal(t, 1, strings.Count(strings.Join(sent, ","), "a"), "the returning key failed once and is benched again: %v", sent)
 	require.Len(t, ev.all(), 2)
-	assert.Equal(t, 10*time.Minute, ev.all()[1].For, "the next quota level")
+	assert.Equal(t, 10*time.Minute, ev.all()[1].Latest.Sub(clock.Now()), "the next quota level")
+	assert.Equal(t, 5*time.Minute, ev.all()[1].For, "looked at early")
 }

@@ -155,13 +155,21 @@ func TestDoQuotaLevels(t *testing.T) {
 	for i, d := range want {
 		do(true)
 		require.Len(t, ev.all(), i+1)
-		assert.Equal(t, d, ev.all()[i].For, "hit %d", i+1)
+		e := ev.all()[i]
+		if e.Latest.IsZero() {
+			assert.Equal(t, d, e.For, "hit %d", i+1)
+		} else {
+			// A bench of the level, looked at early (EarlyLooks).
+			assert.Equal(t, d, e.Latest.Sub(clock.Now()), "hit %d", i+1)
+			assert.Equal(t, 5*time.Minute, e.For, "hit %d: the first early look", i+1)
+		}
 		clock.Advance(d)
 	}
 	// A success sets the level back to the first.
 	do(false)
 	do(true)
 	assert.Equal(t, 2*time.Minute, ev.all()[len(want)].For)
+	assert.Zero(t, ev.all()[len(want)].Latest, "a bench shorter than the first look is not looked at")
 }
 
 func TestDoWithholdsBenchedKeyByModel(t *testing.T) {

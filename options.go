@@ -407,6 +407,14 @@ type Benches struct {
 	// staying on the last; a success starts again at the first. Default:
 	// 2 minutes, 10 minutes, 1 hour, 12 hours.
 	QuotaLevels []time.Duration
+	// EarlyLooks are when, after it began, a quota bench that dates
+	// nothing (a level of QuotaLevels, or Billing) is looked at early:
+	// at each, the key takes one request, and the first that succeeds
+	// ends the bench. A look that fails keeps the bench to the next look,
+	// and after the last to its end. Default: 5, 10, 20 and 30 minutes,
+	// 1, 2, 4 and 8 hours. Looks must rise; a look at or after the
+	// bench's end is not taken.
+	EarlyLooks []time.Duration
 	// Max is the longest bench of any kind, dated or not: 12 hours. No
 	// bench is shorter than a second.
 	Max time.Duration
@@ -430,6 +438,11 @@ func WithBenches(b Benches) Option {
 				return fmt.Errorf("quota level %v is not positive", d)
 			}
 		}
+		for i, d := range b.EarlyLooks {
+			if d <= 0 || i > 0 && d <= b.EarlyLooks[i-1] {
+				return fmt.Errorf("early look %v is not positive and later than the one before", d)
+			}
+		}
 		set := func(dst *time.Duration, d time.Duration) {
 			if d != 0 {
 				*dst = d
@@ -442,6 +455,9 @@ func WithBenches(b Benches) Option {
 		set(&c.bench.max, b.Max)
 		if len(b.QuotaLevels) > 0 {
 			c.bench.levels = append([]time.Duration(nil), b.QuotaLevels...)
+		}
+		if len(b.EarlyLooks) > 0 {
+			c.bench.looks = append([]time.Duration(nil), b.EarlyLooks...)
 		}
 		return nil
 	})

@@ -403,20 +403,22 @@ func TestTransportBenchByKind(t *testing.T) {
 		kind     Kind
 		wantFor  time.Duration
 		allModel bool
+		// latest is a quota bench's end, looked at early after wantFor.
+		latest time.Duration
 	}{
-		{"429 with Retry-After", rateLimited("20"), KindRate, 20 * time.Second, false},
-		{"429 without date", answer{status: 429}, KindRate, time.Minute, false},
-		{"Retry-After below the floor", rateLimited("0"), KindRate, time.Second, false},
-		{"Retry-After beyond the ceiling", rateLimited("50000"), KindRate, 12 * time.Hour, false},
-		{"401", answer{status: 401}, KindAuth, 12 * time.Hour, true},
-		{"402", answer{status: 402}, KindQuota, 12 * time.Hour, true},
-		{"insufficient_quota", answer{status: 429, body: `{"error":{"code":"insufficient_quota"}}`}, KindQuota, 12 * time.Hour, true},
+		{"429 with Retry-After", rateLimited("20"), KindRate, 20 * time.Second, false, 0},
+		{"429 without date", answer{status: 429}, KindRate, time.Minute, false, 0},
+		{"Retry-After below the floor", rateLimited("0"), KindRate, time.Second, false, 0},
+		{"Retry-After beyond the ceiling", rateLimited("50000"), KindRate, 12 * time.Hour, false, 0},
+		{"401", answer{status: 401}, KindAuth, 12 * time.Hour, true, 0},
+		{"402", answer{status: 402}, KindQuota, 5 * time.Minute, true, 12 * time.Hour},
+		{"insufficient_quota", answer{status: 429, body: `{"error":{"code":"insufficient_quota"}}`}, KindQuota, 5 * time.Minute, true, 12 * time.Hour},
 		// Prose the request holds no word of: the vendor's own.
-		{"credit balance", answer{status: 400, body: `{"error":{"message":"Your credit balance is too low to access the Anthropic API."}}`}, KindQuota, 12 * time.Hour, true},
-		{"400 with a billing code", answer{status: 400, body: `{"error":{"message":"x","code":"insufficient_quota"}}`}, KindQuota, 12 * time.Hour, true},
-		{"503", answer{status: 503}, KindTransient, time.Minute, false},
-		{"529", answer{status: 529}, KindTransient, time.Minute, false},
-		{"403 remaining 0", answer{status: 403, header: map[string]string{"X-Ratelimit-Remaining": "0"}}, KindRate, time.Minute, false},
+		{"credit balance", answer{status: 400, body: `{"error":{"message":"Your credit balance is too low to access the Anthropic API."}}`}, KindQuota, 5 * time.Minute, true, 12 * time.Hour},
+		{"400 with a billing code", answer{status: 400, body: `{"error":{"message":"x","code":"insufficient_quota"}}`}, KindQuota, 5 * time.Minute, true, 12 * time.Hour},
+		{"503", answer{status: 503}, KindTransient, time.Minute, false, 0},
+		{"529", answer{status: 529}, KindTransient, time.Minute, false, 0},
+		{"403 remaining 0", answer{status: 403, header: map[string]string{"X-Ratelimit-Remaining": "0"}}, KindRate, time.Minute, false, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -431,6 +433,11 @@ func TestTransportBenchByKind(t *testing.T) {
 			e := ev.all()[0]
 			assert.Equal(t, tt.kind, e.Kind)
 			assert.Equal(t, tt.wantFor, e.For)
+			if tt.latest != 0 {
+				assert.Equal(t, clock.Now().Add(tt.latest), e.Latest, "the bench's end")
+			} else {
+				assert.Zero(t, e.Latest)
+			}
 			wantModel := "gpt-x"
 			if tt.allModel {
 				wantModel = ""
