@@ -51,6 +51,7 @@ func (p *Pool) Do(ctx context.Context, model string, fn func(ctx context.Context
 		l.key.sent.Add(1)
 		*used = doUsage{}
 		err := fn(fctx, l.key.Key)
+		p.landLease(&l)
 		now := p.cfg.clock()
 		v := verdictOf(err, now)
 		c.sooner(p.observe(ctx, &l, &v, now))

@@ -168,10 +168,18 @@ type Key struct {
 	Account string
 }
 
-// Limits are a key's request and token limits per minute and per day. A zero
-// field is no limit on that axis.
+// Limits are a key's request and token limits per minute and per day, and
+// the requests it may hold at once. A zero field is no limit on that axis.
 type Limits struct {
 	RPM, RPD, TPM, TPD int64
+	// InFlight bounds the requests a key — or, in WithAccountLimits, an
+	// account's keys together — hold at once in this process: a request
+	// holds its key from the moment it takes it until its answer's body is
+	// read to its end or closed (a stream's too), or until it fails over.
+	// A request that finds every key full goes to another key, or waits
+	// in line (WaitForKey). It counts in WithLimits, Key.Limits and
+	// WithAccountLimits; windows (and stores) do not see it.
+	InFlight int64
 }
 
 // over returns l with each nonzero field of o in place of l's.
@@ -201,7 +209,7 @@ func (l Limits) tighter(o Limits) Limits {
 func (l Limits) tokenCap() int64 { return windowspec.Tighter(l.TPM, l.TPD) }
 
 func (l Limits) validate() error {
-	if l.RPM < 0 || l.RPD < 0 || l.TPM < 0 || l.TPD < 0 {
+	if l.RPM < 0 || l.RPD < 0 || l.TPM < 0 || l.TPD < 0 || l.InFlight < 0 {
 		return fmt.Errorf("negative limit in %+v", l)
 	}
 	return nil
@@ -293,6 +301,7 @@ type Pool struct {
 	health       func() error
 	storeFailing atomic.Uint32
 	lines        waitLines // requests waiting for a key, by model
+	landed       signal    // fires when a request gives back its place in a flight
 	models       names     // the model names requests have named
 }
 
@@ -323,6 +332,9 @@ type poolKey struct {
 	// benchedUntil is the end of the latest bench this pool set on the key,
 	// for any model, in Unix nanoseconds.
 	benchedUntil atomic.Int64
+	// flights are the requests the key and its account hold at once,
+	// against their caps (Limits.InFlight); nil where there is none.
+	flights [2]*flight
 }
 
 // New returns a pool over keys for provider, a name used in stats, errors,
@@ -338,6 +350,7 @@ func New(provider string, keys []Key, opts ...Option) (*Pool, error) {
 	if len(keys) == 0 {
 		return nil, fmt.Errorf("keypool: %s: no keys", provider)
 	}
+	cfg.keyCap.InFlight = 0 // a cap of the key's windows: no store counts requests at once
 	p := &Pool{provider: provider, cfg: cfg, store: cfg.store}
 	if p.store == nil {
 		p.store = NewMemoryStore()
@@ -404,14 +417,20 @@ func (p *Pool) addKeys(keys []Key) error {
 		if err := k.Budget.validate(); err != nil {
 			return fmt.Errorf("key %s: %w", k.ID, err)
 		}
-		if k.Account != "" && k.Limits != (Limits{}) {
+		if k.Account != "" && k.Limits != (Limits{InFlight: k.Limits.InFlight}) {
 			return fmt.Errorf("key %s: an account's keys have no limits of their own: set the account's with WithAccountLimits", k.ID)
 		}
 		pk := &poolKey{Key: k, index: i, auth: p.cfg.auth.value(k.Secret)}
+		pk.flights[0] = newFlight(cmp.Or(k.Limits.InFlight, p.cfg.limits.InFlight))
 		p.keys = append(p.keys, pk)
 		if k.Account != "" {
 			if p.accounts == nil {
 				p.accounts = map[string][]*poolKey{}
+			}
+			if mates := p.accounts[k.Account]; len(mates) > 0 {
+				pk.flights[1] = mates[0].flights[1]
+			} else {
+				pk.flights[1] = newFlight(p.cfg.accountLimits[k.Account].InFlight)
 			}
 			p.accounts[k.Account] = append(p.accounts[k.Account], pk)
 		}
@@ -452,12 +471,13 @@ func (t tier) with(k *poolKey, tiers []tier) []tier {
 	return tiers
 }
 
-// limits returns the limits of key k for model.
-// limits returns the configured limits of key k for model: the pool's, the
-// model's over them, then the key's — or, for a key of an account, the
-// account's — over those, field by field.
+// limits returns the configured limits of key k's windows for model: the
+// pool's, the model's over them, then the key's — or, for a key of an
+// account, the account's — over those, field by field. InFlight is not a
+// window's: it is zero.
 func (p *Pool) limits(k *poolKey, model string) Limits {
 	l := p.cfg.limits
+	l.InFlight = 0
 	if len(p.cfg.modelLimits) != 0 {
 		if ml, ok := p.cfg.modelLimits[model]; ok {
 			l = l.over(ml)
@@ -485,6 +505,8 @@ type lease struct {
 	claim Claim
 	grant Grant
 	probe bool
+	// flying: the lease holds its key's flights, until land.
+	flying bool
 	// price is the model's, nil when it has none: what the request used
 	// is then spent. bound is the request's output bound (0: none), which
 	// its answer counts at most.
@@ -612,12 +634,23 @@ func (p *Pool) scan(ctx context.Context, c *call, keys []*poolKey, cursor *atomi
 				continue
 			}
 		}
+		if !k.fly() {
+			// Full of requests under way: one ends soon, and a request
+			// waiting in line hears of it (Pool.landed).
+			c.sooner(now.Add(flightRetry))
+			if probe {
+				k.returns.done(model, false)
+			}
+			continue
+		}
 		err := p.takeFrom(ctx, c, k, cl, &l.grant)
 		p.storeResult(opTake, err)
 		if err == nil && l.grant.OK {
 			l.key, l.probe, l.price, l.bound = k, probe, price, price.outputBound(c.maxOutput)
+			l.flying = k.flights != [2]*flight{}
 			return true, nil
 		}
+		p.land(k)
 		if probe {
 			k.returns.done(model, false)
 		}
@@ -627,6 +660,93 @@ func (p *Pool) scan(ctx context.Context, c *call, keys []*poolKey, cursor *atomi
 		c.sooner(l.grant.RetryAt)
 	}
 	return false, nil
+}
+
+// flightRetry is when a request that found every key it could take full
+// of requests under way tries again, if nothing wakes it sooner.
+const flightRetry = time.Second
+
+// A flight counts the requests a key or an account holds at once, against
+// its cap.
+type flight struct {
+	n   atomic.Int64
+	cap int64
+}
+
+// newFlight returns the flight of a cap, nil for none (0).
+func newFlight(limit int64) *flight {
+	if limit <= 0 {
+		return nil
+	}
+	return &flight{cap: limit}
+}
+
+// fly takes a place for one request in the key's flights, and reports
+// whether there was one in each.
+func (k *poolKey) fly() bool {
+	for i, f := range k.flights {
+		if f != nil && f.n.Add(1) > f.cap {
+			f.n.Add(-1)
+			for _, g := range k.flights[:i] {
+				if g != nil {
+					g.n.Add(-1)
+				}
+			}
+			return false
+		}
+	}
+	return true
+}
+
+// land gives back the place a request held in key k's flights, and wakes
+// the requests waiting in line for a key.
+func (p *Pool) land(k *poolKey) {
+	if k.flights == [2]*flight{} {
+		return
+	}
+	for _, f := range k.flights {
+		if f != nil {
+			f.n.Add(-1)
+		}
+	}
+	if p.lines.waiting.Load() > 0 {
+		p.landed.fire()
+	}
+}
+
+// landLease gives back what lease l holds of its key's flights, once.
+func (p *Pool) landLease(l *lease) {
+	if l.flying {
+		l.flying = false
+		p.land(l.key)
+	}
+}
+
+// A signal wakes whoever waits on it when it fires; after that, a new wait
+// waits for the next fire. It is safe for concurrent use.
+type signal struct {
+	mu sync.Mutex // guards ch
+	ch chan struct{}
+}
+
+// wait returns a channel closed at the next fire.
+func (s *signal) wait() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch == nil {
+		s.ch = make(chan struct{})
+	}
+	return s.ch
+}
+
+// fire wakes every wait so far.
+func (s *signal) fire() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch != nil {
+		close(s.ch)
+		s.ch = nil
+	}
 }
 
 // takeFrom asks the store to take cl for key k, into g. The package's own
@@ -838,6 +958,7 @@ func (p *Pool) wait(ctx context.Context, c *call, model string, est usageReport,
 	}
 	for {
 		c.forget()
+		landed := p.landed.wait() // before the try: a place given back after it wakes the sleep
 		err := p.acquire(ctx, c, model, est, l)
 		var na *NoAvailableKeyError
 		if !errors.As(err, &na) {
@@ -856,7 +977,7 @@ func (p *Pool) wait(ctx context.Context, c *call, model string, est usageReport,
 		if d, ok := ctx.Deadline(); ok && wake.After(d) {
 			return err
 		}
-		if err := sleepUntil(ctx, closed, nil, wake, p.provider); err != nil && !errors.Is(err, errWaitOver) {
+		if err := sleepUntil(ctx, closed, landed, wake, p.provider); err != nil && !errors.Is(err, errWaitOver) {
 			return err
 		}
 	}
@@ -868,7 +989,7 @@ var errWaitOver = errors.New("wait over")
 // sleepUntil sleeps until the moment end (errWaitOver), or until turn is
 // closed (nil; a nil turn never is), the context ends (its error) or the pool
 // is closed.
-func sleepUntil(ctx context.Context, closed, turn chan struct{}, end time.Time, provider string) error {
+func sleepUntil(ctx context.Context, closed chan struct{}, turn <-chan struct{}, end time.Time, provider string) error {
 	t := time.NewTimer(time.Until(end))
 	defer t.Stop()
 	select {

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/keypool-go/keypool/internal/windowspec"
@@ -172,6 +173,7 @@ func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again
 	r.out = nil
 	if out.Body, err = r.body.next(); err != nil {
 		p.release(ctx, &l)
+		p.landLease(&l)
 		p.probed(&l, false)
 		endAttempt(span, 0, KindNone, 0, err)
 		return nil, false, err
@@ -209,6 +211,7 @@ func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again
 		p.settle(ctx, &c, usageReport{})
 		r.tried.add(l.key.index)
 		r.held = &heldAnswer{resp: resp, key: l.key, model: l.claim.Model, level: l.grant.Level, v: v}
+		p.landLease(&l) // the key's work is done: its answer waits in memory
 		return nil, true, nil
 	}
 	if r.held != nil && v.kind == KindNone && resp.StatusCode < 300 {
@@ -219,6 +222,9 @@ func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again
 	if v.kind == KindNone || v.oversized || p.single() || !r.body.replayable() || v.quoted {
 		// A second quoted failure is the request's: it goes back.
 		p.meter(&l, resp, r.metered)
+		if l.flying {
+			resp.Body = &landingBody{ReadCloser: resp.Body, pool: p, key: l.key}
+		}
 		return resp, false, nil
 	}
 	// A key-scoped failure: the vendor refused the request, so it used
@@ -227,7 +233,37 @@ func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again
 	p.settle(ctx, &c, usageReport{})
 	r.tried.add(l.key.index)
 	drain(resp.Body)
+	p.landLease(&l)
 	return nil, true, nil
+}
+
+// landingBody is an answer's body that gives back its request's place in
+// its key's flights when it is read to its end or closed, once.
+type landingBody struct {
+	io.ReadCloser
+	pool   *Pool
+	key    *poolKey
+	landed atomic.Bool
+}
+
+func (b *landingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.land()
+	}
+	return n, err
+}
+
+func (b *landingBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.land()
+	return err
+}
+
+func (b *landingBody) land() {
+	if b.landed.CompareAndSwap(false, true) {
+		b.pool.land(b.key)
+	}
 }
 
 // noAnswer ends an attempt that got no answer, only err: nothing to bench
@@ -241,6 +277,7 @@ func (t *transport) noAnswer(r *request, l *lease, span trace.Span, err error) (
 	if ctx.Err() == nil {
 		p.release(ctx, l)
 	}
+	p.landLease(l)
 	p.probed(l, false)
 	err = p.redact(err, l.key)
 	v := verdict{}

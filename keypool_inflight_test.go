@@ -1,0 +1,156 @@
+package keypool
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// flightVendor answers in memory, each answer's body open for hold, and
+// counts the requests each key holds at once: from its send until its
+// answer's body is closed.
+type flightVendor struct {
+	hold time.Duration
+	mu   sync.Mutex // guards now and most
+	now  map[string]int
+	most map[string]int
+}
+
+func (v *flightVendor) RoundTrip(r *http.Request) (*http.Response, error) {
+	key := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+	v.mu.Lock()
+	v.now[key]++
+	v.most[key] = max(v.most[key], v.now[key])
+	v.mu.Unlock()
+	body := &endBody{Reader: strings.NewReader(`{"ok":true}`), end: func() {
+		v.mu.Lock()
+		v.now[key]--
+		v.mu.Unlock()
+	}}
+	return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: body, Request: r}, nil
+}
+
+// endBody calls end once, at its Close.
+type endBody struct {
+	io.Reader
+	once sync.Once
+	end  func()
+}
+
+func (b *endBody) Close() error { b.once.Do(b.end); return nil }
+
+// TestInFlightCapsWhatAKeyHolds holds Limits.InFlight: with a cap of 2 a
+// key never holds more than 2 requests at once, from the take until the
+// answer's body is read or closed; a burst of 24 on 4 keys waits in line and
+// every request is served; an account's cap counts its keys together.
+func TestInFlightCapsWhatAKeyHolds(t *testing.T) {
+	cases := []struct {
+		name    string
+		keys    []Key
+		opts    []Option
+		perKey  int // the most any key may hold
+		overall int // the most all keys together may hold; 0: any
+	}{
+		{"key cap from WithLimits", fourKeys(""), []Option{WithLimits(Limits{InFlight: 2})}, 2, 8},
+		{"key cap of its own", func() []Key {
+			k := fourKeys("")
+			for i := range k {
+				k[i].Limits.InFlight = 2
+			}
+			return k
+		}(), nil, 2, 8},
+		{"account cap", fourKeys("team"), []Option{WithAccountLimits("team", Limits{InFlight: 3})}, 3, 3},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				v := &flightVendor{now: map[string]int{}, most: map[string]int{}}
+				p, err := New("test", tc.keys, append(tc.opts, WaitForKey(time.Minute))...)
+				require.NoError(t, err)
+				defer p.Close()
+				client := &http.Client{Transport: p.Transport(v)}
+				var wg sync.WaitGroup
+				var mu sync.Mutex
+				var served, most, now int
+				start := time.Now() // the bubble's clock
+				for i := range 24 {
+					wg.Go(func() {
+						resp, err := client.Post("http://vendor.test/v1/chat", "application/json", strings.NewReader(`{"model":"m"}`))
+						if !assert.NoError(t, err) {
+							return
+						}
+						mu.Lock()
+						now++
+						most = max(most, now)
+						mu.Unlock()
+						time.Sleep(time.Duration(10+i) * time.Millisecond) // the caller reads its answer
+						if i%2 == 0 {
+							_, _ = io.ReadAll(resp.Body) // read to its end: the place is given back then
+						}
+						mu.Lock()
+						now--
+						if resp.StatusCode == http.StatusOK {
+							served++
+						}
+						mu.Unlock()
+						_ = resp.Body.Close()
+					})
+				}
+				wg.Wait()
+				// A place given back wakes the line at once, not at the
+				// next try (flightRetry).
+				assert.Less(t, time.Since(start), flightRetry, "the burst took %v", time.Since(start))
+				assert.Equal(t, 24, served, "every request of the burst is served within its wait")
+				for key, n := range v.most {
+					assert.LessOrEqual(t, n, tc.perKey, "key %s held %d at once", key, n)
+				}
+				if tc.overall != 0 {
+					assert.LessOrEqual(t, most, tc.overall, "the keys held %d at once", most)
+				}
+				assert.GreaterOrEqual(t, most, min(tc.perKey, 2), "requests ran side by side")
+			})
+		})
+	}
+}
+
+func fourKeys(account string) []Key {
+	return []Key{{Secret: "sk-a", ID: "a", Account: account}, {Secret: "sk-b", ID: "b", Account: account},
+		{Secret: "sk-c", ID: "c", Account: account}, {Secret: "sk-d", ID: "d", Account: account}}
+}
+
+// TestInFlightWithoutWaitFailsOver holds a cap without WaitForKey: a
+// request that finds every key full gets a NoAvailableKeyError at once,
+// and one whose key failed over gives its place back.
+func TestInFlightWithoutWaitFailsOver(t *testing.T) {
+	v := &flightVendor{now: map[string]int{}, most: map[string]int{}}
+	p, err := New("test", fourKeys("")[:2], WithLimits(Limits{InFlight: 1}))
+	require.NoError(t, err)
+	defer p.Close()
+	client := &http.Client{Transport: p.Transport(v)}
+	var open []*http.Response
+	for range 2 {
+		resp, err := client.Get("http://vendor.test/")
+		require.NoError(t, err)
+		open = append(open, resp)
+	}
+	_, err = client.Get("http://vendor.test/")
+	var na *NoAvailableKeyError
+	require.ErrorAs(t, err, &na, "both keys hold their one request")
+	require.NoError(t, open[0].Body.Close())
+	resp, err := client.Get("http://vendor.test/")
+	require.NoError(t, err, "a closed body gave its place back")
+	_ = resp.Body.Close()
+	_ = open[1].Body.Close()
+}
+
+func TestInFlightNegativeRefused(t *testing.T) {
+	_, err := New("test", []Key{{Secret: "sk-a", Limits: Limits{InFlight: -1}}})
+	require.ErrorContains(t, err, "negative limit")
+}
