@@ -130,18 +130,6 @@ func (p Price) cost(u usageReport) int64 {
 	return int64(min(math.Ceil(c), 1<<53))
 }
 
-// estimateUse splits a request's token estimate into the input and the
-// output it reserves: the output is what the request reserves (as
-// DefaultEstimate counts it), the input the rest.
-func estimateUse(info RequestInfo, estimate int64) usageReport {
-	output := info.MaxOutput
-	if output <= 0 {
-		output = defaultReservedOutput
-	}
-	output = min(output, maxReservedOutput, estimate)
-	return usageReport{input: estimate - output, output: output}
-}
-
 // maxAnswerTokens bounds the input and the output one answer counts,
 // whatever the vendor reports: above every model's context window, so
 // that no real answer is cut, and far below what a broken report may

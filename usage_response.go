@@ -3,6 +3,7 @@ package keypool
 import (
 	"bytes"
 	"io"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -658,4 +659,13 @@ func (t *usageTally) report() (usageReport, bool) {
 		u.limited = addTokens(addTokens(v[usageFieldInput], v[usageFieldOutput]), v[usageFieldCacheCreation])
 	}
 	return u, true
+}
+
+// addTokens returns a+b for non-negative token counts, saturated at
+// math.MaxInt64.
+func addTokens(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
