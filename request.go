@@ -2,10 +2,77 @@ package keypool
 
 import (
 	"bytes"
+	"math"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/keypool-go/keypool/internal/windowspec"
 )
+
+// RequestInfo is what the pool reads from a request before sending it — the
+// model and what a token estimate needs — and hands to the estimator
+// (WithEstimator). Its zero value is a request that names no model and
+// carries no text.
+type RequestInfo struct {
+	// Model is the request's model: from WithModelFunc when set, else from
+	// the path (Gemini's /models/{model}:…, Azure's /deployments/{name}/),
+	// else the JSON body's top-level "model"; "" when none names one.
+	Model string
+	// PromptBytes counts the request's text in bytes, as the JSON carries
+	// it (escapes not decoded): every string value except keys, the model,
+	// and image, audio, file and signature payloads. Bytes rather than
+	// runes: a byte count over four tracks tokens about as well for Latin
+	// scripts and better for scripts whose characters are several bytes
+	// and about one token each.
+	PromptBytes int64
+	// MaxOutput is the output the request reserves, in tokens: the largest
+	// of a top-level max_tokens or max_completion_tokens, and a
+	// max_output_tokens or maxOutputTokens at any depth (Gemini's
+	// generationConfig). Zero when it states none.
+	MaxOutput int64
+	// Images counts the images the request carries: data URLs
+	// ("data:image/..."), base64 or file sources whose media type is an
+	// image, and image_url, input_image and image parts.
+	Images int
+}
+
+// The figures of DefaultEstimate.
+const (
+	// promptBytesPerToken is how many bytes of prompt text make a token.
+	promptBytesPerToken = 4
+	// defaultReservedOutput is the output, in tokens, reserved for a
+	// request that states no maximum.
+	defaultReservedOutput = 1024
+	// maxReservedOutput caps the output, in tokens, reserved for one
+	// request, whatever maximum it states.
+	maxReservedOutput = 32768
+	// tokensPerImage is what one image is counted as, in tokens.
+	tokensPerImage = 1000
+)
+
+// DefaultEstimate is the pool's token estimate for a request before it is
+// sent: its prompt bytes over four (rounded up), plus the output it reserves
+// (MaxOutput, or 1024 when it states none, at most 32768), plus 1000 tokens
+// per image. It is never negative: negative fields count as zero, and a sum
+// past math.MaxInt64 stays there. Wrap it to weigh a vendor differently.
+func DefaultEstimate(info RequestInfo) int64 {
+	prompt := max(info.PromptBytes, 0)
+	tokens := prompt / promptBytesPerToken
+	if prompt%promptBytesPerToken != 0 {
+		tokens++
+	}
+	output := info.MaxOutput
+	if output <= 0 {
+		output = defaultReservedOutput
+	}
+	tokens = addTokens(tokens, min(output, maxReservedOutput))
+	images := int64(max(info.Images, 0))
+	if images > math.MaxInt64/tokensPerImage {
+		return math.MaxInt64
+	}
+	return addTokens(tokens, images*tokensPerImage)
+}
 
 // requestKey is what a key in a request body means to the pool.
 type requestKey uint8
@@ -304,4 +371,77 @@ func modelFromPath(path string) string {
 		}
 	}
 	return ""
+}
+
+// estimateUse splits a request's token estimate into the input and the
+// output it reserves: the output is what the request reserves (as
+// DefaultEstimate counts it), the input the rest.
+func estimateUse(info RequestInfo, estimate int64) usageReport {
+	output := info.MaxOutput
+	if output <= 0 {
+		output = defaultReservedOutput
+	}
+	output = min(output, maxReservedOutput, estimate)
+	return usageReport{input: estimate - output, output: output}
+}
+
+// maxNames bounds the names a names holds: model names come from requests,
+// and a client sending endless names must not grow memory without end.
+const maxNames = 1024
+
+// names interns model names: a pool's requests name a few models, and
+// looking the name up spares an allocation per request. It interns only
+// names windowspec.CheckModel passes, so that a name it holds needs no
+// check again (holds), and a client's unusable names take none of its
+// room. It is safe for concurrent use; a nil names interns nothing.
+type names struct {
+	last atomic.Pointer[string] // the name got last: most requests repeat it
+	mu   sync.RWMutex           // guards m
+	m    map[string]*string
+}
+
+// get returns b as a string, the same string each time for the same bytes.
+func (n *names) get(b []byte) string {
+	if n == nil {
+		return string(b)
+	}
+	if last := n.last.Load(); last != nil && *last == string(b) {
+		return *last
+	}
+	n.mu.RLock()
+	p, ok := n.m[string(b)]
+	n.mu.RUnlock()
+	if ok {
+		n.last.Store(p)
+		return *p
+	}
+	s := string(b)
+	if windowspec.CheckModel(s) != nil {
+		return s
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.m == nil {
+		n.m = make(map[string]*string)
+	}
+	if p, ok := n.m[s]; ok {
+		return *p // interned since the look above
+	}
+	if len(n.m) < maxNames {
+		n.m[s] = &s
+		n.last.Store(&s)
+	}
+	return s
+}
+
+// holds reports whether s is the name get returned last from what it
+// holds — a name windowspec.CheckModel has passed. Most requests name the
+// model the one before named, and the check of such a name is one
+// comparison of two strings that are one string.
+func (n *names) holds(s string) bool {
+	if n == nil {
+		return false
+	}
+	last := n.last.Load()
+	return last != nil && *last == s
 }

@@ -2,12 +2,18 @@ package keypool
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/keypool-go/keypool/internal/windowspec"
 	"github.com/stretchr/testify/assert"
@@ -392,4 +398,142 @@ func FuzzScanRequest(f *testing.F) {
 			t.Errorf("scanRequest(%q).Model = %q, want %q", body, info.Model, want)
 		}
 	})
+}
+
+func TestDefaultEstimate(t *testing.T) {
+	tests := []struct {
+		name string
+		info RequestInfo
+		want int64
+	}{
+		{"nothing stated reserves the default output", RequestInfo{}, 1024},
+		{"one byte is a token", RequestInfo{PromptBytes: 1}, 1 + 1024},
+		{"four bytes are a token", RequestInfo{PromptBytes: 4}, 1 + 1024},
+		{"five bytes round up", RequestInfo{PromptBytes: 5}, 2 + 1024},
+		{"stated output", RequestInfo{PromptBytes: 400, MaxOutput: 50}, 100 + 50},
+		{"stated output capped", RequestInfo{MaxOutput: 100000}, 32768},
+		{"images", RequestInfo{Images: 2, MaxOutput: 1}, 2000 + 1},
+		{"all together", RequestInfo{PromptBytes: 4000, MaxOutput: 500, Images: 1}, 1000 + 500 + 1000},
+		{"negatives count as zero", RequestInfo{PromptBytes: -9, MaxOutput: -9, Images: -9}, 1024},
+		{"huge prompt", RequestInfo{PromptBytes: math.MaxInt64, MaxOutput: 1}, math.MaxInt64/4 + 1 + 1},
+		{"huge image count saturates", RequestInfo{Images: math.MaxInt}, math.MaxInt64},
+		{"sum saturates", RequestInfo{Images: math.MaxInt64 / 1000, MaxOutput: 32768}, math.MaxInt64},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := DefaultEstimate(tt.info); got != tt.want {
+				t.Errorf("DefaultEstimate(%+v) = %d, want %d", tt.info, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestDefaultEstimateOfRequest estimates a request from its body, as the
+// pool does.
+func TestDefaultEstimateOfRequest(t *testing.T) {
+	body := []byte(`{"model":"claude-sonnet-4-5","max_tokens":300,"messages":[{"role":"user","content":[` +
+		`{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}},` +
+		`{"type":"text","text":"What does this chart show about revenue?"}]}]}`)
+	// Prompt: "user" 4 + "base64" 6 + "text" 4 + the question 40 = 54 bytes,
+	// 14 tokens; 300 reserved; one image.
+	if got, want := DefaultEstimate(scanRequest(body, nil)), int64(14+300+1000); got != want {
+		t.Errorf("DefaultEstimate(scanRequest(%s)) = %d, want %d", body, got, want)
+	}
+}
+
+func TestNamesInterns(t *testing.T) {
+	var n names
+	a := n.get([]byte("gpt-4o"))
+	b := n.get([]byte("gpt-4o"))
+	assert.Equal(t, "gpt-4o", a)
+	assert.Same(t, unsafeData(a), unsafeData(b), "the same bytes give the same string")
+	n.get([]byte("claude"))
+	i := 0
+	allocs := testing.AllocsPerRun(100, func() {
+		n.get([]byte([]string{"gpt-4o", "claude"}[i%2]))
+		i++
+	})
+	assert.Zero(t, allocs, "a known name costs no allocation, repeated or not")
+	for i := range maxNames + 10 {
+		n.get(fmt.Appendf(nil, "model-%d", i))
+	}
+	assert.Len(t, n.m, maxNames, "the interned names are bounded")
+	var none *names
+	assert.Equal(t, "x", none.get([]byte("x")))
+}
+
+func unsafeData(s string) *byte { return unsafe.StringData(s) }
+
+func TestNamesHoldOnlyCheckedNames(t *testing.T) {
+	var n names
+	assert.False(t, n.holds(""), "nothing got yet")
+	a := n.get([]byte("gpt-4o"))
+	assert.True(t, n.holds(a), "a name got is held from its first get")
+	assert.True(t, n.holds(strings.Clone(a)), "held by its bytes, not only as the very string")
+	assert.False(t, n.holds("gpt-4o-mini"), "another name is not held until it is got")
+	for _, bad := range []string{"gpt\x00evil", "gpt\nX-Injected: 1", "\xff\xfe", strings.Repeat("m", windowspec.MaxModelName+1)} {
+		got := n.get([]byte(bad))
+		assert.Equal(t, bad, got)
+		assert.False(t, n.holds(got), "%q: a name CheckModel refuses is never held, so never spared the check", bad)
+		assert.NotContains(t, n.m, bad, "%q: nor does it take a place among the interned names", bad)
+	}
+	assert.True(t, n.holds(n.get([]byte("gpt-4o"))))
+	var none *names
+	assert.False(t, none.holds("gpt-4o"))
+}
+
+// Model names come from clients: one no store may keep is refused before
+// anything is sent, and endless names never grow the pool's memory.
+func TestTransportRefusesModelNamesItCannotKeep(t *testing.T) {
+	sent := 0
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		sent++
+		return okResponse(r), nil
+	})
+	pool, err := New("test", threeKeys(), WithLimits(Limits{RPM: 1000, TPM: 1 << 30}))
+	require.NoError(t, err)
+	rt := pool.Transport(base)
+	send := func(body, path string) error {
+		req, _ := http.NewRequest(http.MethodPost, "http://vendor.test"+path, strings.NewReader(body))
+		resp, err := rt.RoundTrip(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	assert.ErrorContains(t, send(`{"model":"`+strings.Repeat("m", 300)+`"}`, "/v1/chat"), "longer than 256")
+	assert.ErrorContains(t, send(`{}`, "/v1beta/models/"+strings.Repeat("g", 300)+":generateContent"), "longer than 256")
+	assert.ErrorContains(t, send("{\"model\":\"a\x07b\"}", "/v1/chat"), "control character")
+	assert.ErrorContains(t, pool.Do(t.Context(), strings.Repeat("d", 300), func(context.Context, Key) error { return nil }), "longer than 256")
+	assert.Zero(t, sent, "nothing is sent")
+	require.NoError(t, send(`{"model":"`+strings.Repeat("m", 256)+`"}`, "/v1/chat"), "256 bytes is a name")
+	for range 3 { // a name the last request named is checked once: the next bad one is not spared
+		require.NoError(t, send(`{"model":"gpt-4o"}`, "/v1/chat"))
+		assert.ErrorContains(t, send("{\"model\":\"gpt-4o\u0000\"}", "/v1/chat"), "control character")
+		assert.ErrorContains(t, send("{\"model\":\"gpt-4o\r\nX: y\"}", "/v1/chat"), "control character")
+	}
+
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range 100 {
+		name := fmt.Sprintf("%04d", i) + strings.Repeat("x", 1<<20)
+		require.ErrorContains(t, send(`{"model":"`+name+`"}`, "/v1/chat"), "longer than 256", "a name longer than the body the pool reads")
+	}
+	for i := range 3000 {
+		_ = send(fmt.Sprintf(`{"model":"client-chosen-%d"}`, i), "/v1/chat")
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	grown := int64(after.HeapInuse) - int64(before.HeapInuse)
+	assert.Less(t, grown, int64(16<<20), "100 names of a MiB and 3000 short ones grew the heap by %d bytes", grown)
+	for _, ks := range pool.Stats() {
+		assert.LessOrEqual(t, len(ks.Models), maxModelsPerKey+1, "key %s", ks.ID)
+		for _, m := range ks.Models {
+			assert.LessOrEqual(t, len(m.Model), 256)
+		}
+	}
+	var buf bytes.Buffer
+	fmt.Fprint(&buf, pool.Stats())
+	assert.Less(t, buf.Len(), 4<<20, "stats stay small")
 }
