@@ -15,8 +15,11 @@ import (
 // The store's work off the request path.
 const (
 	// settleDelay is how long an adjustment waits for a take to carry it
-	// before the store's goroutine sends it alone.
-	settleDelay = 20 * time.Millisecond
+	// before the store's goroutine sends it, with all that waits then: long
+	// enough for a client that sends a few requests a second to carry each
+	// answer's statement and settle in its next take, short beside the
+	// minute the windows count.
+	settleDelay = 250 * time.Millisecond
 	// maxCarried bounds the adjustments one take carries.
 	maxCarried = 64
 	// maxSent bounds the adjustments of one pipeline sent alone.
@@ -63,38 +66,74 @@ func (c *evalCall) run(rdb redis.UniversalClient) func(context.Context) error {
 	}
 }
 
-// exec runs calls by EVALSHA: one call alone, several — and the commands
-// extra queues after them — in one pipeline, one round trip. Each call's
-// cmd holds its answer. When Redis does not know the script (after a
-// restart, a failover or SCRIPT FLUSH), it runs the calls again, in order —
-// the first by EVAL, which loads the script, the rest by EVALSHA — and then
-// the commands of extra.
+// exec runs calls by EVALSHA — several as one call of the op batch, which
+// Redis counts as one — and then the commands extra queues, all in one
+// round trip. Each call's cmd holds its answer. The calls name keys of one
+// pool, in one slot. When Redis does not know the script (after a restart,
+// a failover or SCRIPT FLUSH), it runs the calls again by EVAL, which
+// loads it, and then the commands of extra.
 func (s *Store) exec(ctx context.Context, calls []*evalCall, extra func(redis.Pipeliner)) {
-	if len(calls) == 1 && extra == nil {
-		c := calls[0]
-		c.cmd = storeScript.Run(ctx, s.rdb, c.keys, c.args...)
-		return
+	var one *evalCall
+	switch len(calls) {
+	case 0:
+	case 1:
+		one = calls[0]
+	default:
+		one = batch(calls)
 	}
-	pipe := s.rdb.Pipeline()
-	for _, c := range calls {
-		c.cmd = storeScript.EvalSha(ctx, pipe, c.keys, c.args...)
-	}
-	if extra != nil {
+	switch {
+	case extra == nil && one != nil:
+		one.cmd = storeScript.Run(ctx, s.rdb, one.keys, one.args...)
+	case extra != nil:
+		pipe := s.rdb.Pipeline()
+		if one != nil {
+			one.cmd = storeScript.EvalSha(ctx, pipe, one.keys, one.args...)
+		}
 		extra(pipe)
-	}
-	_, _ = pipe.Exec(ctx) // each command holds its own error
-	unknown := false
-	for _, c := range calls {
-		if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
-			unknown = true
-			c.cmd = storeScript.Run(ctx, s.rdb, c.keys, c.args...)
+		_, _ = pipe.Exec(ctx) // each command holds its own error
+		if one != nil && redis.HasErrorPrefix(one.cmd.Err(), "NOSCRIPT") {
+			one.cmd = storeScript.Run(ctx, s.rdb, one.keys, one.args...)
+			_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+				extra(p)
+				return nil
+			})
 		}
 	}
-	if unknown && extra != nil {
-		_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			extra(p)
-			return nil
-		})
+	if len(calls) > 1 {
+		one.spread(ctx, calls)
+	}
+}
+
+// batch returns the call of the op batch that runs calls, in order (see
+// dispatch).
+func batch(calls []*evalCall) *evalCall {
+	b := &evalCall{args: []any{"batch", len(calls)}}
+	for _, c := range calls {
+		b.keys = append(b.keys, c.keys...)
+		b.args = append(b.args, len(c.keys), len(c.args))
+	}
+	for _, c := range calls {
+		b.args = append(b.args, c.args...)
+	}
+	return b
+}
+
+// spread gives each of calls, run by the batch b, its answer: the batch's
+// error when the batch failed, else its own answer or error.
+func (b *evalCall) spread(ctx context.Context, calls []*evalCall) {
+	v, err := b.cmd.Slice()
+	if err == nil && len(v) != len(calls) {
+		err = fmt.Errorf("a batch of %d calls answered %d", len(calls), len(v))
+	}
+	for i, c := range calls {
+		c.cmd = redis.NewCmd(ctx)
+		if err != nil {
+			c.cmd.SetErr(err)
+		} else if e, ok := v[i].(error); ok {
+			c.cmd.SetErr(e)
+		} else {
+			c.cmd.SetVal(v[i])
+		}
 	}
 }
 
@@ -102,6 +141,10 @@ func (s *Store) exec(ctx context.Context, calls []*evalCall, extra func(redis.Pi
 // recorded at server time at (Unix milliseconds) by requests and tokens —
 // or, when call is set, a vendor's statement (Learn) to send as it is.
 type adjustment struct {
+	// provider names the pool, whose keys share one slot: a call carries
+	// the adjustments of its own pool.
+	provider string
+	queued   time.Time // when it began to wait, by the process's clock
 	call     *evalCall
 	claim    keypool.Claim
 	counted  int64 // the windows that count the take (the take script's answer)
@@ -146,6 +189,7 @@ func (s *Store) queue(a adjustment) {
 	if a.call == nil && a.requests == 0 && a.tokens == 0 && a.cost == 0 {
 		return
 	}
+	a.queued = time.Now()
 	s.mu.Lock()
 	report := false
 	if len(s.pending) >= maxPending {
@@ -160,17 +204,25 @@ func (s *Store) queue(a adjustment) {
 	s.poke()
 }
 
-// carry takes up to limit adjustments off those waiting and returns their
-// calls, with room for one more.
-func (s *Store) carry(limit int) []*evalCall {
+// carry takes up to limit adjustments of provider's pool off those
+// waiting, in order, and returns their calls, with room for one more.
+func (s *Store) carry(limit int, provider string) []*evalCall {
 	s.mu.Lock()
-	n := min(len(s.pending), limit)
-	batch := s.pending[:n:n]
-	if s.pending = s.pending[n:]; len(s.pending) == 0 {
+	var batch []adjustment
+	kept := s.pending[:0]
+	for _, a := range s.pending {
+		if len(batch) < limit && a.provider == provider {
+			batch = append(batch, a)
+		} else {
+			kept = append(kept, a)
+		}
+	}
+	clear(s.pending[len(kept):])
+	if s.pending = kept; len(s.pending) == 0 {
 		s.pending, s.dropped = nil, false
 	}
 	s.mu.Unlock()
-	calls := make([]*evalCall, 0, n+1)
+	calls := make([]*evalCall, 0, len(batch)+1)
 	for _, a := range batch {
 		calls = append(calls, s.adjustCall(a))
 	}
@@ -199,8 +251,8 @@ func (s *Store) checkCarried(ctx context.Context, calls []*evalCall) error {
 	return err
 }
 
-// sendPending sends the adjustments waiting when it is called, in
-// pipelines, each holding s.sends. It sends no more than those: calls that
+// sendPending sends the adjustments waiting when it is called, a batch
+// of one pool's at a time, each holding s.sends. It sends no more than those: calls that
 // go on queueing adjustments as it sends would otherwise keep it sending
 // each alone, a round trip more each, for as long as they come.
 func (s *Store) sendPending(ctx context.Context) error {
@@ -209,7 +261,7 @@ func (s *Store) sendPending(ctx context.Context) error {
 	s.mu.Unlock()
 	for left > 0 {
 		s.sends.Lock()
-		calls := s.carry(min(left, maxSent))
+		calls := s.carry(min(left, maxSent), s.nextPool())
 		if len(calls) == 0 {
 			s.sends.Unlock()
 			return nil // carried by takes meanwhile
@@ -225,6 +277,16 @@ func (s *Store) sendPending(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// nextPool returns the pool of the oldest adjustment waiting, or "".
+func (s *Store) nextPool() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.pending) == 0 {
+		return ""
+	}
+	return s.pending[0].provider
 }
 
 // testHookSending, when set by a test, runs as a send has carried its
@@ -344,14 +406,34 @@ func (s *Store) run() {
 			s.cfg.logger.Info("redisstore: redis answers again")
 			continue
 		}
-		if !s.sleep(settleDelay) {
-			return
+		// Wait until the oldest adjustment has waited settleDelay: the
+		// takes that come meanwhile carry what waits, and then nothing is
+		// left to send.
+		for due, ok := s.due(); ok; due, ok = s.due() {
+			if d := time.Until(due); d > 0 {
+				if !s.sleep(d) {
+					return
+				}
+				continue
+			}
+			// Not s.ctx: Close lets a send finish rather than drop it.
+			ctx, cancel := s.bound(context.Background())
+			_ = s.sendPending(ctx) // reported by checkCarried
+			cancel()
+			break // a send that failed marked Redis down, and poked
 		}
-		// Not s.ctx: Close lets a send finish rather than drop it.
-		ctx, cancel := s.bound(context.Background())
-		_ = s.sendPending(ctx) // reported by checkCarried
-		cancel()
 	}
+}
+
+// due returns when the oldest adjustment waiting is to be sent alone, and
+// false when none waits.
+func (s *Store) due() (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.pending) == 0 {
+		return time.Time{}, false
+	}
+	return s.pending[0].queued.Add(settleDelay), true
 }
 
 // recover probes Redis every probeEvery until it answers, makes the

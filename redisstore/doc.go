@@ -17,10 +17,15 @@
 // all admit it — is one Lua script run by EVALSHA (by EVAL when Redis does
 // not know it, after a restart, a failover or SCRIPT FLUSH), so two
 // replicas never both take the last slot. The settle of a request's tokens,
-// and the release of a request that never reached the vendor, are queued:
-// the next take carries them in the same pipeline, or, within 20 ms, the
-// store's goroutine sends them. A request is thus one round trip. Until an
-// adjustment is sent, the windows count the request's estimate. Flush, State
+// the release of a request that never reached the vendor, and the vendor's
+// statement of its limits (Learn) are queued: the next take of the pool
+// carries them in its own EVALSHA (the script's op batch, each call in it
+// failing alone), or, once the oldest has waited 250 ms, the store's
+// goroutine sends all that waits in one. A request is thus one round trip
+// and one script call, with rate-limit headers on every answer: 1.00 to
+// 1.05 EVALSHA a request, one request at a time or 32 at once
+// (TestEvalshaPerRequest). Until an adjustment is sent, the windows count
+// the request's estimate. Flush, State
 // and Close send what waits, and a take or a state that comes while the
 // store's goroutine sends waits for that send: a caller reads what it
 // wrote.

@@ -858,28 +858,58 @@ end
 // its own (the call's ID), which keeps its answer for ONCELIFE ms; a call
 // run again — go-redis retries a script whose answer it did not read in
 // time, on another connection — answers the same and changes nothing.
+//
+// The op "batch" runs several calls in one: ARGV, after the op, holds the
+// number of calls, each call's number of keys and of arguments, then the
+// calls' arguments, op first, in order; KEYS their keys, in order. It
+// answers each call's answer, in order, or the error a call met as an
+// error reply in its place: a call that fails — a key of the wrong type —
+// fails alone. Every call of a batch names keys of one pool, in one slot.
 const dispatch = `
-local op = table.remove(ARGV, 1)
-if op ~= 'take' and op ~= 'adjust' then return ops[op]() end
-local once = KEYS[#KEYS]
-local kept = redis.call('GET', once)
-if kept then
-  local r = {}
-  for n in string.gmatch(kept, '[^,]+') do r[#r + 1] = tonumber(n) end
-  if #r == 1 and op == 'adjust' then return r[1] end
+local function runOp()
+  local op = table.remove(ARGV, 1)
+  if op ~= 'take' and op ~= 'adjust' then return ops[op]() end
+  local once = KEYS[#KEYS]
+  local kept = redis.call('GET', once)
+  if kept then
+    local r = {}
+    for n in string.gmatch(kept, '[^,]+') do r[#r + 1] = tonumber(n) end
+    if #r == 1 and op == 'adjust' then return r[1] end
+    return r
+  end
+  local r = ops[op]()
+  local v = r
+  if type(r) == 'table' then
+    local parts = {}
+    for i, n in ipairs(r) do parts[i] = int(n) end
+    v = table.concat(parts, ',')
+  else
+    v = int(r)
+  end
+  redis.call('SET', once, v, 'PX', '$ONCELIFE')
   return r
 end
-local r = ops[op]()
-local v = r
-if type(r) == 'table' then
-  local parts = {}
-  for i, n in ipairs(r) do parts[i] = int(n) end
-  v = table.concat(parts, ',')
-else
-  v = int(r)
+if ARGV[1] ~= 'batch' then return runOp() end
+local keys, args = {}, {}
+for i = 1, #KEYS do keys[i] = KEYS[i] end
+for i = 1, #ARGV do args[i] = ARGV[i] end
+local n = tonumber(args[2])
+local ki, ai, out = 0, 2 + 2 * n, {}
+for c = 1, n do
+  local nk, na = tonumber(args[1 + 2 * c]), tonumber(args[2 + 2 * c])
+  for i = #KEYS, 1, -1 do KEYS[i] = nil end
+  for i = #ARGV, 1, -1 do ARGV[i] = nil end
+  for i = 1, nk do KEYS[i] = keys[ki + i] end
+  for i = 1, na do ARGV[i] = args[ai + i] end
+  ki, ai = ki + nk, ai + na
+  local ok, r = pcall(runOp)
+  if not ok then
+    if type(r) == 'table' then r = r.err end
+    r = redis.error_reply(tostring(r))
+  end
+  out[c] = r
 end
-redis.call('SET', once, v, 'PX', '$ONCELIFE')
-return r
+return out
 `
 
 // storeScript is the store's one Lua script: every call names an op, so

@@ -23,7 +23,7 @@ func (s *Store) state(ctx context.Context, provider, keyID string, clientNow tim
 		spent                      *redis.SliceCmd
 	)
 	s.sends.RLock()
-	carried := s.carry(maxPending)
+	carried := s.carry(maxPending, provider)
 	s.exec(ctx, carried, func(p redis.Pipeliner) {
 		clock = p.Time(ctx)
 		index = p.HGetAll(ctx, n.index())

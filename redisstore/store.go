@@ -234,7 +234,7 @@ func (s *Store) Take(ctx context.Context, t keypool.Claim) (keypool.Grant, error
 	}
 	take := s.takeCall(t)
 	s.sends.RLock()
-	carried := s.carry(maxCarried)
+	carried := s.carry(maxCarried, t.Provider)
 	cctx, cancel := s.bound(ctx)
 	s.exec(cctx, append(carried, take), nil)
 	cancel()
@@ -361,7 +361,7 @@ func (r *reservation) Settle(_ context.Context, tokens, cost int64) error {
 		return nil
 	}
 	tokens, cost = exact(tokens), exact(cost)
-	r.store.queue(r.spend(adjustment{claim: r.claim, at: r.at, counted: r.counted, tokens: tokens - r.tokens}, cost))
+	r.store.queue(r.spend(adjustment{provider: r.claim.Provider, claim: r.claim, at: r.at, counted: r.counted, tokens: tokens - r.tokens}, cost))
 	r.tokens = tokens
 	return nil
 }
@@ -374,7 +374,7 @@ func (r *reservation) Release(context.Context) error {
 		return nil
 	}
 	r.released = true
-	r.store.queue(r.spend(adjustment{claim: r.claim, at: r.at, counted: r.counted, requests: -1, tokens: -r.tokens}, 0))
+	r.store.queue(r.spend(adjustment{provider: r.claim.Provider, claim: r.claim, at: r.at, counted: r.counted, requests: -1, tokens: -r.tokens}, 0))
 	return nil
 }
 
@@ -433,7 +433,7 @@ func (s *Store) Learn(ctx context.Context, st keypool.Stated) error {
 		}
 		return s.local.Learn(ctx, st)
 	}
-	s.queue(adjustment{call: s.learnCall(st)})
+	s.queue(adjustment{provider: st.Provider, call: s.learnCall(st)})
 	return nil
 }
 
