@@ -123,10 +123,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/keypool-go/keypool/internal/windowspec"
 )
@@ -303,6 +306,7 @@ type Pool struct {
 	lines        waitLines // requests waiting for a key, by model
 	landed       signal    // fires when a request gives back its place in a flight
 	models       names     // the model names requests have named
+	affinity     *affinity // nil when conversations do not stay on keys
 }
 
 // poolKey is a key as the pool holds it. The fields every request reads
@@ -314,6 +318,7 @@ type poolKey struct {
 	claim   Claim
 	entries memEntries // the key's and its account's entries in mem
 	index   int
+	tier    int // the index of its tier in Pool.tiers
 	// auth is the value the key is put on a request with, built once: a
 	// header value as a one-element slice, or "param=secret" for a query.
 	auth []string
@@ -356,6 +361,7 @@ func New(provider string, keys []Key, opts ...Option) (*Pool, error) {
 		p.store = NewMemoryStore()
 	}
 	p.mem = ownMemory(p.store)
+	p.affinity = newAffinity(cfg.affinity.size, cfg.affinity.idle, p.store)
 	if h, ok := p.store.(interface{ Health() error }); ok {
 		p.health = h.Health
 	}
@@ -435,6 +441,11 @@ func (p *Pool) addKeys(keys []Key) error {
 			p.accounts[k.Account] = append(p.accounts[k.Account], pk)
 		}
 		p.tiers = tier{priority: k.Priority, paid: k.Paid}.with(pk, p.tiers)
+	}
+	for i, t := range p.tiers {
+		for _, k := range t.keys {
+			k.tier = i
+		}
 	}
 	return nil
 }
@@ -543,6 +554,8 @@ type call struct {
 	// passed over for it.
 	maxOutput int64
 	dear      int64
+	// conversation is the request's, 0 for none (see WithAffinity).
+	conversation conversation
 	// spare is where a take of the package's own store records the
 	// request, allocated with the request; nil once a take used it, or
 	// when the caller brings none.
@@ -557,7 +570,9 @@ func (c *call) sooner(t time.Time) {
 
 // acquire takes into l the first key in order that can take a request for
 // model estimated at est: tier by tier (by Priority, free before paid),
-// each tier's keys round-robin, each key only if c has not tried it. When none can, it returns a
+// each tier's keys round-robin — but the key the request's conversation
+// stays on first in its tier (see affinity) — each key only if c has not
+// tried it. When none can, it returns a
 // *NoAvailableKeyError — or, when only keys with a budget could have taken
 // it and the model has no price, an error naming the model — and l holds
 // nothing of use. The model must be one a store may keep
@@ -570,8 +585,23 @@ func (p *Pool) acquire(ctx context.Context, c *call, model string, est usageRepo
 		return err
 	}
 	now := p.cfg.clock()
-	for _, t := range p.tiers {
-		if ok, err := p.scan(ctx, c, t.keys, t.next, model, est, now, l); ok || err != nil {
+	var stay *poolKey // the key the request's conversation stays on
+	if c.conversation != 0 && p.affinity != nil {
+		stay = p.affinity.keyOf(ctx, p, c.conversation, now)
+	}
+	for i := range p.tiers {
+		t := &p.tiers[i]
+		ok, err := false, error(nil)
+		if stay != nil && stay.tier == i {
+			ok, err = p.offer(ctx, c, stay, model, est, now, l)
+		}
+		if !ok && err == nil {
+			ok, err = p.scan(ctx, c, t.keys, t.next, stay, model, est, now, l)
+		}
+		if ok && c.conversation != 0 && p.affinity != nil {
+			p.affinity.served(ctx, p, c.conversation, l.key, now)
+		}
+		if ok || err != nil {
 			return err
 		}
 	}
@@ -585,9 +615,8 @@ func (p *Pool) acquire(ctx context.Context, c *call, model string, est usageRepo
 }
 
 // scan offers the request to the keys of one tier, starting at the cursor,
-// and reports whether one took it into l. Each key's claim is built in l,
-// which a request holds on its stack: a lease is never copied on the way.
-func (p *Pool) scan(ctx context.Context, c *call, keys []*poolKey, cursor *atomic.Uint64, model string, est usageReport, now time.Time, l *lease) (bool, error) {
+// but for skip (nil: none), and reports whether one took it into l.
+func (p *Pool) scan(ctx context.Context, c *call, keys []*poolKey, cursor *atomic.Uint64, skip *poolKey, model string, est usageReport, now time.Time, l *lease) (bool, error) {
 	n := uint64(len(keys))
 	if n == 0 {
 		return false, nil
@@ -595,70 +624,83 @@ func (p *Pool) scan(ctx context.Context, c *call, keys []*poolKey, cursor *atomi
 	start := cursor.Add(1) - 1
 	for i := range n {
 		k := keys[(start+i)%n]
-		if c.tried.has(k.index) {
+		if k == skip {
 			continue
 		}
-		ok, probe := k.returns.admit(model, now)
-		if !ok {
-			c.sooner(now.Add(probeRetry))
-			continue
+		if ok, err := p.offer(ctx, c, k, model, est, now, l); ok || err != nil {
+			return ok, err
 		}
-		cl := &l.claim
-		*cl = k.claim
-		cl.Model, cl.Now = model, now
-		if len(p.cfg.modelLimits) != 0 {
-			cl.Limits = p.limits(k, model)
-			_, cl.Named = p.cfg.modelLimits[model]
-		}
-		cl.Tokens = est.total()
-		if limit := windowspec.Tighter(cl.Limits.tokenCap(), cl.Cap.tokenCap()); limit > 0 {
-			cl.Tokens = min(cl.Tokens, limit)
-		}
-		price := p.cfg.prices[model]
-		if price == nil && (cl.Budget != (Budget{}) || cl.AccountBudget != (Budget{})) {
-			// A budget cannot hold what has no price: never silently free.
-			c.unpriced = true
-			if probe {
-				k.returns.done(model, false)
-			}
-			continue
-		}
-		if price != nil {
-			cl.Cost, cl.Unbounded = price.reserve(est, c.maxOutput)
-			if cl.Budget.exceeds(cl.Cost) || cl.AccountBudget.exceeds(cl.Cost) {
-				// No day or month will ever have room for it.
-				c.dear = cl.Cost
-				if probe {
-					k.returns.done(model, false)
-				}
-				continue
-			}
-		}
-		if !k.fly() {
-			// Full of requests under way: one ends soon, and a request
-			// waiting in line hears of it (Pool.landed).
-			c.sooner(now.Add(flightRetry))
-			if probe {
-				k.returns.done(model, false)
-			}
-			continue
-		}
-		err := p.takeFrom(ctx, c, k, cl, &l.grant)
-		p.storeResult(opTake, err)
-		if err == nil && l.grant.OK {
-			l.key, l.probe, l.price, l.bound = k, probe, price, price.outputBound(c.maxOutput)
-			l.flying = k.flights != [2]*flight{}
-			return true, nil
-		}
-		p.land(k)
+	}
+	return false, nil
+}
+
+// offer offers the request to key k, unless c has tried it, and reports
+// whether k took it into l. The claim is built in l, which a request holds
+// on its stack: a lease is never copied on the way.
+func (p *Pool) offer(ctx context.Context, c *call, k *poolKey, model string, est usageReport, now time.Time, l *lease) (bool, error) {
+	if c.tried.has(k.index) {
+		return false, nil
+	}
+	ok, probe := k.returns.admit(model, now)
+	if !ok {
+		c.sooner(now.Add(probeRetry))
+		return false, nil
+	}
+	cl := &l.claim
+	*cl = k.claim
+	cl.Model, cl.Now = model, now
+	if len(p.cfg.modelLimits) != 0 {
+		cl.Limits = p.limits(k, model)
+		_, cl.Named = p.cfg.modelLimits[model]
+	}
+	cl.Tokens = est.total()
+	if limit := windowspec.Tighter(cl.Limits.tokenCap(), cl.Cap.tokenCap()); limit > 0 {
+		cl.Tokens = min(cl.Tokens, limit)
+	}
+	price := p.cfg.prices[model]
+	if price == nil && (cl.Budget != (Budget{}) || cl.AccountBudget != (Budget{})) {
+		// A budget cannot hold what has no price: never silently free.
+		c.unpriced = true
 		if probe {
 			k.returns.done(model, false)
 		}
-		if err != nil {
-			return false, fmt.Errorf("keypool: %s: store: %w", p.provider, err)
-		}
-		c.sooner(l.grant.RetryAt)
+		return false, nil
 	}
+	if price != nil {
+		cl.Cost, cl.Unbounded = price.reserve(est, c.maxOutput)
+		if cl.Budget.exceeds(cl.Cost) || cl.AccountBudget.exceeds(cl.Cost) {
+			// No day or month will ever have room for it.
+			c.dear = cl.Cost
+			if probe {
+				k.returns.done(model, false)
+			}
+			return false, nil
+		}
+	}
+	if !k.fly() {
+		// Full of requests under way: one ends soon, and a request
+		// waiting in line hears of it (Pool.landed).
+		c.sooner(now.Add(flightRetry))
+		if probe {
+			k.returns.done(model, false)
+		}
+		return false, nil
+	}
+	err := p.takeFrom(ctx, c, k, cl, &l.grant)
+	p.storeResult(opTake, err)
+	if err == nil && l.grant.OK {
+		l.key, l.probe, l.price, l.bound = k, probe, price, price.outputBound(c.maxOutput)
+		l.flying = k.flights != [2]*flight{}
+		return true, nil
+	}
+	p.land(k)
+	if probe {
+		k.returns.done(model, false)
+	}
+	if err != nil {
+		return false, fmt.Errorf("keypool: %s: store: %w", p.provider, err)
+	}
+	c.sooner(l.grant.RetryAt)
 	return false, nil
 }
 
@@ -747,6 +789,145 @@ func (s *signal) fire() {
 		close(s.ch)
 		s.ch = nil
 	}
+}
+
+// A conversation is what affinity knows of a request's conversation: a
+// hash of what names it, 0 for none.
+type conversation uint64
+
+// conversationOf returns the conversation named by b, 0 when b is empty.
+// The hash (FNV-1a) is the same in every process, so that replicas sharing
+// a store agree; two conversations that share a hash share a key, which
+// costs only a cache.
+func conversationOf[T string | []byte](b T) conversation {
+	if len(b) == 0 {
+		return 0
+	}
+	h := uint64(14695981039346656037)
+	for i := range len(b) {
+		h ^= uint64(b[i])
+		h *= 1099511628211
+	}
+	return conversation(max(h, 1))
+}
+
+// String returns the conversation as a store keeps it.
+func (c conversation) String() string { return strconv.FormatUint(uint64(c), 16) }
+
+// The defaults of WithAffinityMemory.
+const (
+	defaultAffinitySize = 10000
+	defaultAffinityIdle = time.Hour
+)
+
+// affinityRecheck is how long a pool whose store shares conversations
+// (AffinityStore) trusts what it remembers of one before asking the store
+// again: another replica may have moved it.
+const affinityRecheck = 30 * time.Second
+
+// affinity keeps a conversation on the key that served it last, while that
+// key can take its requests, so that the vendor's prompt cache — kept per
+// key, or per organisation — holds the conversation's prefix. It remembers
+// the conversations of the last idle, at most a bounded number (least
+// recently used first out), and asks the store, when the store shares them
+// among replicas. It is safe for concurrent use.
+type affinity struct {
+	seen   *lru.Cache[conversation, affine]
+	idle   time.Duration
+	shared AffinityStore // nil: this process's alone
+}
+
+// affine is a conversation's key: its index, when it last served the
+// conversation, and when the shared store last said or heard so.
+type affine struct {
+	key    int32
+	at     time.Time
+	synced time.Time
+}
+
+// newAffinity returns the affinity of a pool remembering size
+// conversations for idle each, nil for none (size 0).
+func newAffinity(size int, idle time.Duration, s Store) *affinity {
+	if size <= 0 {
+		return nil
+	}
+	seen, err := lru.New[conversation, affine](size)
+	if err != nil {
+		return nil // only for a size <= 0
+	}
+	a := &affinity{seen: seen, idle: idle}
+	a.shared, _ = s.(AffinityStore)
+	return a
+}
+
+// keyOf returns the key conversation c stays on at now, nil when it stays
+// on none: no key served it in the last idle.
+func (a *affinity) keyOf(ctx context.Context, p *Pool, c conversation, now time.Time) *poolKey {
+	e, ok := a.seen.Get(c)
+	ok = ok && now.Sub(e.at) < a.idle
+	if a.shared == nil || (ok && now.Sub(e.synced) < affinityRecheck) {
+		if !ok {
+			return nil
+		}
+		return p.keys[e.key]
+	}
+	id, err := a.shared.Affinity(ctx, p.provider, c.String(), a.idle)
+	p.storeResult(opAffinity, err)
+	if k := p.keyByID(id); err == nil && k != nil {
+		a.seen.Add(c, affine{key: int32(k.index), at: now, synced: now})
+		return k
+	}
+	if !ok {
+		return nil
+	}
+	return p.keys[e.key] // what this process remembers, the store silent
+}
+
+// served records that key k took a request of conversation c at now, and
+// tells the shared store when the conversation moved, is new, or was last
+// said long ago.
+func (a *affinity) served(ctx context.Context, p *Pool, c conversation, k *poolKey, now time.Time) {
+	e, ok := a.seen.Peek(c)
+	if !ok || int(e.key) != k.index {
+		e = affine{key: int32(k.index)}
+	}
+	e.at = now
+	if a.shared != nil && now.Sub(e.synced) >= affinityRecheck {
+		err := a.shared.SetAffinity(ctx, p.provider, c.String(), k.ID, a.idle)
+		p.storeResult(opAffinity, err)
+		if err == nil {
+			e.synced = now
+		}
+	}
+	a.seen.Add(c, e)
+}
+
+// conversations counts the conversations that stay on each key at now,
+// by key index.
+func (a *affinity) conversations(keys int, now time.Time) []int {
+	n := make([]int, keys)
+	if a == nil {
+		return n
+	}
+	for _, e := range a.seen.Values() {
+		if now.Sub(e.at) < a.idle && int(e.key) < keys {
+			n[e.key]++
+		}
+	}
+	return n
+}
+
+// keyByID returns the key with the given ID, nil when none has it.
+func (p *Pool) keyByID(id string) *poolKey {
+	if id == "" {
+		return nil
+	}
+	for _, k := range p.keys {
+		if k.ID == id {
+			return k
+		}
+	}
+	return nil
 }
 
 // takeFrom asks the store to take cl for key k, into g. The package's own
@@ -1049,6 +1230,9 @@ type KeyStats struct {
 	// when it resets), at LastAt; zero when it has said nothing.
 	Last   Reading
 	LastAt time.Time
+	// Conversations counts the conversations that stay on the key (see
+	// WithAffinity), as this process knows them.
+	Conversations int
 }
 
 // ModelStats is what is known of one key for one model.
@@ -1081,9 +1265,11 @@ func (p *Pool) Stats() []KeyStats {
 	}
 	now := p.cfg.clock()
 	out := make([]KeyStats, 0, len(p.keys))
+	conversations := p.affinity.conversations(len(p.keys), now)
 	for _, k := range p.keys {
 		ks := p.stored(k, now)
 		ks.ID, ks.Paid, ks.Account, ks.Sent, ks.Answers = k.ID, k.Paid, k.Account, k.sent.Load(), map[Kind]int64{}
+		ks.Conversations = conversations[k.index]
 		k.lastMu.Lock()
 		ks.Last, ks.LastAt = k.last, k.lastAt
 		k.lastMu.Unlock()
@@ -1200,10 +1386,8 @@ func (p *Pool) operatorKey(keyID string) (*poolKey, error) {
 	if err := p.usable(); err == errNotNew {
 		return nil, err
 	}
-	for _, k := range p.keys {
-		if k.ID == keyID {
-			return k, nil
-		}
+	if k := p.keyByID(keyID); k != nil {
+		return k, nil
 	}
 	return nil, fmt.Errorf("keypool: %s: no key with ID %q", p.provider, keyID)
 }

@@ -13,11 +13,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// flightVendor answers in memory, each answer's body open for hold, and
+// flightVendor answers in memory, and
 // counts the requests each key holds at once: from its send until its
 // answer's body is closed.
 type flightVendor struct {
-	hold time.Duration
 	mu   sync.Mutex // guards now and most
 	now  map[string]int
 	most map[string]int

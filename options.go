@@ -77,6 +77,7 @@ type config struct {
 	onRoute        func(RouteEvent)
 	auth           auth
 	modelFunc      func(*http.Request) string
+	affinity       affinityConfig
 	estimator      func(RequestInfo) int64
 	bench          benchPolicy
 	wait           time.Duration   // the longest a request waits for a key; 0 is not at all
@@ -103,6 +104,7 @@ func newConfig(opts []Option, s scope) (config, error) {
 		estimator: DefaultEstimate,
 		bench:     defaultBenchPolicy(),
 		badger:    defaultBadgerConfig(),
+		affinity:  affinityConfig{size: defaultAffinitySize, idle: defaultAffinityIdle},
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -372,6 +374,55 @@ func WithModelFunc(f func(*http.Request) string) Option {
 		if f != nil {
 			c.modelFunc = f
 		}
+		return nil
+	})
+}
+
+// affinityConfig is how a pool keeps conversations on keys (see
+// WithAffinity).
+type affinityConfig struct {
+	of   func(*http.Request) string // nil: the request's own fields name it
+	size int                        // 0: conversations do not stay on keys
+	idle time.Duration
+}
+
+// WithAffinity sets how a Pool names a request's conversation, which it keeps
+// on the key that served it while that key can take its requests, so that
+// the vendor's prompt cache holds the conversation's prefix: f's answer,
+// when it is not "". By default — and where f says "" — a request names its
+// conversation by its X-Session-Id header, else its JSON body's
+// prompt_cache_key (OpenAI), metadata.user_id (Anthropic) or user
+// (OpenAI), in that order. A conversation stays on its key within the
+// key's tier (Key.Priority, free before paid): a conversation that moved
+// to a paid key while the free ones were full comes back to a free one.
+// When its key is benched or cannot take the request, the request goes to
+// the next key in order, and the conversation stays on that one from then.
+// A body is read for a conversation only when the pool reads it anyway
+// (for its model or its tokens). See WithAffinityMemory for how many
+// conversations a pool keeps.
+func WithAffinity(f func(*http.Request) string) Option {
+	return poolOption("WithAffinity", func(c *config) error {
+		c.affinity.of = f
+		return nil
+	})
+}
+
+// WithAffinityMemory sets how many conversations a Pool keeps on their keys
+// (the least recently served go first when there are more), and for how
+// long after its last request a conversation stays (a vendor's prompt
+// cache lasts minutes to an hour). The defaults are 10000 and an hour;
+// conversations 0 turns affinity off. With a store that shares
+// conversations among replicas (AffinityStore, such as redisstore's), a
+// conversation stays on one key in every replica.
+func WithAffinityMemory(conversations int, idle time.Duration) Option {
+	return poolOption("WithAffinityMemory", func(c *config) error {
+		switch {
+		case conversations < 0:
+			return fmt.Errorf("%d conversations is negative", conversations)
+		case conversations > 0 && idle <= 0:
+			return fmt.Errorf("an idle time of %v is not positive", idle)
+		}
+		c.affinity.size, c.affinity.idle = conversations, idle
 		return nil
 	})
 }

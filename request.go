@@ -84,6 +84,12 @@ const (
 	keyType                 // "type", which names an image part
 	keyMime                 // a media type: mime_type, mimeType, media_type
 	keyPayload              // base64 data, URLs, file URIs and signatures: never prompt text
+	keyMetadata             // the top-level "metadata", which holds Anthropic's user_id
+	// The keys that name a conversation (see conversationOf), weakest
+	// first: a stronger one read anywhere in the body outranks a weaker.
+	keyUser           // OpenAI's top-level "user"
+	keyMetadataUser   // Anthropic's metadata.user_id
+	keyPromptCacheKey // OpenAI's top-level "prompt_cache_key"
 )
 
 // flags on an open container of a request body.
@@ -115,6 +121,10 @@ type requestScanner struct {
 	// outside any container.
 	keys  [maxTrackedDepth + 1]requestKey
 	flags [maxTrackedDepth + 1]uint8
+	// conv is the strongest conversation key's value so far, a slice of
+	// the body, escapes not decoded; convKey is which key it was.
+	conv    []byte
+	convKey requestKey
 }
 
 // scanRequest reads a JSON request body — OpenAI chat completions and
@@ -126,9 +136,16 @@ type requestScanner struct {
 // the fault. It allocates nothing but the model name, and not that when
 // names already holds it (names may be nil).
 func scanRequest(body []byte, in *names) RequestInfo {
+	info, _ := readRequest(body, in)
+	return info
+}
+
+// readRequest is scanRequest with the conversation the body names (see
+// conversationOf), 0 when it names none.
+func readRequest(body []byte, in *names) (RequestInfo, conversation) {
 	var s requestScanner
 	s.scan(body)
-	return s.finish(in)
+	return s.finish(in), conversationOf(s.conv)
 }
 
 // finish ends the scan: the containers left open close, and the model is
@@ -235,6 +252,9 @@ func (s *requestScanner) open(object bool) {
 func (s *requestScanner) key(k []byte) {
 	if d := s.depth; d <= maxTrackedDepth {
 		s.keys[d] = classifyRequestKey(jsonUnescape(k), d)
+		if s.keys[d] == keyMetadataUser && s.keys[1] != keyMetadata {
+			s.keys[d] = keyOther // a user_id outside the top-level metadata
+		}
 		if s.keys[d] == keyModel {
 			s.model, s.modelCut = nil, false // the last "model" names the model, as in JSON
 		}
@@ -257,6 +277,9 @@ func (s *requestScanner) text(v []byte, done bool) {
 	key := keyOther
 	if d <= maxTrackedDepth {
 		key = s.keys[d]
+	}
+	if key >= keyUser && key >= s.convKey && done {
+		s.conv, s.convKey = v, key
 	}
 	switch {
 	case key == keyModel:
@@ -330,6 +353,22 @@ func classifyRequestKey(key []byte, d int) requestKey {
 		}
 	case "max_output_tokens", "maxOutputTokens":
 		return keyMaxOutput
+	case "metadata":
+		if d == 1 {
+			return keyMetadata
+		}
+	case "user_id":
+		if d == 2 {
+			return keyMetadataUser // when in the top-level metadata (key)
+		}
+	case "user":
+		if d == 1 {
+			return keyUser
+		}
+	case "prompt_cache_key":
+		if d == 1 {
+			return keyPromptCacheKey
+		}
 	case "type":
 		return keyType
 	case "mime_type", "mimeType", "media_type":

@@ -61,6 +61,18 @@ type SpendResetter interface {
 	ResetSpend(ctx context.Context, provider, keyID string) error
 }
 
+// AffinityStore is implemented by a Store that keeps, for the replicas of a
+// pool that share it, which key each conversation stays on (see
+// WithAffinity): redisstore's does. A conversation is named by a short
+// hash, never by what the request said.
+type AffinityStore interface {
+	// Affinity returns the ID of the key conversation stays on, "" when
+	// none does, and keeps it for idle more.
+	Affinity(ctx context.Context, provider, conversation string, idle time.Duration) (keyID string, err error)
+	// SetAffinity records that conversation stays on keyID, for idle.
+	SetAffinity(ctx context.Context, provider, conversation, keyID string, idle time.Duration) error
+}
+
 // Keys that name one account share its windows, and its rate and quota
 // benches, as vendors scope limits to an organisation or a project: a store
 // keeps an account's state as it keeps a key's, under an ID that no key's ID

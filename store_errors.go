@@ -10,7 +10,8 @@ const (
 	opBench
 	opSettle
 	opLearn
-	opHealth // the store's own Health
+	opAffinity // an AffinityStore's
+	opHealth   // the store's own Health
 )
 
 // storeResult reports what a store call of kind op came to, to the

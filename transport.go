@@ -82,11 +82,12 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return t.sendKeyless(req)
 	}
 	x := new(exchange)
-	info, err := p.inspect(req, &x.body)
+	info, conv, err := p.inspect(req, &x.body)
 	if err != nil {
 		return nil, err
 	}
-	r := request{req: req, body: &x.body, metered: &x.metered, out: &x.out, model: info.Model, call: call{spare: &x.res, maxOutput: info.MaxOutput}}
+	r := request{req: req, body: &x.body, metered: &x.metered, out: &x.out, model: info.Model,
+		call: call{spare: &x.res, maxOutput: info.MaxOutput, conversation: conv}}
 	if p.needTokens() {
 		r.estimate = estimateUse(info, max(p.cfg.estimator(info), 0))
 	}
@@ -429,9 +430,10 @@ func bodyLength(req *http.Request) int64 {
 }
 
 // inspect reads what the pool needs of a request before sending it — the
-// model, and what a token estimate needs — without consuming the body, and
-// sets b, which must be zero, to send the body on each attempt.
-func (p *Pool) inspect(req *http.Request, b *replay) (RequestInfo, error) {
+// model, what a token estimate needs, and its conversation (see
+// WithAffinity) — without consuming the body, and sets b, which must be
+// zero, to send the body on each attempt.
+func (p *Pool) inspect(req *http.Request, b *replay) (RequestInfo, conversation, error) {
 	// Fields set one by one: a struct written whole into the heap goes
 	// through the collector's bulk barrier while it marks.
 	b.orig, b.getBody = req.Body, req.GetBody
@@ -441,23 +443,35 @@ func (p *Pool) inspect(req *http.Request, b *replay) (RequestInfo, error) {
 	} else if req.URL != nil {
 		info.Model = modelFromPath(req.URL.Path)
 	}
+	var conv conversation
+	if p.affinity != nil {
+		if f := p.cfg.affinity.of; f != nil {
+			conv = conversationOf(f(req))
+		}
+		if conv == 0 {
+			conv = conversationOf(req.Header.Get("X-Session-Id"))
+		}
+	}
 	if b.orig == nil || b.orig == http.NoBody || (info.Model != "" && !p.needTokens()) {
-		return info, p.checkModel(info.Model, b)
+		return info, conv, p.checkModel(info.Model, b)
 	}
 	data, err := b.read(bodyLength(req))
 	if err != nil {
 		b.discard()
-		return info, fmt.Errorf("keypool: reading request body: %w", err)
+		return info, 0, fmt.Errorf("keypool: reading request body: %w", err)
 	}
-	scanned := scanRequest(data, &p.models)
+	scanned, named := readRequest(data, &p.models)
 	if rest := req.ContentLength - int64(len(data)); rest > 0 {
 		scanned.PromptBytes += rest // a body longer than what was read counts as prompt
 	}
 	if info.Model == "" {
 		info.Model = scanned.Model
 	}
+	if conv == 0 && p.affinity != nil {
+		conv = named
+	}
 	scanned.Model = info.Model
-	return scanned, p.checkModel(info.Model, b)
+	return scanned, conv, p.checkModel(info.Model, b)
 }
 
 // checkModel returns an error for a model name no store may keep (see
