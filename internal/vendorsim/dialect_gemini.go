@@ -129,8 +129,8 @@ func (gemini) chunk(a *reply, text, finish string, candidates int64) map[string]
 	return map[string]any{
 		"candidates":    []any{cand},
 		"usageMetadata": usage,
-		"modelVersion": a.model,
-		"responseId":   a.id,
+		"modelVersion":  a.model,
+		"responseId":    a.id,
 	}
 }
 

@@ -149,7 +149,3 @@ func (pc *promptCache) store(now time.Time, ps []prefix) {
 		delete(pc.byHash, e.hash)
 	}
 }
-
-// len returns how many prefixes the cache holds, expired ones not yet
-// dropped included.
-func (pc *promptCache) len() int { return pc.lru.Len() }

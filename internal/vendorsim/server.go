@@ -13,6 +13,9 @@
 // total, and remembers when each key and each account accepted each
 // request, so that a test can check that nothing ever sent a key or an
 // account more than its limit. SetLimits changes limits while it runs.
+// Config.PromptCache turns on a prompt cache per key (per account for the
+// keys of one), so that a test can count how much of its prompts a vendor
+// would read from cache (Counts.CachedTokens of Counts.InputTokens).
 //
 // The sim is strict where a vendor is strict and simple where a test wants
 // it simple: a request's prompt is its body's length / 4 tokens, its
