@@ -18,7 +18,8 @@ type accountState struct {
 	mu      sync.Mutex
 	last    time.Time // latest time used, so window times never go back
 	win     windows
-	history []entry // accepted requests of all its keys: time and total tokens
+	history []entry      // accepted requests of all its keys: time and total tokens
+	cache   *promptCache // the prompt cache its keys share; nil when off
 }
 
 // validateAccounts checks the accounts of a configuration against its keys'

@@ -169,7 +169,7 @@ func TestAccountSharesRPM(t *testing.T) {
 					assert.Equal(t, int64(len(s.Accepted(id))), st.Served, "key %s", id)
 				}
 				solo, _ := s.StatsOf("solo")
-				assert.Equal(t, vendorsim.Counts{Requests: 3, Served: 2, RateLimited: 1, Tokens: solo.Tokens}, solo.Counts)
+				assert.Equal(t, vendorsim.Counts{Requests: 3, Served: 2, RateLimited: 1, Tokens: solo.Tokens, InputTokens: solo.InputTokens}, solo.Counts)
 
 				c.Advance(time.Minute)
 				a := sd.send(t, s, secretOf[order[2]], "model-3")

@@ -12,16 +12,30 @@ import (
 
 // BenchmarkServeHTTP measures one accepted, non-streamed answer per dialect,
 // without the network, so that the sim's own cost is known next to what it
-// is used to measure.
+// is used to measure; "+cache" with the prompt cache on, each request
+// reading the last one's prompt.
 func BenchmarkServeHTTP(b *testing.B) {
-	for _, d := range []vendorsim.Dialect{vendorsim.OpenAI, vendorsim.Anthropic, vendorsim.Gemini} {
-		b.Run(string(d), func(b *testing.B) {
+	for _, c := range []struct {
+		d     vendorsim.Dialect
+		cache *vendorsim.PromptCache
+	}{
+		{vendorsim.OpenAI, nil},
+		{vendorsim.Anthropic, nil},
+		{vendorsim.Gemini, nil},
+		{vendorsim.OpenAI, &vendorsim.PromptCache{}},
+	} {
+		d, name := c.d, string(c.d)
+		if c.cache != nil {
+			name += "+cache"
+		}
+		b.Run(name, func(b *testing.B) {
 			now := t0
 			s, err := vendorsim.New(vendorsim.Config{
-				Dialect: d,
-				Clock:   func() time.Time { now = now.Add(time.Millisecond); return now },
-				History: 1000,
-				Keys:    []vendorsim.Key{{Secret: "k", Limits: vendorsim.Limits{RPM: 1 << 20, TPM: 1 << 40}}},
+				Dialect:     d,
+				Clock:       func() time.Time { now = now.Add(time.Millisecond); return now },
+				History:     1000,
+				Keys:        []vendorsim.Key{{Secret: "k", Limits: vendorsim.Limits{RPM: 1 << 20, TPM: 1 << 40}}},
+				PromptCache: c.cache,
 			})
 			if err != nil {
 				b.Fatal(err)

@@ -30,7 +30,10 @@ type decision struct {
 	st         *state // the windows the rate-limit headers report; nil for none
 	completion int64
 	truncated  bool
-	tokens     int64 // an accepted request's total tokens; 0 otherwise
+	tally      tally // an accepted request's tokens; zero otherwise
+	// cached and written are an accepted request's prompt tokens read from
+	// the prompt cache and written to it.
+	cached, written int64
 }
 
 // ask is one request as the key sees it.
@@ -43,6 +46,9 @@ type ask struct {
 	output      int64 // the length of the sim's answers, in tokens
 	faultStatus int   // the dialect's default fault status
 	history     int   // how many accepted requests the key remembers
+	// cacheReadsFree leaves the prompt tokens read from the cache out of
+	// the token windows, as Anthropic does.
+	cacheReadsFree bool
 }
 
 // decide decides the answer to one request, records it in the key's windows
@@ -67,10 +73,7 @@ func (ks *keyState) decide(q ask) decision {
 	ks.last = now
 	d := ks.decideLocked(now, q)
 	d.now = now
-	if d.out == outServe {
-		d.tokens = q.req.prompt + d.completion
-	}
-	ks.counts.add(d.class, d.out == outScript, d.tokens)
+	ks.counts.add(d.class, d.out == outScript, d.tally)
 	return d
 }
 
@@ -102,12 +105,40 @@ func (ks *keyState) decideLocked(now time.Time, q ask) decision {
 		return decision{out: outFault, class: classServerError, status: status, st: ks.state(now, q.start, "")}
 	}
 	completion, truncated := completionTokens(q.req, q.output)
-	total := q.req.prompt + completion
+	cached, written := ks.cacheLookup(now, q.req)
+	prompt := q.req.prompt // as the token windows count it
+	if q.cacheReadsFree {
+		prompt -= cached
+	}
+	total := prompt + completion
 	if rf, refused := ks.windows().refuse(now, total); refused {
 		return decision{out: outRateLimit, class: classRateLimited, refusal: rf, st: ks.state(now, q.start, "")}
 	}
-	ks.record(now, q.req.prompt, completion, q.history)
-	return decision{out: outServe, class: classServed, completion: completion, truncated: truncated, st: ks.state(now, q.start, "")}
+	ks.record(now, prompt, completion, q.history)
+	if pc := ks.promptCache(); pc != nil {
+		pc.store(now, q.req.prefixes)
+	}
+	return decision{
+		out: outServe, class: classServed, completion: completion, truncated: truncated, st: ks.state(now, q.start, ""),
+		tally:  tally{tokens: total, input: q.req.prompt, cached: cached},
+		cached: cached, written: written,
+	}
+}
+
+// cacheLookup returns how many of req's prompt tokens the key's prompt
+// cache holds at now (its longest cached prefix), and how many more its
+// messages hold, which serving req writes to the cache; both 0 when the
+// cache is off. Neither is more than the prompt.
+func (ks *keyState) cacheLookup(now time.Time, req request) (cached, written int64) {
+	pc := ks.promptCache()
+	if pc == nil || len(req.prefixes) == 0 {
+		return 0, 0
+	}
+	if n := pc.lookup(now, req.prefixes); n > 0 {
+		cached = min(req.prefixes[n-1].tokens, req.prompt)
+	}
+	all := min(req.prefixes[len(req.prefixes)-1].tokens, req.prompt)
+	return cached, all - cached
 }
 
 // faulty reports whether this request answers with a fault, consuming the

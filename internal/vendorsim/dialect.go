@@ -33,6 +33,13 @@ type dialect interface {
 	route(r *http.Request) (rt route, status int, msg string)
 	// parse reads a request body the route accepted.
 	parse(body []byte, rt route) (request, error)
+	// prompt returns the messages of a body parse accepted, in order: the
+	// prompt the prompt cache sees.
+	prompt(body []byte) ([]json.RawMessage, error)
+	// windowsCountCacheReads reports whether the token windows count the
+	// prompt tokens read from the cache, as OpenAI's and Gemini's do;
+	// Anthropic's leave them out.
+	windowsCountCacheReads() bool
 	// faultStatus is the default status of a fault.
 	faultStatus() int
 	// defaultModel is the model answered as when a request names none.
@@ -58,6 +65,10 @@ type reply struct {
 	account    string // the key's account; "" for none
 	completion int64
 	truncated  bool // max_tokens cut the completion short
+	// cache is set when the prompt cache is on; cached and written are then
+	// the prompt tokens read from it and written to it.
+	cache           bool
+	cached, written int64
 }
 
 // authFailure says why a request is not authenticated.

@@ -1,6 +1,7 @@
 package vendorsim
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -32,6 +33,8 @@ import (
 //     github.com/anthropics/claude-code/issues/12829,
 //     github.com/Yeachan-Heo/gajae-code/pull/2444,
 //     github.com/anomalyco/opencode/pull/49499;
+//   - usage.cache_creation_input_tokens and cache_read_input_tokens, left
+//     out of input_tokens: docs.anthropic.com/en/docs/build-with-claude/prompt-caching;
 //   - the stream's events (message_start, content_block_start, ping,
 //     content_block_delta, content_block_stop, message_delta with
 //     usage.output_tokens, message_stop):
@@ -75,6 +78,25 @@ func (anthropic) parse(body []byte, _ route) (request, error) {
 	return req, nil
 }
 
+// prompt returns the system prompt, when there is one, then the messages.
+func (anthropic) prompt(body []byte) ([]json.RawMessage, error) {
+	var in struct {
+		System   json.RawMessage   `json:"system"`
+		Messages []json.RawMessage `json:"messages"`
+	}
+	if err := json.Unmarshal(body, &in); err != nil {
+		return nil, err
+	}
+	if len(in.System) == 0 || string(in.System) == "null" {
+		return in.Messages, nil
+	}
+	return append([]json.RawMessage{in.System}, in.Messages...), nil
+}
+
+// windowsCountCacheReads is false: Anthropic's input-token limits leave
+// cache reads out.
+func (anthropic) windowsCountCacheReads() bool { return false }
+
 func (anthropic) faultStatus() int     { return 529 }
 func (anthropic) defaultModel() string { return "claude-sonnet-4-5" }
 
@@ -116,7 +138,22 @@ func (anthropic) headers(h http.Header, st *state) {
 	h.Set("Anthropic-Ratelimit-Unified-7d-Reset", itoa(u.seven.reset.Unix()))
 }
 
-func (anthropic) serve(w http.ResponseWriter, a *reply) {
+// usage returns the usage object of an answer; output is its output tokens
+// so far. With the prompt cache on, input_tokens counts only the prompt
+// tokens neither read from the cache nor written to it, as Anthropic's does.
+func (anthropic) usage(a *reply, output int64) map[string]any {
+	if !a.cache {
+		return map[string]any{"input_tokens": a.req.prompt, "output_tokens": output}
+	}
+	return map[string]any{
+		"input_tokens":                max(0, a.req.prompt-a.cached-a.written),
+		"cache_creation_input_tokens": a.written,
+		"cache_read_input_tokens":     a.cached,
+		"output_tokens":               output,
+	}
+}
+
+func (an anthropic) serve(w http.ResponseWriter, a *reply) {
 	w.Header().Set("Request-Id", "req_"+a.id)
 	stop := "end_turn"
 	if a.truncated {
@@ -132,7 +169,7 @@ func (anthropic) serve(w http.ResponseWriter, a *reply) {
 			"content":       []any{map[string]any{"type": "text", "text": text}},
 			"stop_reason":   stop,
 			"stop_sequence": nil,
-			"usage":         map[string]any{"input_tokens": a.req.prompt, "output_tokens": a.completion},
+			"usage":         an.usage(a, a.completion),
 		})
 		return
 	}
@@ -147,7 +184,7 @@ func (anthropic) serve(w http.ResponseWriter, a *reply) {
 			"content":       []any{},
 			"stop_reason":   nil,
 			"stop_sequence": nil,
-			"usage":         map[string]any{"input_tokens": a.req.prompt, "output_tokens": 1},
+			"usage":         an.usage(a, 1),
 		},
 	})
 	s.event("content_block_start", map[string]any{

@@ -31,7 +31,8 @@ import (
 //     :streamGenerateContent answers one JSON array of them
 //     (github.com/nyo16/nous/pull/26);
 //   - usageMetadata {promptTokenCount, candidatesTokenCount,
-//     totalTokenCount}: ai.google.dev/api/generate-content.
+//     totalTokenCount, cachedContentTokenCount (part of promptTokenCount)}:
+//     ai.google.dev/api/generate-content.
 //
 // Unknown and missing keys answer 401 UNAUTHENTICATED, as the sim's brief
 // asks; Gemini itself answers 400 API_KEY_INVALID for an unknown key and 403
@@ -82,6 +83,26 @@ func (gemini) parse(body []byte, rt route) (request, error) {
 	return req, nil
 }
 
+// prompt returns the system instruction, when there is one, then the
+// contents.
+func (gemini) prompt(body []byte) ([]json.RawMessage, error) {
+	var in struct {
+		SystemInstruction json.RawMessage   `json:"systemInstruction"`
+		Contents          []json.RawMessage `json:"contents"`
+	}
+	if err := json.Unmarshal(body, &in); err != nil {
+		return nil, err
+	}
+	if len(in.SystemInstruction) == 0 || string(in.SystemInstruction) == "null" {
+		return in.Contents, nil
+	}
+	return append([]json.RawMessage{in.SystemInstruction}, in.Contents...), nil
+}
+
+// windowsCountCacheReads is true: promptTokenCount, which includes the
+// cached tokens, counts toward Gemini's token quotas.
+func (gemini) windowsCountCacheReads() bool { return true }
+
 func (gemini) faultStatus() int     { return http.StatusServiceUnavailable }
 func (gemini) defaultModel() string { return "gemini-2.0-flash" }
 
@@ -97,15 +118,19 @@ func (gemini) chunk(a *reply, text, finish string, candidates int64) map[string]
 	if finish != "" {
 		cand["finishReason"] = finish
 	}
+	usage := map[string]any{
+		"promptTokenCount":     a.req.prompt,
+		"candidatesTokenCount": candidates,
+		"totalTokenCount":      a.req.prompt + candidates,
+	}
+	if a.cache && a.cached > 0 { // Gemini leaves zero counts out
+		usage["cachedContentTokenCount"] = a.cached
+	}
 	return map[string]any{
-		"candidates": []any{cand},
-		"usageMetadata": map[string]any{
-			"promptTokenCount":     a.req.prompt,
-			"candidatesTokenCount": candidates,
-			"totalTokenCount":      a.req.prompt + candidates,
-		},
-		"modelVersion": a.model,
-		"responseId":   a.id,
+		"candidates":    []any{cand},
+		"usageMetadata": usage,
+		"modelVersion":  a.model,
+		"responseId":    a.id,
 	}
 }
 

@@ -1,6 +1,7 @@
 package vendorsim
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -25,6 +26,8 @@ import (
 //     plans): github.com/router-for-me/CLIProxyAPI/issues/1666;
 //   - 402 "Insufficient Balance" (DeepSeek):
 //     github.com/continuedev/continue/issues/9375;
+//   - usage.prompt_tokens_details.cached_tokens, part of prompt_tokens:
+//     platform.openai.com/docs/guides/prompt-caching;
 //   - the streamed usage chunk (stream_options.include_usage: empty
 //     choices, usage, earlier chunks "usage": null, then "data: [DONE]"):
 //     OpenAI's OpenAPI spec, ChatCompletionStreamOptions.
@@ -90,6 +93,17 @@ func (openAI) parse(body []byte, _ route) (request, error) {
 	return req, nil
 }
 
+func (openAI) prompt(body []byte) ([]json.RawMessage, error) {
+	var in struct {
+		Messages []json.RawMessage `json:"messages"`
+	}
+	err := json.Unmarshal(body, &in)
+	return in.Messages, err
+}
+
+// windowsCountCacheReads is true: OpenAI's cached tokens count toward TPM.
+func (openAI) windowsCountCacheReads() bool { return true }
+
 func (openAI) faultStatus() int     { return http.StatusInternalServerError }
 func (openAI) defaultModel() string { return openAIDefaultModel }
 
@@ -117,6 +131,14 @@ type openAIUsage struct {
 	PromptTokens     int64 `json:"prompt_tokens"`
 	CompletionTokens int64 `json:"completion_tokens"`
 	TotalTokens      int64 `json:"total_tokens"`
+	// PromptTokensDetails is set when the prompt cache is on.
+	PromptTokensDetails *openAIPromptDetails `json:"prompt_tokens_details,omitempty"`
+}
+
+// openAIPromptDetails is usage.prompt_tokens_details: cached_tokens are the
+// prompt tokens read from the cache, which prompt_tokens includes.
+type openAIPromptDetails struct {
+	CachedTokens int64 `json:"cached_tokens"`
 }
 
 func (o openAI) serve(w http.ResponseWriter, a *reply) {
@@ -125,7 +147,10 @@ func (o openAI) serve(w http.ResponseWriter, a *reply) {
 	if a.truncated {
 		finish = "length"
 	}
-	usage := openAIUsage{a.req.prompt, a.completion, a.req.prompt + a.completion}
+	usage := openAIUsage{PromptTokens: a.req.prompt, CompletionTokens: a.completion, TotalTokens: a.req.prompt + a.completion}
+	if a.cache {
+		usage.PromptTokensDetails = &openAIPromptDetails{CachedTokens: a.cached}
+	}
 	text := replyText(a.completion)
 	if !a.req.stream {
 		writeJSON(w, http.StatusOK, map[string]any{

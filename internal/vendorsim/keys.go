@@ -131,7 +131,8 @@ type keyState struct {
 	own         windows // the key's own windows; unused when it has an account
 	five, seven *slidingWindow
 	counts      Counts
-	history     []entry // accepted requests: time and total tokens
+	history     []entry      // accepted requests: time and total tokens
+	cache       *promptCache // the key's own prompt cache; nil when off or it has an account
 }
 
 // newKeyState returns the state of key k, the index-th of the
@@ -172,6 +173,16 @@ func (ks *keyState) windows() *windows {
 		return &ks.account.win
 	}
 	return &ks.own
+}
+
+// promptCache returns the prompt cache the key reads and writes: its
+// account's, or its own; nil when the cache is off. The caller holds the
+// key's lock, and the account's when there is one.
+func (ks *keyState) promptCache() *promptCache {
+	if ks.account != nil {
+		return ks.account.cache
+	}
+	return ks.cache
 }
 
 // subscription reports whether the key answers subscription-style.

@@ -22,6 +22,9 @@ type request struct {
 	includeUsage bool  // OpenAI's stream_options.include_usage
 	maxTokens    int64 // max_tokens and its kin; 0 when the request states none
 	prompt       int64 // prompt tokens: body length / 4, at least 1
+	// prefixes are the prompt's prefixes, shortest first, when the prompt
+	// cache is on (see prefixesOf); nil otherwise.
+	prefixes []prefix
 }
 
 // route is what a request's method and path say.

@@ -13,6 +13,9 @@
 // total, and remembers when each key and each account accepted each
 // request, so that a test can check that nothing ever sent a key or an
 // account more than its limit. SetLimits changes limits while it runs.
+// Config.PromptCache turns on a prompt cache per key (per account for the
+// keys of one), so that a test can count how much of its prompts a vendor
+// would read from cache (Counts.CachedTokens of Counts.InputTokens).
 //
 // The sim is strict where a vendor is strict and simple where a test wants
 // it simple: a request's prompt is its body's length / 4 tokens, its
@@ -24,6 +27,7 @@ package vendorsim
 import (
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -54,6 +58,11 @@ type Config struct {
 	// remembers for Accepted, MaxInWindow and MaxTokensInWindow (the
 	// latest); default 100000.
 	History int
+	// PromptCache, when set, turns on a prompt cache per key, shared by
+	// the keys of an account as a vendor's organisation shares one (see
+	// PromptCache); nil, the default, is none, and answers carry no cache
+	// figures.
+	PromptCache *PromptCache
 }
 
 // defaultHistory is Config.History's default.
@@ -72,6 +81,8 @@ type Server struct {
 	byID     map[string]*keyState
 	accounts map[string]*accountState // by name
 	seq      atomic.Uint64            // request IDs
+	cache    bool                     // the prompt cache is on
+	seed     maphash.Seed             // hashes the prompt cache's prefixes
 
 	// totalsMu guards totals.
 	totalsMu sync.Mutex
@@ -101,6 +112,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.History < 0 {
 		return nil, errors.New("vendorsim: negative History")
 	}
+	if c := cfg.PromptCache; c != nil && (c.Lifetime < 0 || c.Entries < 0) {
+		return nil, errors.New("vendorsim: negative PromptCache.Lifetime or PromptCache.Entries")
+	}
 	s := &Server{
 		dialect:  d,
 		clock:    cfg.Clock,
@@ -109,6 +123,8 @@ func New(cfg Config) (*Server, error) {
 		bySecret: make(map[string]*keyState, len(cfg.Keys)),
 		byID:     make(map[string]*keyState, len(cfg.Keys)),
 		accounts: make(map[string]*accountState, len(cfg.Accounts)),
+		cache:    cfg.PromptCache != nil,
+		seed:     maphash.MakeSeed(),
 		done:     make(chan struct{}),
 	}
 	if s.clock == nil {
@@ -122,13 +138,19 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.start = s.clock()
 	for name, l := range cfg.Accounts {
-		s.accounts[name] = &accountState{name: name, win: newWindows(l)}
+		a := &accountState{name: name, win: newWindows(l)}
+		if s.cache {
+			a.cache = newPromptCache(*cfg.PromptCache)
+		}
+		s.accounts[name] = a
 	}
 	for i, k := range cfg.Keys {
 		a := s.accounts[k.Account] // nil for a key without an account
 		ks := newKeyState(k, i, cfg.Seed, a)
 		if a != nil {
 			a.keys = append(a.keys, ks)
+		} else if s.cache {
+			ks.cache = newPromptCache(*cfg.PromptCache)
 		}
 		s.keys = append(s.keys, ks)
 		s.bySecret[k.Secret] = ks
@@ -179,7 +201,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if status != 0 {
 		a.now = s.clock()
 		s.dialect.badRequest(w, a, status, msg)
-		s.addTotal(classBadRequest, false, 0)
+		s.addTotal(classBadRequest, false, tally{})
 		return
 	}
 	a.rt = rt
@@ -192,11 +214,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			why = authMissing
 		}
 		s.dialect.unauthorized(w, a, why)
-		s.addTotal(classUnauthorized, false, 0)
+		s.addTotal(classUnauthorized, false, tally{})
 		return
 	}
 
-	q := ask{start: s.start, output: s.output, faultStatus: s.dialect.faultStatus(), history: s.history}
+	q := ask{start: s.start, output: s.output, faultStatus: s.dialect.faultStatus(), history: s.history,
+		cacheReadsFree: !s.dialect.windowsCountCacheReads()}
 	body, err := readBody(w, r)
 	switch {
 	case errors.Is(err, errBodyTooLarge):
@@ -206,21 +229,34 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		if q.req, err = s.dialect.parse(body, rt); err != nil {
 			q.badStatus, q.badMsg = http.StatusBadRequest, err.Error()
+		} else if s.cache {
+			s.readPrompt(&q, body)
 		}
 	}
 	q.now = s.clock()
 	d := ks.decide(q)
-	s.addTotal(d.class, d.out == outScript, d.tokens)
+	s.addTotal(d.class, d.out == outScript, d.tally)
 
 	if !s.sleep(r, ks.cfg.Latency) {
 		return // the client is gone
 	}
 	a.now, a.req, a.completion, a.truncated = d.now, q.req, d.completion, d.truncated
 	a.model, a.account = q.req.model, ks.cfg.Account
+	a.cache, a.cached, a.written = s.cache, d.cached, d.written
 	if a.model == "" {
 		a.model = s.dialect.defaultModel()
 	}
 	s.write(w, a, d)
+}
+
+// readPrompt reads the prompt of a parsed body into q for the prompt cache:
+// its prefixes, for the model the request names (the path's, for Gemini).
+// A body whose messages are not an array has no prefixes: it neither reads
+// the cache nor writes to it, and is answered as without the cache.
+func (s *Server) readPrompt(q *ask, body []byte) {
+	if msgs, err := s.dialect.prompt(body); err == nil {
+		q.req.prefixes = prefixesOf(s.seed, q.req.model, msgs)
+	}
 }
 
 // sleep waits out a latency in real time; it returns false when the request

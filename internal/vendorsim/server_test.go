@@ -186,7 +186,7 @@ func TestScriptIsConsumedInOrder(t *testing.T) {
 		}
 	}
 	st, _ := s.StatsOf("k")
-	assert.Equal(t, vendorsim.Counts{Requests: 5, Served: 3, RateLimited: 1, ServerErrors: 1, Scripted: 3, Tokens: st.Tokens}, st.Counts)
+	assert.Equal(t, vendorsim.Counts{Requests: 5, Served: 3, RateLimited: 1, ServerErrors: 1, Scripted: 3, Tokens: st.Tokens, InputTokens: st.InputTokens}, st.Counts)
 	assert.Len(t, s.Accepted("k"), 2, "scripted answers are not accepted requests")
 }
 

@@ -33,8 +33,23 @@ type Counts struct {
 	// its class.
 	Scripted int64
 	// Tokens counts the total tokens (prompt plus completion) of accepted
-	// requests.
+	// requests, as the token windows count them: for Anthropic with the
+	// prompt cache on, the prompt tokens read from the cache left out.
 	Tokens int64
+	// InputTokens counts the prompt tokens of accepted requests, those read
+	// from the prompt cache included.
+	InputTokens int64
+	// CachedTokens counts the prompt tokens of accepted requests read from
+	// the prompt cache (Config.PromptCache); CachedTokens / InputTokens is
+	// the cache's hit rate, by tokens.
+	CachedTokens int64
+}
+
+// tally is the tokens of one answer as the counters count them.
+type tally struct {
+	tokens int64 // Counts.Tokens
+	input  int64 // Counts.InputTokens
+	cached int64 // Counts.CachedTokens
 }
 
 // KeyStats is one key's counters.
@@ -81,7 +96,7 @@ func classOfStatus(status int) class {
 }
 
 // add counts one answer.
-func (c *Counts) add(cl class, scripted bool, tokens int64) {
+func (c *Counts) add(cl class, scripted bool, t tally) {
 	c.Requests++
 	switch cl {
 	case classServed:
@@ -100,13 +115,15 @@ func (c *Counts) add(cl class, scripted bool, tokens int64) {
 	if scripted {
 		c.Scripted++
 	}
-	c.Tokens += tokens
+	c.Tokens += t.tokens
+	c.InputTokens += t.input
+	c.CachedTokens += t.cached
 }
 
 // addTotal counts one answer in the server's totals.
-func (s *Server) addTotal(cl class, scripted bool, tokens int64) {
+func (s *Server) addTotal(cl class, scripted bool, t tally) {
 	s.totalsMu.Lock()
-	s.totals.add(cl, scripted, tokens)
+	s.totals.add(cl, scripted, t)
 	s.totalsMu.Unlock()
 }
 
@@ -184,6 +201,8 @@ func (c *Counts) merge(o Counts) {
 	c.BadRequests += o.BadRequests
 	c.Scripted += o.Scripted
 	c.Tokens += o.Tokens
+	c.InputTokens += o.InputTokens
+	c.CachedTokens += o.CachedTokens
 }
 
 // Accepted returns when the key with the given ID, or the account with the
@@ -241,8 +260,8 @@ func (s *Server) historyOf(id string) []entry {
 }
 
 // ResetStats zeroes every counter and forgets the accepted-request history
-// of keys and accounts. The windows, scripts and fault bursts carry on: they
-// are the vendor's state, not the counters'.
+// of keys and accounts. The windows, scripts, fault bursts and prompt caches
+// carry on: they are the vendor's state, not the counters'.
 func (s *Server) ResetStats() {
 	for _, ks := range s.keys {
 		ks.mu.Lock()
