@@ -6,6 +6,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -168,8 +169,7 @@ func TestREADMEGoCompiles(t *testing.T) {
 	snippets := readmeSnippets(t, string(readme))
 	require.NotEmpty(t, snippets)
 
-	root, err := filepath.Abs("../..")
-	require.NoError(t, err)
+	root := repoRoot(t)
 	dir := t.TempDir()
 	overlay := map[string]string{}
 	var pkgs []string
@@ -253,4 +253,230 @@ func TestOneWordForBenched(t *testing.T) {
 		}
 	}
 	assert.True(t, restWords.MatchString("the upstream rests until"), "the check can fail")
+}
+
+// repoRoot returns the repository's root: this package is cmd/keypool.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	require.NoError(t, err)
+	return root
+}
+
+// docFiles returns the documents, relative to the root, whose words the
+// docs' tests read: README.md, BENCHMARKS.md, RELIABILITY.md and docs/*.md.
+func docFiles(t *testing.T, root string) []string {
+	t.Helper()
+	files := []string{"README.md", "BENCHMARKS.md", "RELIABILITY.md"}
+	more, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	require.NoError(t, err)
+	for _, m := range more {
+		rel, err := filepath.Rel(root, m)
+		require.NoError(t, err)
+		files = append(files, filepath.ToSlash(rel))
+	}
+	return files
+}
+
+// testName matches the name of a test, a fuzz test or a benchmark.
+var testName = regexp.MustCompile(`\b(Test|Fuzz|Benchmark)[A-Z][A-Za-z0-9_]*`)
+
+// goTestPattern matches a go test flag whose value is a pattern of test
+// names, and the value: quoted, or up to a space or a backquote.
+var goTestPattern = regexp.MustCompile("-(?:test\\.)?(?:run|bench|fuzz)(?:=|\\s+)('[^']*'|\"[^\"]*\"|[^\\s`]+)")
+
+// namedTest is a test a document names.
+type namedTest struct {
+	name   string
+	line   int  // in the document
+	prefix bool // named in a pattern, so any test whose name starts with it
+}
+
+// namedTests returns the tests, fuzz tests and benchmarks doc names. A
+// name in prose is a test's whole name. A name in the pattern of a -run,
+// -bench or -fuzz flag is a regexp that go test matches unanchored, so it
+// names every test whose name starts with it (TestPriority names
+// TestPriorityOrder) — unless a $ ends it there. The pattern is read as
+// go test reads it: a / starts a subtest's part, which is not checked; |
+// separates alternatives (\| too, as a Markdown table escapes it), and a
+// group's alternatives are each spelled out (TestA(B|C) names TestAB and
+// TestAC); a ^ is dropped.
+func namedTests(doc string) []namedTest {
+	var out []namedTest
+	for i, line := range strings.Split(doc, "\n") {
+		rest := goTestPattern.ReplaceAllStringFunc(line, func(flag string) string {
+			p := goTestPattern.FindStringSubmatch(flag)[1]
+			p = strings.Trim(p, `'"`)
+			p = strings.ReplaceAll(p, `\|`, "|")
+			p, _ = cutTopLevel(p, '/')
+			for _, alt := range alternatives(p) {
+				alt = strings.TrimLeft(alt, "^")
+				if name := testName.FindString(alt); name != "" && strings.HasPrefix(alt, name) {
+					out = append(out, namedTest{name: name, line: i + 1, prefix: !strings.HasPrefix(alt[len(name):], "$")})
+				}
+			}
+			return " "
+		})
+		for _, name := range testName.FindAllString(rest, -1) {
+			out = append(out, namedTest{name: name, line: i + 1})
+		}
+	}
+	return out
+}
+
+// cutTopLevel cuts p around its first sep outside parentheses.
+func cutTopLevel(p string, sep byte) (before, after string) {
+	depth := 0
+	for i := 0; i < len(p); i++ {
+		switch p[i] {
+		case '(':
+			depth++
+		case ')':
+			depth--
+		case sep:
+			if depth == 0 {
+				return p[:i], p[i+1:]
+			}
+		}
+	}
+	return p, ""
+}
+
+// alternatives spells out the alternatives of the regexp p: its parts
+// between | outside parentheses, each group's alternatives put in turn.
+func alternatives(p string) []string {
+	var out []string
+	for {
+		part, rest := cutTopLevel(p, '|')
+		out = append(out, expandGroup(part)...)
+		if len(part) == len(p) {
+			return out
+		}
+		p = rest
+	}
+}
+
+// expandGroup spells out the first group of part, and so on.
+func expandGroup(part string) []string {
+	open := strings.IndexByte(part, '(')
+	if open < 0 {
+		return []string{part}
+	}
+	depth := 0
+	for i := open; i < len(part); i++ {
+		switch part[i] {
+		case '(':
+			depth++
+		case ')':
+			depth--
+			if depth == 0 {
+				var out []string
+				inner := strings.TrimPrefix(part[open+1:i], "?:")
+				for _, alt := range alternatives(inner) {
+					out = append(out, expandGroup(part[:open]+alt+part[i+1:])...)
+				}
+				return out
+			}
+		}
+	}
+	return []string{part} // a group that does not end: as written
+}
+
+// declaredTests returns the test, fuzz test and benchmark functions of
+// every _test.go file under root, outside .git and testdata, whatever its
+// build constraints say.
+func declaredTests(t *testing.T, root string) map[string]bool {
+	t.Helper()
+	declared := map[string]bool{}
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if d.Name() == ".git" || d.Name() == "testdata" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		for _, d := range f.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv == nil && testName.MatchString(fd.Name.Name) {
+				declared[fd.Name.Name] = true
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	return declared
+}
+
+// missingTests returns the tests doc names that declared does not hold.
+func missingTests(doc string, declared map[string]bool) []namedTest {
+	var missing []namedTest
+	for _, n := range namedTests(doc) {
+		found := declared[n.name]
+		if n.prefix && !found {
+			for d := range declared {
+				if strings.HasPrefix(d, n.name) {
+					found = true
+					break
+				}
+			}
+		}
+		if !found {
+			missing = append(missing, n)
+		}
+	}
+	return missing
+}
+
+// TestDocsNameOnlyTestsThatExist holds every test, fuzz test and benchmark
+// the docs name to a function some _test.go file of the module declares,
+// so that a renamed or merged test does not leave its claim in the docs
+// pointing at nothing. A name in prose must be a function's whole name. A
+// name in the pattern of go test's -run, -bench or -fuzz exists when some
+// function's name starts with it: go test matches the pattern as a regexp,
+// unanchored, so `-run TestPriority` runs TestPriorityOrder (a $ after the
+// name asks for the whole name). Of a pattern, only the top-level names
+// are checked, not a /subtest part; namedTests says how one is read.
+func TestDocsNameOnlyTestsThatExist(t *testing.T) {
+	root := repoRoot(t)
+	declared := declaredTests(t, root)
+	require.True(t, declared["TestDocsNameOnlyTestsThatExist"], "the declared tests include this one")
+	named := 0
+	for _, file := range docFiles(t, root) {
+		b, err := os.ReadFile(filepath.Join(root, file))
+		require.NoError(t, err)
+		named += len(namedTests(string(b)))
+		for _, m := range missingTests(string(b), declared) {
+			t.Errorf("%s:%d names %s, but no test is so named", file, m.line, m.name)
+		}
+	}
+	assert.NotZero(t, named, "the docs name tests")
+
+	// The check can fail, and reads patterns as go test does.
+	known := map[string]bool{"TestPriorityOrder": true, "TestAB": true, "BenchmarkX": true}
+	for doc, want := range map[string][]string{
+		"TestPriorityOrder and BenchmarkX":                           nil,
+		"see TestPriority":                                           {"TestPriority"},
+		"`go test -run TestPriority .`":                              nil,
+		"`go test -run '^TestPriority$' .`":                          {"TestPriority"},
+		"`go test -run '^TestPriorityOrder$' .`":                     nil,
+		"`go test -run 'TestA(B|C)/sub' .`":                          {"TestAC"},
+		"| `go test -run 'TestAB\\|TestNone' -bench=BenchmarkY .` |": {"TestNone", "BenchmarkY"},
+		"`go test -run 'TestAB/TestNone' .`":                         nil,
+	} {
+		var got []string
+		for _, m := range missingTests(doc, known) {
+			got = append(got, m.name)
+		}
+		assert.Equal(t, want, got, "missing tests of %q", doc)
+	}
 }
