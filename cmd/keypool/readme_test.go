@@ -2,10 +2,12 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,12 +15,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// readmeImports are the packages a README fragment may use without
+// readmeImports are the packages a fragment of the docs may use without
 // importing them, by the name it uses.
 var readmeImports = map[string]string{
 	"context":       "context",
@@ -40,7 +43,7 @@ var readmeImports = map[string]string{
 	"metric":        "go.opentelemetry.io/otel/metric",
 }
 
-// readmeGivens are the variables a README fragment may use without
+// readmeGivens are the variables a fragment of the docs may use without
 // declaring them: what the text around it has set up.
 var readmeGivens = []struct{ name, decl string }{
 	{"keys", "keys []keypool.Key"},
@@ -51,17 +54,18 @@ var readmeGivens = []struct{ name, decl string }{
 	{"ctx", "ctx = context.Background()"},
 }
 
-// snippet is one Go block of the README.
+// snippet is one Go block of the docs.
 type snippet struct {
-	line int // where its code starts in the README
+	file string // the document, from the repository's root
+	line int    // where its code starts in the document
 	code string
 }
 
-// readmeSnippets returns the README's Go blocks.
-func readmeSnippets(t *testing.T, readme string) []snippet {
+// readmeSnippets returns the Go blocks of the document text, file.
+func readmeSnippets(t *testing.T, file, text string) []snippet {
 	t.Helper()
 	var out []snippet
-	lines := strings.Split(readme, "\n")
+	lines := strings.Split(text, "\n")
 	for i := 0; i < len(lines); i++ {
 		if strings.TrimSpace(lines[i]) != "```go" {
 			continue
@@ -69,11 +73,14 @@ func readmeSnippets(t *testing.T, readme string) []snippet {
 		start := i + 1
 		for i++; i < len(lines) && strings.TrimSpace(lines[i]) != "```"; i++ {
 		}
-		require.Less(t, i, len(lines), "README line %d: a Go block that does not end", start)
-		out = append(out, snippet{line: start + 1, code: strings.Join(lines[start:i], "\n")})
+		require.Less(t, i, len(lines), "%s line %d: a Go block that does not end", file, start)
+		out = append(out, snippet{file: file, line: start + 1, code: strings.Join(lines[start:i], "\n")})
 	}
 	return out
 }
+
+// where names the block's place: its document and line.
+func (s snippet) where() string { return fmt.Sprintf("%s line %d", s.file, s.line) }
 
 // notCompiled matches the first line of a block that says why it is not
 // compiled, where a reader sees it.
@@ -152,47 +159,53 @@ func (s snippet) program() (string, error) {
 	return strings.Replace(src, "package main\n", imp.String(), 1), nil
 }
 
-// TestREADMEGoCompiles builds every Go block of the README: a program as
-// written, a fragment wrapped in a main. A block that cannot compile says
-// so on its first line, with the reason: "// Not compiled: …".
+// TestREADMEGoCompiles builds every Go block of the README and of
+// docs/*.md: a program as written, a fragment wrapped in a main. A block
+// that cannot compile says so on its first line, with the reason: "// Not
+// compiled: …".
 func TestREADMEGoCompiles(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds the README's Go blocks with the go command")
+		t.Skip("builds the docs' Go blocks with the go command")
 	}
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		t.Skip("no go command on PATH")
 	}
-	readme, err := os.ReadFile("../../README.md")
-	require.NoError(t, err)
-	snippets := readmeSnippets(t, string(readme))
-	require.NotEmpty(t, snippets)
+	root := repoRoot(t)
+	var snippets []snippet
+	perFile := map[string]int{}
+	for _, file := range docFiles(t, root) {
+		text, err := os.ReadFile(filepath.Join(root, file))
+		require.NoError(t, err)
+		s := readmeSnippets(t, file, string(text))
+		perFile[file] = len(s)
+		snippets = append(snippets, s...)
+	}
+	require.NotZero(t, perFile["README.md"], "the README has Go blocks")
 
-	root, err := filepath.Abs("../..")
-	require.NoError(t, err)
 	dir := t.TempDir()
 	overlay := map[string]string{}
 	var pkgs []string
 	where := map[string]snippet{}
 	for i, s := range snippets {
 		if m := notCompiled.FindStringSubmatch(s.code); m != nil {
-			assert.NotEmpty(t, strings.TrimSpace(m[1]), "README line %d: say why the block is not compiled", s.line)
+			assert.NotEmpty(t, strings.TrimSpace(m[1]), "%s: say why the block is not compiled", s.where())
 			continue
 		}
 		src, err := s.program()
-		if !assert.NoError(t, err, "README line %d:\n%s", s.line, s.code) {
+		if !assert.NoError(t, err, "%s:\n%s", s.where(), s.code) {
 			continue
 		}
 		file := filepath.Join(dir, fmt.Sprintf("snippet%d.go", i))
 		require.NoError(t, os.WriteFile(file, []byte(src), 0o600))
 		// The overlay puts the file in the module, where its imports
 		// resolve, without writing there.
-		pkg := fmt.Sprintf("zz_readme_snippets/line%d", s.line)
+		pkg := fmt.Sprintf("zz_readme_snippets/%s/line%d", strings.NewReplacer("/", "_", ".", "_").Replace(s.file), s.line)
 		overlay[filepath.Join(root, pkg, "main.go")] = file
 		pkgs = append(pkgs, "./"+pkg)
 		where[pkg] = s
 	}
-	require.NotEmpty(t, pkgs, "no README block is compiled")
+	require.NotEmpty(t, pkgs, "no Go block of the docs is compiled")
 	o, err := json.Marshal(map[string]any{"Replace": overlay})
 	require.NoError(t, err)
 	overlayFile := filepath.Join(dir, "overlay.json")
@@ -206,12 +219,12 @@ func TestREADMEGoCompiles(t *testing.T) {
 		for pkg, s := range where {
 			if strings.Contains(msg, "# github.com/keypool-go/keypool/"+pkg+"\n") {
 				src, _ := s.program()
-				t.Errorf("the README's Go block at line %d does not compile:\n%s", s.line, numbered(src))
+				t.Errorf("the Go block at %s does not compile:\n%s", s.where(), numbered(src))
 			}
 		}
 		t.Fatalf("go build: %v\n%s", err, msg)
 	}
-	t.Logf("built %d Go blocks of the README", len(pkgs))
+	t.Logf("built %d Go blocks of the docs (per document, compiled or not: %v)", len(pkgs), perFile)
 }
 
 func numbered(src string) string {
@@ -226,8 +239,9 @@ func numbered(src string) string {
 // of rotation is benched.
 var restWords = regexp.MustCompile(`(?i)\b(rests|resting|rested|a rest)\b`)
 
-// TestOneWordForBenched holds the command's code, its page and the
-// README's proxy sections to one word for a key or route out of rotation.
+// TestOneWordForBenched holds the command's code, its page, the README's
+// proxy section and docs/proxy.md to one word for a key or route out of
+// rotation.
 func TestOneWordForBenched(t *testing.T) {
 	files, err := filepath.Glob("*.go")
 	require.NoError(t, err)
@@ -241,10 +255,13 @@ func TestOneWordForBenched(t *testing.T) {
 	}
 	readme, err := os.ReadFile("../../README.md")
 	require.NoError(t, err)
-	_, proxy, ok := strings.Cut(string(readme), "## A key-pooling proxy")
+	_, proxy, ok := strings.Cut(string(readme), "\n## A key-pooling proxy")
 	require.True(t, ok)
-	proxy, _, _ = strings.Cut(proxy, "## State that survives restarts")
+	proxy, _, _ = strings.Cut(proxy, "\n## ")
 	texts["README.md (the proxy)"] = proxy
+	proxyDoc, err := os.ReadFile("../../docs/proxy.md")
+	require.NoError(t, err)
+	texts["docs/proxy.md"] = string(proxyDoc)
 	for name, text := range texts {
 		for i, line := range strings.Split(text, "\n") {
 			if name != "readme_test.go" && restWords.MatchString(line) {
@@ -253,4 +270,344 @@ func TestOneWordForBenched(t *testing.T) {
 		}
 	}
 	assert.True(t, restWords.MatchString("the upstream rests until"), "the check can fail")
+}
+
+// repoRoot returns the repository's root: this package is cmd/keypool.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	require.NoError(t, err)
+	return root
+}
+
+// docFiles returns the documents, relative to the root, whose words the
+// docs' tests read: README.md, BENCHMARKS.md, RELIABILITY.md and docs/*.md.
+func docFiles(t *testing.T, root string) []string {
+	t.Helper()
+	files := []string{"README.md", "BENCHMARKS.md", "RELIABILITY.md"}
+	more, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	require.NoError(t, err)
+	for _, m := range more {
+		rel, err := filepath.Rel(root, m)
+		require.NoError(t, err)
+		files = append(files, filepath.ToSlash(rel))
+	}
+	return files
+}
+
+// testName matches the name of a test, a fuzz test or a benchmark.
+var testName = regexp.MustCompile(`\b(Test|Fuzz|Benchmark)[A-Z][A-Za-z0-9_]*`)
+
+// goTestPattern matches a go test flag whose value is a pattern of test
+// names, and the value: quoted, or up to a space or a backquote.
+var goTestPattern = regexp.MustCompile("-(?:test\\.)?(?:run|bench|fuzz)(?:=|\\s+)('[^']*'|\"[^\"]*\"|[^\\s`]+)")
+
+// namedTest is a test a document names.
+type namedTest struct {
+	name   string
+	line   int  // in the document
+	prefix bool // named in a pattern, so any test whose name starts with it
+}
+
+// namedTests returns the tests, fuzz tests and benchmarks doc names. A
+// name in prose is a test's whole name. A name in the pattern of a -run,
+// -bench or -fuzz flag is a regexp that go test matches unanchored, so it
+// names every test whose name starts with it (TestPriority names
+// TestPriorityOrder) — unless a $ ends it there. The pattern is read as
+// go test reads it: a / starts a subtest's part, which is not checked; |
+// separates alternatives (\| too, as a Markdown table escapes it), and a
+// group's alternatives are each spelled out (TestA(B|C) names TestAB and
+// TestAC); a ^ is dropped.
+func namedTests(doc string) []namedTest {
+	var out []namedTest
+	for i, line := range strings.Split(doc, "\n") {
+		rest := goTestPattern.ReplaceAllStringFunc(line, func(flag string) string {
+			p := goTestPattern.FindStringSubmatch(flag)[1]
+			p = strings.Trim(p, `'"`)
+			p = strings.ReplaceAll(p, `\|`, "|")
+			p, _ = cutTopLevel(p, '/')
+			for _, alt := range alternatives(p) {
+				alt = strings.TrimLeft(alt, "^")
+				if name := testName.FindString(alt); name != "" && strings.HasPrefix(alt, name) {
+					out = append(out, namedTest{name: name, line: i + 1, prefix: !strings.HasPrefix(alt[len(name):], "$")})
+				}
+			}
+			return " "
+		})
+		for _, name := range testName.FindAllString(rest, -1) {
+			out = append(out, namedTest{name: name, line: i + 1})
+		}
+	}
+	return out
+}
+
+// cutTopLevel cuts p around its first sep outside parentheses.
+func cutTopLevel(p string, sep byte) (before, after string) {
+	depth := 0
+	for i := 0; i < len(p); i++ {
+		switch p[i] {
+		case '(':
+			depth++
+		case ')':
+			depth--
+		case sep:
+			if depth == 0 {
+				return p[:i], p[i+1:]
+			}
+		}
+	}
+	return p, ""
+}
+
+// alternatives spells out the alternatives of the regexp p: its parts
+// between | outside parentheses, each group's alternatives put in turn.
+func alternatives(p string) []string {
+	var out []string
+	for {
+		part, rest := cutTopLevel(p, '|')
+		out = append(out, expandGroup(part)...)
+		if len(part) == len(p) {
+			return out
+		}
+		p = rest
+	}
+}
+
+// expandGroup spells out the first group of part, and so on.
+func expandGroup(part string) []string {
+	open := strings.IndexByte(part, '(')
+	if open < 0 {
+		return []string{part}
+	}
+	depth := 0
+	for i := open; i < len(part); i++ {
+		switch part[i] {
+		case '(':
+			depth++
+		case ')':
+			depth--
+			if depth == 0 {
+				var out []string
+				inner := strings.TrimPrefix(part[open+1:i], "?:")
+				for _, alt := range alternatives(inner) {
+					out = append(out, expandGroup(part[:open]+alt+part[i+1:])...)
+				}
+				return out
+			}
+		}
+	}
+	return []string{part} // a group that does not end: as written
+}
+
+// declaredTests returns the test, fuzz test and benchmark functions of
+// every _test.go file under root, outside .git and testdata, whatever its
+// build constraints say.
+func declaredTests(t *testing.T, root string) map[string]bool {
+	t.Helper()
+	declared := map[string]bool{}
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if d.Name() == ".git" || d.Name() == "testdata" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		for _, d := range f.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv == nil && testName.MatchString(fd.Name.Name) {
+				declared[fd.Name.Name] = true
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	return declared
+}
+
+// missingTests returns the tests doc names that declared does not hold.
+func missingTests(doc string, declared map[string]bool) []namedTest {
+	var missing []namedTest
+	for _, n := range namedTests(doc) {
+		found := declared[n.name]
+		if n.prefix && !found {
+			for d := range declared {
+				if strings.HasPrefix(d, n.name) {
+					found = true
+					break
+				}
+			}
+		}
+		if !found {
+			missing = append(missing, n)
+		}
+	}
+	return missing
+}
+
+// TestDocsNameOnlyTestsThatExist holds every test, fuzz test and benchmark
+// the docs name to a function some _test.go file of the module declares,
+// so that a renamed or merged test does not leave its claim in the docs
+// pointing at nothing. A name in prose must be a function's whole name. A
+// name in the pattern of go test's -run, -bench or -fuzz exists when some
+// function's name starts with it: go test matches the pattern as a regexp,
+// unanchored, so `-run TestPriority` runs TestPriorityOrder (a $ after the
+// name asks for the whole name). Of a pattern, only the top-level names
+// are checked, not a /subtest part; namedTests says how one is read.
+func TestDocsNameOnlyTestsThatExist(t *testing.T) {
+	root := repoRoot(t)
+	declared := declaredTests(t, root)
+	require.True(t, declared["TestDocsNameOnlyTestsThatExist"], "the declared tests include this one")
+	named := 0
+	for _, file := range docFiles(t, root) {
+		b, err := os.ReadFile(filepath.Join(root, file))
+		require.NoError(t, err)
+		named += len(namedTests(string(b)))
+		for _, m := range missingTests(string(b), declared) {
+			t.Errorf("%s:%d names %s, but no test is so named", file, m.line, m.name)
+		}
+	}
+	assert.NotZero(t, named, "the docs name tests")
+
+	// The check can fail, and reads patterns as go test does.
+	known := map[string]bool{"TestPriorityOrder": true, "TestAB": true, "BenchmarkX": true}
+	for doc, want := range map[string][]string{
+		"TestPriorityOrder and BenchmarkX":                           nil,
+		"see TestPriority":                                           {"TestPriority"},
+		"`go test -run TestPriority .`":                              nil,
+		"`go test -run '^TestPriority$' .`":                          {"TestPriority"},
+		"`go test -run '^TestPriorityOrder$' .`":                     nil,
+		"`go test -run 'TestA(B|C)/sub' .`":                          {"TestAC"},
+		"| `go test -run 'TestAB\\|TestNone' -bench=BenchmarkY .` |": {"TestNone", "BenchmarkY"},
+		"`go test -run 'TestAB/TestNone' .`":                         nil,
+	} {
+		var got []string
+		for _, m := range missingTests(doc, known) {
+			got = append(got, m.name)
+		}
+		assert.Equal(t, want, got, "missing tests of %q", doc)
+	}
+}
+
+// readmeMaxWords is the most words the README may hold: what keypool is
+// and how to start, the rest in docs/.
+const readmeMaxWords = 4000
+
+// TestReadmeIsShort keeps the README at most readmeMaxWords words, counted
+// as wc -w counts them: runs of characters between white space.
+func TestReadmeIsShort(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+	require.NoError(t, err)
+	words := len(strings.Fields(string(readme)))
+	assert.LessOrEqual(t, words, readmeMaxWords,
+		"README.md has %d words: move what a first reading does not need to docs/", words)
+}
+
+// mdLink matches a Markdown link's target: [text](target).
+var mdLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+
+// outsideCode returns the lines of a Markdown text with those of its
+// fenced blocks blanked, so that a comment in a block is not a heading.
+func outsideCode(text string) []string {
+	lines := strings.Split(text, "\n")
+	fenced := false
+	for i, l := range lines {
+		if strings.HasPrefix(strings.TrimSpace(l), "```") {
+			fenced = !fenced
+			lines[i] = ""
+		} else if fenced {
+			lines[i] = ""
+		}
+	}
+	return lines
+}
+
+// headingAnchors returns the anchors GitHub gives a Markdown text's
+// headings: lower case, without punctuation but - and _, a space a -, and
+// -1, -2… after a repeated one.
+func headingAnchors(text string) map[string]bool {
+	anchors := map[string]bool{}
+	seen := map[string]int{}
+	for _, l := range outsideCode(text) {
+		heading := strings.TrimLeft(l, "#")
+		if len(heading) == len(l) || !strings.HasPrefix(heading, " ") {
+			continue
+		}
+		a := headingAnchor(heading)
+		if n := seen[a]; n > 0 {
+			anchors[fmt.Sprintf("%s-%d", a, n)] = true
+		} else {
+			anchors[a] = true
+		}
+		seen[a]++
+	}
+	return anchors
+}
+
+// headingAnchor returns the anchor GitHub gives a heading's text.
+func headingAnchor(heading string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(strings.TrimSpace(heading)) {
+		switch {
+		case r == ' ':
+			b.WriteByte('-')
+		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// TestDocsLinksResolve holds every relative link of the docs to a file of
+// the repository, and a link to a heading of a Markdown file to one it has.
+func TestDocsLinksResolve(t *testing.T) {
+	root := repoRoot(t)
+	assert.Equal(t, "stopping-and-health", headingAnchor(" Stopping, and health"))
+	assert.Equal(t, "the-proxy-keypool-serve", headingAnchor("The proxy: `keypool serve`"))
+	links := 0
+	for _, file := range docFiles(t, root) {
+		b, err := os.ReadFile(filepath.Join(root, file))
+		require.NoError(t, err)
+		for i, line := range outsideCode(string(b)) {
+			for _, m := range mdLink.FindAllStringSubmatch(line, -1) {
+				target := m[1]
+				if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+					continue
+				}
+				links++
+				path, anchor, _ := strings.Cut(target, "#")
+				to := filepath.Join(root, filepath.Dir(file), filepath.FromSlash(path))
+				if path == "" {
+					to = filepath.Join(root, file)
+				}
+				rel, err := filepath.Rel(root, to)
+				if err != nil || strings.HasPrefix(rel, "..") {
+					t.Errorf("%s:%d links to %s, outside the repository", file, i+1, target)
+					continue
+				}
+				text, err := os.ReadFile(to)
+				if errors.Is(err, fs.ErrNotExist) {
+					t.Errorf("%s:%d links to %s, which does not exist", file, i+1, target)
+					continue
+				}
+				if anchor == "" || !strings.HasSuffix(to, ".md") {
+					continue
+				}
+				require.NoError(t, err)
+				if !headingAnchors(string(text))[anchor] {
+					t.Errorf("%s:%d links to %s, a heading %s does not have", file, i+1, target, rel)
+				}
+			}
+		}
+	}
+	assert.NotZero(t, links, "the docs have relative links")
 }
