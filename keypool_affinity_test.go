@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"strings"
 	"sync"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/keypool-go/keypool/internal/vendorsim"
 )
 
 // converse sends one chat request through client whose body holds extra
@@ -270,4 +273,72 @@ func TestAffinitySharedAmongReplicas(t *testing.T) {
 	clock.Advance(affinityRecheck)
 	assert.Equal(t, first, converse(t, a, conv), "a failing store leaves the pool to what it remembers")
 	require.NotEmpty(t, failures, "and OnStoreError hears of it")
+}
+
+// cacheRun holds conversations turn by turn on a fake vendor that caches
+// prompt prefixes per key, through a pool of four keys, the conversations'
+// turns in a shuffled order each round, and returns the share of prompt
+// tokens the vendor read from its cache.
+func cacheRun(t testing.TB, opts ...Option) float64 {
+	t.Helper()
+	const keys, conversations, turns = 4, 15, 10
+	clock := newTestClock()
+	cfg := vendorsim.Config{Dialect: vendorsim.OpenAI, Clock: clock.Now, OutputTokens: 50, PromptCache: &vendorsim.PromptCache{}}
+	var poolKeys []Key
+	for i := range keys {
+		secret := fmt.Sprintf("sk-cache-%d", i)
+		cfg.Keys = append(cfg.Keys, vendorsim.Key{Secret: secret, ID: secret})
+		poolKeys = append(poolKeys, Key{Secret: secret, ID: secret})
+	}
+	sim := vendorsim.Start(cfg)
+	defer sim.Close()
+	pool, err := New("openai", poolKeys, append([]Option{WithClock(clock.Now)}, opts...)...)
+	require.NoError(t, err)
+	defer pool.Close()
+	client := &http.Client{Transport: pool.Transport(nil)}
+	history := make([][]string, conversations)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for turn := range turns {
+		for _, c := range rng.Perm(conversations) {
+			history[c] = append(history[c], fmt.Sprintf(`{"role":"user","content":"turn %d of conversation %d: %s"}`, turn, c, strings.Repeat("words ", 60)))
+			body := fmt.Sprintf(`{"model":"gpt-4o","prompt_cache_key":"conversation-%d","messages":[%s]}`, c, strings.Join(history[c], ","))
+			resp, err := client.Post(sim.URL()+"/v1/chat/completions", "application/json", strings.NewReader(body))
+			require.NoError(t, err)
+			_, _ = io.Copy(io.Discard, resp.Body)
+			require.NoError(t, resp.Body.Close())
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+			history[c] = append(history[c], `{"role":"assistant","content":"`+strings.Repeat("reply ", 30)+`"}`)
+			clock.Advance(time.Second)
+		}
+	}
+	tot := sim.Totals()
+	return float64(tot.CachedTokens) / float64(tot.InputTokens)
+}
+
+// TestAffinityKeepsThePromptCache: conversations kept on their keys find
+// their prefixes in the vendor's cache; sent round the keys, they mostly
+// do not.
+func TestAffinityKeepsThePromptCache(t *testing.T) {
+	with, without := cacheRun(t), cacheRun(t, WithAffinityMemory(0, 0))
+	t.Logf("prompt tokens read from the vendor's cache: %.0f%% with affinity, %.0f%% round-robin", 100*with, 100*without)
+	assert.Greater(t, with, 0.75)
+	assert.Less(t, without, with*0.75)
+}
+
+// BenchmarkAffinity reports the share of prompt tokens the vendor read from
+// its cache (cached-%) for conversations kept on their keys, and for the
+// same conversations sent round the keys.
+func BenchmarkAffinity(b *testing.B) {
+	for _, bb := range []struct {
+		name string
+		opts []Option
+	}{{"affinity", nil}, {"round-robin", []Option{WithAffinityMemory(0, 0)}}} {
+		b.Run(bb.name, func(b *testing.B) {
+			var rate float64
+			for b.Loop() {
+				rate = cacheRun(b, bb.opts...)
+			}
+			b.ReportMetric(100*rate, "cached-%")
+		})
+	}
 }

@@ -16,7 +16,7 @@ import (
 // 1a8f108f3444c2d22d0660771eb88e61ed3dbe62 of
 // github.com/providerkit/providerkit. Each vector keeps providerkit's input
 // and expected output; where keypool differs on purpose, the vector names
-// the difference (see README.md, "Where keypool differs from providerkit")
+// the difference (see docs/library.md, "Where keypool differs from providerkit")
 // and what keypool gives instead. Only the fields providerkit has are
 // compared: the retry-after, the reset and the window (keypool's
 // Utilization has no counterpart there).

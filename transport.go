@@ -448,8 +448,8 @@ func (p *Pool) inspect(req *http.Request, b *replay) (RequestInfo, conversation,
 		if f := p.cfg.affinity.of; f != nil {
 			conv = conversationOf(f(req))
 		}
-		if conv == 0 {
-			conv = conversationOf(req.Header.Get("X-Session-Id"))
+		if v := req.Header["X-Session-Id"]; conv == 0 && len(v) > 0 {
+			conv = conversationOf(v[0]) // the canonical name, looked up as it is
 		}
 	}
 	if b.orig == nil || b.orig == http.NoBody || (info.Model != "" && !p.needTokens()) {
