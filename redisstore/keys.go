@@ -48,6 +48,12 @@ func names(prefix, provider, keyID string) keyNames {
 	return keyNames{base: prefix + ":{" + escape(provider) + "}:", key: escape(keyID)}
 }
 
+// affinityName is the name of the key a conversation of a pool stays on,
+// under the pool's hash tag.
+func affinityName(prefix, provider, conversation string) string {
+	return prefix + ":{" + escape(provider) + "}:a:" + escape(conversation)
+}
+
 // index is the key's index: the models it knows, its latest take, how its
 // days count.
 func (n keyNames) index() string { return n.base + "i:" + n.key }

@@ -77,7 +77,10 @@ type Store struct {
 	dropped bool
 }
 
-var _ keypool.Store = (*Store)(nil)
+var (
+	_ keypool.Store         = (*Store)(nil)
+	_ keypool.AffinityStore = (*Store)(nil)
+)
 
 // New returns a Store over a client the caller owns: Close does not close
 // it. The client may be a single server, a Sentinel failover client or a
@@ -496,6 +499,37 @@ func (s *Store) ResetSpend(ctx context.Context, provider, keyID string) error {
 		}
 		return nil
 	})
+}
+
+// Affinity implements keypool.AffinityStore: the key a conversation of the
+// pool stays on, its time to live set to idle again, in one GETEX.
+func (s *Store) Affinity(ctx context.Context, provider, conversation string, idle time.Duration) (string, error) {
+	if err := s.unavailable(); err != nil {
+		return "", err
+	}
+	cctx, cancel := s.bound(ctx)
+	defer cancel()
+	id, err := s.rdb.GetEx(cctx, affinityName(s.cfg.prefix, provider, conversation), idle).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return "", nil
+	case err != nil:
+		return "", s.fail(ctx, err)
+	}
+	return id, nil
+}
+
+// SetAffinity implements keypool.AffinityStore.
+func (s *Store) SetAffinity(ctx context.Context, provider, conversation, keyID string, idle time.Duration) error {
+	if err := s.unavailable(); err != nil {
+		return err
+	}
+	cctx, cancel := s.bound(ctx)
+	defer cancel()
+	if err := s.rdb.Set(cctx, affinityName(s.cfg.prefix, provider, conversation), keyID, idle).Err(); err != nil {
+		return s.fail(ctx, err)
+	}
+	return nil
 }
 
 // State implements keypool.Store, on the server's clock; now places only
