@@ -355,7 +355,6 @@ func New(provider string, keys []Key, opts ...Option) (*Pool, error) {
 	if len(keys) == 0 {
 		return nil, fmt.Errorf("keypool: %s: no keys", provider)
 	}
-	cfg.keyCap.InFlight = 0 // a cap of the key's windows: no store counts requests at once
 	p := &Pool{provider: provider, cfg: cfg, store: cfg.store}
 	if p.store == nil {
 		p.store = NewMemoryStore()

@@ -153,3 +153,13 @@ func TestInFlightNegativeRefused(t *testing.T) {
 	_, err := New("test", []Key{{Secret: "sk-a", Limits: Limits{InFlight: -1}}})
 	require.ErrorContains(t, err, "negative limit")
 }
+
+// TestInFlightOnlyWhereItCounts: a cap of requests at once is a key's or
+// an account's; given for a model or in a key's cap of windows, where
+// nothing would count it, it is refused by name.
+func TestInFlightOnlyWhereItCounts(t *testing.T) {
+	_, err := New("x", threeKeys(), WithModelLimits(map[string]Limits{"m": {InFlight: 2}}))
+	require.ErrorContains(t, err, `WithModelLimits: model "m": InFlight bounds a key or an account, not a model`)
+	_, err = New("x", threeKeys(), WithKeyCap(Limits{RPD: 10, InFlight: 2}))
+	require.ErrorContains(t, err, "WithKeyCap: InFlight bounds a key in WithLimits or Key.Limits")
+}

@@ -170,6 +170,9 @@ func WithModelLimits(m map[string]Limits) Option {
 			if err := l.validate(); err != nil {
 				return fmt.Errorf("model %q: %w", model, err)
 			}
+			if l.InFlight != 0 {
+				return fmt.Errorf("model %q: InFlight bounds a key or an account, not a model", model)
+			}
 			c.modelLimits[model] = l
 		}
 		return nil
@@ -239,6 +242,9 @@ func WithAccountBudget(account string, b Budget) Option {
 // of a free tier that counts every model.
 func WithKeyCap(l Limits) Option {
 	return poolOption("WithKeyCap", func(c *config) error {
+		if l.InFlight != 0 {
+			return errors.New("InFlight bounds a key in WithLimits or Key.Limits, not its cap of windows")
+		}
 		c.keyCap = l
 		return l.validate()
 	})

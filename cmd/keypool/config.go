@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"os"
@@ -16,6 +17,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/keypool-go/keypool"
 )
@@ -106,6 +109,8 @@ type upstream struct {
 	AccountBudgets map[string]budget `yaml:"account_budgets"`
 	Models         map[string]string `yaml:"models"`
 	Wait           string            `yaml:"wait"`
+	// Affinity keeps a conversation on the key that served it.
+	Affinity *affinity `yaml:"affinity"`
 	// IdleConns is how many idle connections to the upstream the proxy
 	// keeps for reuse: at least the requests it expects at once; default
 	// 256.
@@ -123,13 +128,15 @@ type upstream struct {
 // keyRef is one key entry: its secret inline, from an environment variable,
 // or from a file of one secret a line.
 type keyRef struct {
-	ID      string `yaml:"id"`
-	Secret  string `yaml:"secret"`
-	Env     string `yaml:"env"`
-	File    string `yaml:"file"`
-	Paid    bool   `yaml:"paid"`
-	Limits  limits `yaml:"limits"`
-	Account string `yaml:"account"`
+	ID     string `yaml:"id"`
+	Secret string `yaml:"secret"`
+	Env    string `yaml:"env"`
+	File   string `yaml:"file"`
+	Paid   bool   `yaml:"paid"`
+	// Priority orders keys: lower first, free before paid within one.
+	Priority int    `yaml:"priority"`
+	Limits   limits `yaml:"limits"`
+	Account  string `yaml:"account"`
 	// Budget caps what the key spends, by the upstream's prices.
 	Budget budget `yaml:"budget"`
 }
@@ -142,10 +149,21 @@ type limits struct {
 	RPD int64 `yaml:"rpd"`
 	TPM int64 `yaml:"tpm"`
 	TPD int64 `yaml:"tpd"`
+	// InFlight bounds the requests a key (or an account) holds at once.
+	InFlight int64 `yaml:"in_flight"`
 }
 
 func (l limits) pool() keypool.Limits {
-	return keypool.Limits{RPM: l.RPM, RPD: l.RPD, TPM: l.TPM, TPD: l.TPD}
+	return keypool.Limits{RPM: l.RPM, RPD: l.RPD, TPM: l.TPM, TPD: l.TPD, InFlight: l.InFlight}
+}
+
+// affinity is how a route keeps conversations on keys: how many it keeps,
+// for how long after their last request, and the request header that names
+// one, beside the request's own fields.
+type affinity struct {
+	Conversations *int   `yaml:"conversations"`
+	Idle          string `yaml:"idle"`
+	Header        string `yaml:"header"`
 }
 
 type calendarDay struct {
@@ -758,7 +776,49 @@ func (u upstream) options(field string, m *mistakes) []keypool.Option {
 			opts = append(opts, o)
 		}
 	}
+	if a := u.Affinity; a != nil {
+		opts = append(opts, a.options(field+".affinity", m)...)
+	}
 	return opts
+}
+
+// options returns the pool options a route's affinity sets, noting in m
+// each mistake.
+func (a affinity) options(field string, m *mistakes) []keypool.Option {
+	var opts []keypool.Option
+	if a.Header != "" {
+		if !httpguts.ValidHeaderFieldName(a.Header) {
+			m.addf(field+".header", "%q is not a header name", a.Header)
+		} else {
+			name := http.CanonicalHeaderKey(a.Header)
+			opts = append(opts, keypool.WithAffinity(func(r *http.Request) string { return r.Header.Get(name) }))
+		}
+	}
+	if a.Conversations == nil && a.Idle == "" {
+		return opts
+	}
+	n, idle := 10000, time.Hour // the library's defaults
+	if a.Conversations != nil {
+		n = *a.Conversations
+	}
+	if a.Idle != "" {
+		d, err := time.ParseDuration(a.Idle)
+		if err != nil {
+			m.addf(field+".idle", "%q is not a duration such as 1h", a.Idle)
+			return opts
+		}
+		idle = d
+	}
+	o := keypool.WithAffinityMemory(n, idle)
+	if err := judge([]keypool.Key{standIn}, o); err != nil {
+		if a.Conversations != nil && *a.Conversations < 0 {
+			m.addf(field+".conversations", "%d is negative", n)
+		} else {
+			m.addf(field+".idle", "%q is not positive", a.Idle)
+		}
+		return opts
+	}
+	return append(opts, o)
 }
 
 // authOption reads an auth style: bearer, header:NAME or query:PARAM.
@@ -807,7 +867,7 @@ func (k keyRef) resolve(entry string, env func(string) (string, bool), most int)
 	if set != 1 {
 		return nil, false, fieldErr(entry, "give exactly one of secret, env and file")
 	}
-	key := sourcedKey{Key: keypool.Key{ID: k.ID, Paid: k.Paid, Limits: k.Limits.pool(), Account: k.Account, Budget: k.Budget.pool()},
+	key := sourcedKey{Key: keypool.Key{ID: k.ID, Paid: k.Paid, Priority: k.Priority, Limits: k.Limits.pool(), Account: k.Account, Budget: k.Budget.pool()},
 		entry: entry, idSet: k.ID != ""}
 	switch {
 	case k.Secret != "":

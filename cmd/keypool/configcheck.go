@@ -76,6 +76,7 @@ func (l limits) axes() []axis {
 		{"rpd", l.RPD, keypool.Limits{RPD: l.RPD}},
 		{"tpm", l.TPM, keypool.Limits{TPM: l.TPM}},
 		{"tpd", l.TPD, keypool.Limits{TPD: l.TPD}},
+		{"in_flight", l.InFlight, keypool.Limits{InFlight: l.InFlight}},
 	}
 }
 
@@ -133,12 +134,15 @@ func judgeEntry(k keyRef, entry string, m *mistakes) bool {
 	if k.Account != "" {
 		part(entry+".account", keypool.Key{Account: k.Account})
 	}
+	if k.Priority < 0 {
+		m.addf(entry+".priority", "%d is negative", k.Priority)
+	}
 	judgeKeyBudget(entry, k.Budget, m)
 	if len(*m) > before {
 		return false
 	}
 	if err := judge([]keypool.Key{{Secret: standIn.Secret, ID: standIn.ID, Limits: k.Limits.pool(), Account: k.Account, Budget: k.Budget.pool()}}); err != nil {
-		if k.Account != "" && k.Limits != (limits{}) {
+		if k.Account != "" && k.Limits != (limits{InFlight: k.Limits.InFlight}) {
 			m.addf(entry+".limits", "a key of an account has no limits of its own: set the account's in account_limits.%s", k.Account)
 		} else {
 			m.add(&configError{entry, err})

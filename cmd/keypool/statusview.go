@@ -104,7 +104,9 @@ type keyView struct {
 	FullUntil time.Time        `json:"full_until,omitzero"`
 	Sent      int64            `json:"sent"`
 	Answers   map[string]int64 `json:"answers,omitempty"`
-	Models    []modelView      `json:"models"`
+	// Conversations counts the conversations that stay on the key.
+	Conversations int         `json:"conversations,omitempty"`
+	Models        []modelView `json:"models"`
 	// Last is what the vendor last said of the key's windows; nil when it
 	// has said nothing.
 	Last *readingView `json:"last,omitempty"`
@@ -233,7 +235,7 @@ func displayURL(raw string) string {
 
 // viewKey reads one key's stats at now.
 func viewKey(k keypool.KeyStats, now time.Time) keyView {
-	kv := keyView{ID: k.ID, Paid: k.Paid, Account: k.Account, State: "serving", Sent: k.Sent, Models: []modelView{},
+	kv := keyView{ID: k.ID, Paid: k.Paid, Account: k.Account, State: "serving", Sent: k.Sent, Conversations: k.Conversations, Models: []modelView{},
 		Spend: viewSpend(k.Spent, k.Budget)}
 	if len(k.Answers) > 0 {
 		kv.Answers = map[string]int64{}
