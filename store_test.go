@@ -32,16 +32,29 @@ func (c *fakeClock) Advance(_ *testing.T, d time.Duration) {
 
 func newFakeClock() *fakeClock { return &fakeClock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)} }
 
-func TestMemoryStoreConformance(t *testing.T) {
+func memoryHarness() storetest.Harness {
 	clock := newFakeClock()
-	storetest.Run(t, storetest.Harness{
+	return storetest.Harness{
 		Open:    func(*testing.T) keypool.Store { return keypool.NewMemoryStore() },
 		Now:     clock.Now,
 		Advance: clock.Advance,
-	})
+	}
 }
 
-func TestBadgerStoreConformance(t *testing.T) {
+func TestMemoryStoreConformance(t *testing.T) { storetest.Run(t, memoryHarness()) }
+
+// TestMemoryStoreParity runs Parity against the MemoryStore itself: what
+// it proves is the suite's own determinism, that two stores given the same
+// steps answer alike.
+func TestMemoryStoreParity(t *testing.T) { storetest.Parity(t, memoryHarness()) }
+
+func TestBadgerStoreConformance(t *testing.T) { storetest.Run(t, badgerHarness()) }
+
+// TestBadgerStoreParity holds the Badger store to the MemoryStore's
+// answers, step for step.
+func TestBadgerStoreParity(t *testing.T) { storetest.Parity(t, badgerHarness()) }
+
+func badgerHarness() storetest.Harness {
 	clock := newFakeClock()
 	dirs := map[keypool.Store]string{}
 	open := func(t *testing.T, dir string) keypool.Store {
@@ -51,7 +64,7 @@ func TestBadgerStoreConformance(t *testing.T) {
 		dirs[s] = dir
 		return s
 	}
-	storetest.Run(t, storetest.Harness{
+	return storetest.Harness{
 		Open: func(t *testing.T) keypool.Store { return open(t, t.TempDir()) },
 		Reopen: func(t *testing.T, s keypool.Store) keypool.Store {
 			require.NoError(t, s.(*keypool.BadgerStore).Close())
@@ -59,7 +72,7 @@ func TestBadgerStoreConformance(t *testing.T) {
 		},
 		Now:     clock.Now,
 		Advance: clock.Advance,
-	})
+	}
 }
 
 // TestStoreConventions holds the exported conventions to what the

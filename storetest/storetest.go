@@ -1,6 +1,7 @@
 // Package storetest is the conformance suite every keypool.Store passes: the
 // memory and Badger stores of package keypool, the Redis store of package
-// redisstore, and any store a user writes.
+// redisstore, and any store a user writes. Run holds a store to the
+// contract; Parity holds it to the MemoryStore's answers, step for step.
 package storetest
 
 import (
@@ -32,8 +33,14 @@ type Harness struct {
 	Now     func() time.Time
 	Advance func(t *testing.T, d time.Duration)
 	// RealTime reports that Advance sleeps: the suite then skips the cases
-	// that need minutes to pass.
+	// that need minutes to pass, and Parity does not run.
 	RealTime bool
+	// ExactTimes, for Parity, reports that the store counts every sliding
+	// window by its requests' own times, never in buckets: Parity then
+	// offers it only limits under which the MemoryStore does so too (see
+	// keypool.Store's Windows), and no vendors' statements, which the
+	// MemoryStore may count in buckets whatever the limit.
+	ExactTimes bool
 }
 
 // Run runs the suite against the stores h makes.
