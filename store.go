@@ -63,6 +63,21 @@ type SpendResetter interface {
 	ResetSpend(ctx context.Context, provider, keyID string) error
 }
 
+// HealthReporter is implemented by a Store that can fail between calls —
+// one that writes behind, or one whose server stops answering — and says
+// so: the BadgerStore and redisstore's Store do. A pool whose store has a
+// Health method reads it after every store call and tells OnStoreError
+// when it starts and stops failing; the keypool command shows it on
+// /healthz and /status.
+type HealthReporter interface {
+	// Health returns nil while the store works, and otherwise why it does
+	// not. It is read on every request, so it must be cheap (an atomic
+	// load, a short lock) and never wait on a disk or the network; a
+	// store that fails only within calls, which return the error, needs
+	// none.
+	Health() error
+}
+
 // The conventions every store keeps, so that a pool gets the same answers
 // from each: a store outside this module needs no more than these, and
 // storetest.Run and storetest.Parity hold it to them.

@@ -77,7 +77,10 @@ type Store struct {
 	dropped bool
 }
 
-var _ keypool.Store = (*Store)(nil)
+var (
+	_ keypool.Store          = (*Store)(nil)
+	_ keypool.HealthReporter = (*Store)(nil)
+)
 
 // New returns a Store over a client the caller owns: Close does not close
 // it. The client may be a single server, a Sentinel failover client or a
