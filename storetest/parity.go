@@ -71,11 +71,13 @@ func parity(t *testing.T, h Harness, rng *rand.Rand, days *time.Location, gap ti
 	}
 	var grants []taken
 	models := []string{"a", "b", "c"}
-	for step := range steps {
+	for i := range steps {
+		// Steps of whole milliseconds: a store may keep time to the
+		// millisecond (a Redis server's clock does).
 		h.Advance(t, time.Duration(rng.Int64N(int64(gap/time.Millisecond)))*time.Millisecond)
 		now := h.Now()
 		model := models[rng.IntN(len(models))]
-		at := fmt.Sprintf("step %d at %s", step, now.Format(time.RFC3339Nano))
+		at := fmt.Sprintf("step %d at %s", i, now.Format(time.RFC3339Nano))
 		op := rng.IntN(23)
 		if op >= 20 && h.ExactTimes {
 			op = rng.IntN(14) // a take in place of a vendor's statement
@@ -89,6 +91,7 @@ func parity(t *testing.T, h Harness, rng *rand.Rand, days *time.Location, gap ti
 				DayZone: days, Tokens: rng.Int64N(250), Now: now, Cost: rng.Int64N(3000)}
 			if rng.IntN(2) == 0 {
 				c.Budget = keypool.Budget{PerDay: 0.05, PerMonth: 0.4}
+				c.Unbounded = rng.IntN(6) == 0 // it reserves all that is left
 			}
 			sg, err := s.Take(ctx, c)
 			require.NoError(t, err)
