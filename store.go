@@ -19,7 +19,9 @@ import (
 // The package's stores are NewMemoryStore's (the default), the BadgerStore
 // (state that survives restarts) and, in package redisstore, a store that
 // replicas share. Package storetest holds the conformance suite each of
-// them passes.
+// them passes, and the parity check that holds a store to the MemoryStore's
+// answers; a store outside this module keeps the conventions below (see
+// AccountID) and passes both, as package examples/mapstore does.
 type Store interface {
 	// Take admits one request for a key and model if no bench holds the key
 	// (or its account) and its windows have room, and records it; otherwise
@@ -44,7 +46,7 @@ type Store interface {
 	// levels, usage, spend and learned limits. It fills Bench, Cap, Spent
 	// and Models (each with Model, Bench, Level, Usage and Learned); the
 	// pool fills the rest of KeyStats. An account's state is asked for under the ID
-	// accountID(account).
+	// AccountID(account).
 	State(ctx context.Context, provider, keyID string, now time.Time) (KeyStats, error)
 	// Flush writes what the store holds only in memory to where it keeps
 	// state; a store that keeps nothing elsewhere returns nil.
@@ -52,7 +54,7 @@ type Store interface {
 }
 
 // SpendResetter is implemented by a Store that can forget what a key (or an
-// account, under accountID) spent: the package's stores and redisstore's
+// account, under AccountID) spent: the package's stores and redisstore's
 // do, and Pool.ResetSpend asks for it.
 type SpendResetter interface {
 	// ResetSpend forgets what the key spent today and this month, and
@@ -73,15 +75,95 @@ type AffinityStore interface {
 	SetAffinity(ctx context.Context, provider, conversation, keyID string, idle time.Duration) error
 }
 
-// Keys that name one account share its windows, and its rate and quota
-// benches, as vendors scope limits to an organisation or a project: a store
-// keeps an account's state as it keeps a key's, under an ID that no key's ID
-// can be — a NUL, then the account's name (key IDs hold no control
-// characters) — and State answers for it under that ID. A key's own benches —
-// a revoked key — stay with the key.
+// HealthReporter is implemented by a Store that can fail between calls —
+// one that writes behind, or one whose server stops answering — and says
+// so: the BadgerStore and redisstore's Store do. A pool whose store has a
+// Health method reads it after every store call and tells OnStoreError
+// when it starts and stops failing; the keypool command shows it on
+// /healthz and /status.
+type HealthReporter interface {
+	// Health returns nil while the store works, and otherwise why it does
+	// not. It is read on every request, so it must be cheap (an atomic
+	// load, a short lock) and never wait on a disk or the network; a
+	// store that fails only within calls, which return the error, needs
+	// none.
+	Health() error
+}
 
-// accountID returns the ID under which a store keeps an account's state.
+// The conventions every store keeps, so that a pool gets the same answers
+// from each: a store outside this module needs no more than these, and
+// storetest.Run and storetest.Parity hold it to them.
+//
+// Accounts. Keys that name one account share its windows, and its rate and
+// quota benches, as vendors scope limits to an organisation or a project: a
+// store keeps an account's state as it keeps a key's, under AccountID of its
+// name, an ID no key's ID can be, and State answers for it under that ID. A
+// key's own benches — a revoked key — stay with the key.
+//
+// Models. A store refuses, with an error, a model name CheckModel refuses,
+// and keeps at most MaxModelsPerKey models for one key (or account): a new
+// model takes the place of one that holds nothing in force (no bench, no
+// level, windows that count nothing), or, when none does, shares one entry
+// with the other models beyond the bound, named OverflowModel in State — but
+// a model the pool was configured for (Claim.Named) always has an entry of
+// its own.
+//
+// Windows. A minute window (RPM, TPM) slides over the last minute; a day
+// window (RPD, TPD) over the last 24 hours, or, when a Claim's DayZone is
+// set, counts the calendar day CalendarDay returns. A take is counted only
+// in the windows its limits set: the model's, by Claim.Limits tightened by
+// what was learned, and the key's across models, by Claim.Cap. A sliding
+// window whose request limit is no more than 81 a minute or 25 a day counts
+// each request from its time, rounded up to the millisecond, for exactly its
+// span, and when it is full says the request fits when enough of the oldest
+// have left; the package's stores count others in 81 buckets of 750 ms or
+// 25 of an hour, each counted until all of it has left the span, which
+// admits at least 98.7% (96% for a day) of the limit.
+//
+// Budgets. Spend counts by the calendar days and months of the Claim's
+// DayZone and DayHour (CalendarDay, CalendarMonth), or of midnight UTC when
+// days slide. A claim refused only for what requests in flight reserve is
+// told to retry ReservedRetry later; one refused for what was spent, when
+// the day or month ends.
+
+// AccountID returns the ID under which a store keeps the state of an
+// account, and under which State answers for it: a NUL, then the account's
+// name. Key IDs hold no control characters, so no key's ID is an account's.
+func AccountID(account string) string { return windowspec.AccountID(account) }
+
+// accountID is AccountID.
 func accountID(account string) string { return windowspec.AccountID(account) }
+
+// CheckModel returns an error saying why a store cannot keep a model name:
+// longer than 256 bytes, not UTF-8, or holding a control character. The
+// error never quotes the name.
+func CheckModel(name string) error { return windowspec.CheckModel(name) }
+
+// MaxModelsPerKey bounds the models a store keeps for one key; OverflowModel
+// names the entry the models beyond it share.
+const (
+	MaxModelsPerKey = windowspec.MaxModelsPerKey
+	OverflowModel   = windowspec.OverflowModel
+)
+
+// ReservedRetry is how soon a claim refused because what requests in flight
+// reserve fills a budget is told to try again (Grant.RetryAt, with
+// KindRate): they settle as their answers end.
+const ReservedRetry = windowspec.ReservedRetry
+
+// CalendarDay returns the calendar day that holds now: it starts at hour
+// o'clock in zone and ends at the same hour the next day (23 or 25 hours
+// later across a change of daylight saving time).
+func CalendarDay(now time.Time, hour int, zone *time.Location) (start, end time.Time) {
+	return windowspec.CalendarDay(now, hour, zone)
+}
+
+// CalendarMonth returns the calendar month that holds now: it starts on the
+// first day at hour o'clock in zone and ends at the same hour on the first
+// day of the next month.
+func CalendarMonth(now time.Time, hour int, zone *time.Location) (start, end time.Time) {
+	return windowspec.CalendarMonth(now, hour, zone)
+}
 
 // days returns the calendar a Claim's or a Stated's day fields describe.
 func days(zone *time.Location, hour int) calendar { return calendar{hour: hour, loc: zone} }

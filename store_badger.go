@@ -85,7 +85,10 @@ type BadgerStore struct {
 	flushBatch func(*badger.WriteBatch) error
 }
 
-var _ Store = (*BadgerStore)(nil)
+var (
+	_ Store          = (*BadgerStore)(nil)
+	_ HealthReporter = (*BadgerStore)(nil)
+)
 
 // recordRef names one record of a key: its windows or its benches.
 type recordRef struct {

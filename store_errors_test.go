@@ -26,6 +26,9 @@ func (s *failingStore) Bench(ctx context.Context, b Bench) error {
 	return s.memoryStore.Bench(ctx, b)
 }
 
+// A store the pool reads the health of is a HealthReporter.
+var _ HealthReporter = (*failingStore)(nil)
+
 func (s *failingStore) Health() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -78,8 +78,9 @@ type Store struct {
 }
 
 var (
-	_ keypool.Store         = (*Store)(nil)
-	_ keypool.AffinityStore = (*Store)(nil)
+	_ keypool.Store          = (*Store)(nil)
+	_ keypool.AffinityStore  = (*Store)(nil)
+	_ keypool.HealthReporter = (*Store)(nil)
 )
 
 // New returns a Store over a client the caller owns: Close does not close

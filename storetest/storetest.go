@@ -1,6 +1,7 @@
 // Package storetest is the conformance suite every keypool.Store passes: the
 // memory and Badger stores of package keypool, the Redis store of package
-// redisstore, and any store a user writes.
+// redisstore, and any store a user writes. Run holds a store to the
+// contract; Parity holds it to the MemoryStore's answers, step for step.
 package storetest
 
 import (
@@ -16,7 +17,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keypool-go/keypool"
-	"github.com/keypool-go/keypool/internal/windowspec"
 )
 
 // Harness is what the suite needs of a store.
@@ -33,8 +33,14 @@ type Harness struct {
 	Now     func() time.Time
 	Advance func(t *testing.T, d time.Duration)
 	// RealTime reports that Advance sleeps: the suite then skips the cases
-	// that need minutes to pass.
+	// that need minutes to pass, and Parity does not run.
 	RealTime bool
+	// ExactTimes, for Parity, reports that the store counts every sliding
+	// window by its requests' own times, never in buckets: Parity then
+	// offers it only limits under which the MemoryStore does so too (see
+	// keypool.Store's Windows), and no vendors' statements, which the
+	// MemoryStore may count in buckets whatever the limit.
+	ExactTimes bool
 }
 
 // Run runs the suite against the stores h makes.
@@ -330,7 +336,7 @@ func unbenchLiftsWhatAnswersSet(t *testing.T, h Harness) {
 	c := take(h, "k2", "m", lim, 10)
 	c.Account = "org"
 	require.False(t, mustTake(t, s, c).OK, "an account's day, stated spent")
-	require.NoError(t, s.Unbench(ctx, "suite", windowspec.AccountID("org")))
+	require.NoError(t, s.Unbench(ctx, "suite", keypool.AccountID("org")))
 	assert.True(t, mustTake(t, s, c).OK, "is lifted under the account's ID")
 }
 
@@ -403,7 +409,7 @@ func restart(t *testing.T, h Harness) {
 }
 
 // maxModels is the bound on the models a store keeps for one key.
-const maxModels = 1024
+const maxModels = keypool.MaxModelsPerKey
 
 // fill takes one request for each of maxModels models of key k, so that
 // every entry holds a take for a minute.
@@ -560,7 +566,7 @@ func accountsShareWindowsAndBenches(t *testing.T, h Harness) {
 	z := func(key string) keypool.Claim { c := of(key); c.Model = "z"; return c }
 	assert.True(t, mustTake(t, s, z("k2")).OK)
 	assert.False(t, mustTake(t, s, z("k2")).OK, "a limit learned from one key of the account")
-	st, err := s.State(ctx, "suite", windowspec.AccountID("org"), h.Now())
+	st, err := s.State(ctx, "suite", keypool.AccountID("org"), h.Now())
 	require.NoError(t, err)
 	found := false
 	for _, m := range st.Models {
@@ -581,7 +587,7 @@ func restartKeepsLearned(t *testing.T, h Harness) {
 	require.NoError(t, s.Learn(ctx, learn(h, "k", "org", "m", keypool.Limits{RPD: 70}, unknown, time.Time{})))
 	s = h.Reopen(t, s)
 	assert.Equal(t, keypool.Limits{RPM: 7, TPD: 9000}, learned(t, s, h, "k", "m"))
-	st, err := s.State(ctx, "suite", windowspec.AccountID("org"), h.Now())
+	st, err := s.State(ctx, "suite", keypool.AccountID("org"), h.Now())
 	require.NoError(t, err)
 	require.Len(t, st.Models, 1)
 	assert.Equal(t, keypool.Limits{RPD: 70}, st.Models[0].Learned)
@@ -709,14 +715,14 @@ func unboundedTakesAllThatIsLeft(t *testing.T, h Harness) {
 	u := mustTake(t, s, unbounded)
 	require.True(t, u.OK)
 	assert.InDelta(t, 0.05, spent(t, s, h, "k1").PerDay, 1e-9, "the key's budget, all reserved")
-	assert.InDelta(t, 0.07, spent(t, s, h, windowspec.AccountID("org")).PerDay, 1e-9, "the account's, up to its tighter cap (the month's)")
+	assert.InDelta(t, 0.07, spent(t, s, h, keypool.AccountID("org")).PerDay, 1e-9, "the account's, up to its tighter cap (the month's)")
 	g = mustTake(t, s, of("k2", 1))
 	assert.False(t, g.OK, "nothing runs beside it, on another key of the account either")
 	assert.Equal(t, keypool.KindRate, g.Reason)
 	assert.False(t, g.RetryAt.After(h.Now().Add(time.Minute)), "retry soon: %v", g.RetryAt)
 	require.NoError(t, u.Reservation.Settle(ctx, 10, 3_000))
 	assert.InDelta(t, 0.013, spent(t, s, h, "k1").PerDay, 1e-9, "it spent what it cost")
-	assert.InDelta(t, 0.013, spent(t, s, h, windowspec.AccountID("org")).PerDay, 1e-9)
+	assert.InDelta(t, 0.013, spent(t, s, h, keypool.AccountID("org")).PerDay, 1e-9)
 	assert.True(t, mustTake(t, s, of("k2", 1)).OK, "and gave back the rest")
 	spentOut := of("k3", 1)
 	spentOut.Unbounded = true
@@ -736,7 +742,7 @@ func accountBudgetsAreShared(t *testing.T, h Harness) {
 	require.True(t, mustTake(t, s, of("k1", 30_000)).OK)
 	assert.False(t, mustTake(t, s, of("k2", 30_000)).OK, "the account's budget, whichever key spends it")
 	assert.True(t, mustTake(t, s, of("k2", 20_000)).OK)
-	assert.InDelta(t, 0.05, spent(t, s, h, windowspec.AccountID("org")).PerDay, 1e-9)
+	assert.InDelta(t, 0.05, spent(t, s, h, keypool.AccountID("org")).PerDay, 1e-9)
 	own := of("k3", 10_000)
 	own.Budget = keypool.Budget{PerDay: 1}
 	own.AccountBudget = keypool.Budget{PerDay: 1}
