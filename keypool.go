@@ -361,7 +361,7 @@ func New(provider string, keys []Key, opts ...Option) (*Pool, error) {
 	}
 	p.mem = ownMemory(p.store)
 	p.affinity = newAffinity(cfg.affinity.size, cfg.affinity.idle, p.store)
-	if h, ok := p.store.(interface{ Health() error }); ok {
+	if h, ok := p.store.(HealthReporter); ok {
 		p.health = h.Health
 	}
 	if err := p.addKeys(keys); err != nil {

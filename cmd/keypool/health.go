@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/keypool-go/keypool"
 )
 
 // While the state store fails — a Badger directory gone, read-only or
@@ -41,7 +43,7 @@ type watcher struct {
 
 // storeHealth returns the store's failure, or nil while it works.
 func (s *server) storeHealth() error {
-	if h, ok := s.store.(interface{ Health() error }); ok {
+	if h, ok := s.store.(keypool.HealthReporter); ok {
 		return h.Health()
 	}
 	return nil
