@@ -226,6 +226,16 @@ upstreams:
 		chromedp.WithPollingTimeout(10*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
 	assert.True(t, read(t, ctx, chromedp.Evaluate[bool]("window.notReloaded === true")), "updated in place, not reloaded")
 
+	// A conversation shows on the key it stays on, and on no other.
+	for range 2 {
+		require.Equal(t, http.StatusOK, converse(t, base, "a conversation of the browser test"))
+	}
+	_ = read(t, ctx, chromedp.Poll[bool](`[...document.querySelectorAll('.counts')].some(e => e.textContent.includes('1 conversation stays here'))`,
+		chromedp.WithPollingTimeout(10*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
+	assert.Equal(t, 1, read(t, ctx, chromedp.Evaluate[int](`[...document.querySelectorAll('.counts')].filter(e => e.textContent.includes('conversation')).length`)),
+		"one key holds the conversation")
+	shoot(t, ctx, dir, "status-conversation-1280x800.png")
+
 	// The unbench button lifts the bench.
 	inTab(t, ctx, "unbench",
 		chromedp.Click(chromedp.CSS(`.key[data-key="gone"] button.unbench`)),

@@ -221,7 +221,7 @@
     for (const kind of ["rate", "quota", "auth", "transient"]) {
       if (a[kind]) parts.push(`${kind} ${a[kind]}`);
     }
-    if (k.conversations) parts.push(`${k.conversations} conversation${k.conversations === 1 ? "" : "s"} stay here`);
+    if (k.conversations) parts.push(k.conversations === 1 ? "1 conversation stays here" : `${k.conversations} conversations stay here`);
     return h("p", { class: "counts", text: parts.join(" · ") });
   }
 
