@@ -39,7 +39,7 @@ func (p *Pool) Do(ctx context.Context, model string, fn func(ctx context.Context
 	var last error
 	used := &doUsage{}
 	fctx := context.WithValue(ctx, doUsageKey{}, used)
-	for {
+	for attempt := 0; ; attempt++ {
 		var l lease
 		if err := p.take(ctx, &c, model, est, &l); err != nil {
 			var na *NoAvailableKeyError
@@ -54,7 +54,15 @@ func (p *Pool) Do(ctx context.Context, model string, fn func(ctx context.Context
 		p.landLease(&l)
 		now := p.cfg.clock()
 		v := verdictOf(err, now)
-		c.sooner(p.observe(ctx, &l, &v, now))
+		until := p.observe(ctx, &l, &v, now)
+		c.sooner(until)
+		if f := p.cfg.onAttempt; f != nil {
+			a := Attempt{Provider: p.provider, KeyID: l.key.ID, Model: model, Failover: attempt, Kind: v.kind}
+			if !until.IsZero() {
+				a.Bench = max(until.Sub(now), 0)
+			}
+			f(ctx, a)
+		}
 		ch := l.charge()
 		switch {
 		case v.kind != KindNone && !p.single():

@@ -1,6 +1,7 @@
 package keypool
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -75,6 +76,7 @@ type config struct {
 	onRateLimit    func(Reading)
 	onStoreError   func(error)
 	onRoute        func(RouteEvent)
+	onAttempt      func(context.Context, Attempt)
 	auth           auth
 	modelFunc      func(*http.Request) string
 	affinity       affinityConfig
@@ -390,6 +392,19 @@ type affinityConfig struct {
 	of   func(*http.Request) string // nil: the request's own fields name it
 	size int                        // 0: conversations do not stay on keys
 	idle time.Duration
+}
+
+// OnAttempt sets a function a Pool calls after each attempt of a request on
+// a key — through its Transport, and each call of Pool.Do's function — with
+// the request's context and what the attempt came to: the key, the model,
+// its place among the request's attempts, the answer's status and kind, the
+// bench it set. It runs on the request's goroutine, before the answer goes
+// on: it must be quick. It never carries a secret.
+func OnAttempt(f func(context.Context, Attempt)) Option {
+	return poolOption("OnAttempt", func(c *config) error {
+		c.onAttempt = f
+		return nil
+	})
 }
 
 // WithAffinity sets how a Pool names a request's conversation, which it keeps

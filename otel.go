@@ -225,6 +225,33 @@ func (t *telemetry) startAttempt(ctx context.Context, k *poolKey, model string, 
 	return sctx, span
 }
 
+// Attempt is one attempt of a request on a key, as OnAttempt hears of it once
+// the key's answer is judged, or once the attempt ended without one.
+type Attempt struct {
+	Provider, KeyID, Model string
+	// Failover counts the keys the request tried before this one: 0 for
+	// its first attempt.
+	Failover int
+	// Status is the answer's HTTP status; 0 when the attempt ended with
+	// no answer (a network error, the caller's context), which Failed
+	// says. Pool.Do's attempts have no status.
+	Status int
+	Failed bool
+	// Kind is what the answer came to; Bench how long it benched the key
+	// (0 for none).
+	Kind  Kind
+	Bench time.Duration
+}
+
+// attempted ends an attempt's span with its outcome and tells OnAttempt.
+func (p *Pool) attempted(ctx context.Context, span trace.Span, a Attempt, err error) {
+	endAttempt(span, a.Status, a.Kind, a.Bench, err)
+	if f := p.cfg.onAttempt; f != nil {
+		a.Provider, a.Failed = p.provider, err != nil
+		f(ctx, a)
+	}
+}
+
 // endAttempt ends an attempt's span with its outcome.
 func endAttempt(span trace.Span, status int, kind Kind, bench time.Duration, err error) {
 	if span.IsRecording() {

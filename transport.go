@@ -176,7 +176,7 @@ func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again
 		p.release(ctx, &l)
 		p.landLease(&l)
 		p.probed(&l, false)
-		endAttempt(span, 0, KindNone, 0, err)
+		p.attempted(ctx, span, Attempt{KeyID: l.key.ID, Model: r.model, Failover: attempt}, err)
 		return nil, false, err
 	}
 	out.GetBody = r.body.getBodyFunc()
@@ -186,7 +186,7 @@ func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again
 		err = errors.New("keypool: base RoundTripper returned neither an answer nor an error")
 	}
 	if err != nil {
-		again, err = t.noAnswer(r, &l, span, err)
+		again, err = t.noAnswer(r, &l, span, attempt, err)
 		return nil, again, err
 	}
 	resp.Request = r.req // never hand out the clone that carries the key
@@ -204,7 +204,7 @@ func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again
 	if !until.IsZero() {
 		benched = max(until.Sub(now), 0)
 	}
-	endAttempt(span, resp.StatusCode, v.kind, benched, nil)
+	p.attempted(ctx, span, Attempt{KeyID: l.key.ID, Model: r.model, Failover: attempt, Status: resp.StatusCode, Kind: v.kind, Bench: benched}, nil)
 	if v.quoted && r.held == nil && !p.single() && r.body.replayable() {
 		// Words the request could have written: one more key tries it,
 		// and this answer is held to return if none can.
@@ -272,7 +272,7 @@ func (b *landingBody) land() {
 // counted — unless the caller gave up while the vendor had it, which the
 // vendor may count: then its slot stays taken. It reports whether the
 // request goes on to the next key.
-func (t *transport) noAnswer(r *request, l *lease, span trace.Span, err error) (again bool, _ error) {
+func (t *transport) noAnswer(r *request, l *lease, span trace.Span, attempt int, err error) (again bool, _ error) {
 	p := t.pool
 	ctx := r.req.Context()
 	if ctx.Err() == nil {
@@ -288,7 +288,7 @@ func (t *transport) noAnswer(r *request, l *lease, span trace.Span, err error) (
 		v.kind = KindAuth
 		r.sooner(p.observe(ctx, l, &v, p.cfg.clock()))
 	}
-	endAttempt(span, 0, v.kind, 0, err)
+	p.attempted(ctx, span, Attempt{KeyID: l.key.ID, Model: r.model, Failover: attempt, Kind: v.kind}, err)
 	if v.kind != KindNone && !p.single() && r.body.replayable() {
 		r.tried.add(l.key.index)
 		return true, nil

@@ -7,11 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/embedded"
-	"go.opentelemetry.io/otel/trace/noop"
+	"github.com/keypool-go/keypool"
 )
 
 // The proxy logs one line for each request: at info for a request it
@@ -20,12 +16,9 @@ import (
 // debug for its own endpoints (the status page asks /status every two
 // seconds).
 //
-// What the pools did with a request comes from their spans: each attempt
-// is a span whose attributes name the route (keypool.provider), the key,
-// the model and the outcome (keypool's telemetry, which never holds a
-// secret). The proxy gives its pools a tracer of its own, which writes
-// those attributes into the record the request carries in its context, and
-// passes the spans on to the global tracer provider.
+// What the pools did with a request comes from their attempts (OnAttempt),
+// each naming the route (the pool's provider), the key, the model and the
+// outcome, written into the record the request carries in its context.
 
 // requestRecord is what the proxy learns of one request as it is handled.
 // It is safe for concurrent use.
@@ -139,75 +132,13 @@ func (w *statusWriter) Write(p []byte) (int, error) {
 // deadlines and full duplex reach it.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// attemptTracing is the tracer provider of the proxy's pools: each attempt
-// span it starts writes what the pool set on it into the record of the
-// request it belongs to. The command installs no tracing SDK, so a span
-// goes nowhere else, and one of a request whose line is not logged is a
-// no-op that costs the pool nothing.
-type attemptTracing struct{ embedded.TracerProvider }
-
-func (attemptTracing) Tracer(string, ...trace.TracerOption) trace.Tracer { return attemptTracer{} }
-
-type attemptTracer struct{ embedded.Tracer }
-
-// Start returns, for a request whose line is logged, a span that always
-// records (else the pool would stop tracing for a while) and that ends
-// into the request's record; for one that is not (log_level warn or error),
-// a no-op span. The context goes on as it came: no span is its parent.
-func (attemptTracer) Start(ctx context.Context, _ string, _ ...trace.SpanStartOption) (context.Context, trace.Span) {
-	rec := recordOf(ctx)
-	if rec == nil {
-		return ctx, noop.Span{}
-	}
-	return ctx, &attemptSpan{rec: rec}
-}
-
-// attemptSpan is one attempt of a request on a key. Only the pool's
-// goroutine for the attempt writes to it.
-type attemptSpan struct {
-	noop.Span                  // what the request log does not read
-	rec                        *requestRecord
-	route, key, model, outcome string
-	failed                     bool // ended in error: no answer
-	status                     int64
-}
-
-func (s *attemptSpan) IsRecording() bool { return true }
-
-// The attributes of keypool's attempt spans the log reads.
-const (
-	spanRoute   = attribute.Key("keypool.provider")
-	spanKey     = attribute.Key("keypool.key.id")
-	spanModel   = attribute.Key("keypool.model")
-	spanOutcome = attribute.Key("keypool.outcome")
-	spanStatus  = attribute.Key("http.response.status_code")
-)
-
-func (s *attemptSpan) SetAttributes(kv ...attribute.KeyValue) {
-	for _, a := range kv {
-		switch a.Key {
-		case spanRoute:
-			s.route = a.Value.AsString()
-		case spanKey:
-			s.key = a.Value.AsString()
-		case spanModel:
-			s.model = a.Value.AsString()
-		case spanOutcome:
-			s.outcome = a.Value.AsString()
-		case spanStatus:
-			s.status = a.Value.AsInt64()
-		}
-	}
-}
-
-func (s *attemptSpan) SetStatus(c codes.Code, _ string) {
-	s.failed = c == codes.Error
-}
-
-func (s *attemptSpan) End(...trace.SpanEndOption) {
-	s.rec.set(func(r *requestRecord) {
-		r.route, r.key, r.model, r.outcome = s.route, s.key, s.model, s.outcome
-		if s.failed && s.status == 0 {
+// attempted writes what a pool's attempt came to into the record of the
+// request it belongs to (OnAttempt): the last attempt names the route, key,
+// model and outcome of the request's line.
+func attempted(ctx context.Context, a keypool.Attempt) {
+	recordOf(ctx).set(func(r *requestRecord) {
+		r.route, r.key, r.model, r.outcome = a.Provider, a.KeyID, a.Model, a.Kind.String()
+		if a.Failed {
 			r.outcome = "error"
 		}
 		r.attempts++

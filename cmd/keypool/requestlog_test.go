@@ -240,17 +240,14 @@ func trimTime(line string) string {
 	return regexp.MustCompile(`^time=\S+ `).ReplaceAllString(line, "")
 }
 
-// Without a line to write, the pools' attempts get the global provider's
-// spans as they are: with no SDK installed they record nothing, and the
-// pool spends nothing on telemetry.
-func TestAttemptTracingRecordsOnlyForALoggedRequest(t *testing.T) {
-	tracer := attemptTracing{}.Tracer("keypool")
-	_, span := tracer.Start(context.Background(), "attempt")
-	assert.False(t, span.IsRecording(), "no record to write into")
-	span.End()
+// An attempt writes into the record of a request whose line is logged; a
+// request without one (log_level warn) costs nothing and writes nowhere.
+func TestAttemptsWriteIntoTheRequestsRecord(t *testing.T) {
+	attempted(context.Background(), keypool.Attempt{Provider: "r", KeyID: "k"}) // no record: nothing to write, no panic
 	rec := &requestRecord{}
-	_, span = tracer.Start(context.WithValue(context.Background(), recordKey{}, rec), "attempt")
-	assert.True(t, span.IsRecording(), "a logged request's attempt records")
-	span.End()
-	assert.Equal(t, 1, rec.attempts)
+	ctx := context.WithValue(context.Background(), recordKey{}, rec)
+	attempted(ctx, keypool.Attempt{Provider: "r", KeyID: "k1", Model: "m", Status: 429, Kind: keypool.KindRate})
+	attempted(ctx, keypool.Attempt{Provider: "r", KeyID: "k2", Model: "m", Failover: 1, Failed: true})
+	assert.Equal(t, 2, rec.attempts)
+	assert.Equal(t, []string{"r", "k2", "m", "error"}, []string{rec.route, rec.key, rec.model, rec.outcome}, "the last attempt names the line")
 }

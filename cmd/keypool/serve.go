@@ -21,11 +21,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-
 	"github.com/keypool-go/keypool"
 	"github.com/keypool-go/keypool/internal/refusal"
 	"github.com/keypool-go/keypool/redisstore"
@@ -109,7 +104,7 @@ type server struct {
 	fallback *keypool.Fallback
 	proxy    *httputil.ReverseProxy
 	metrics  http.Handler
-	meters   *sdkmetric.MeterProvider
+	meters   meterProvider
 	events   eventRing // for the status page
 	returns  returns   // benches whose end is logged
 	redact   *redactor
@@ -151,14 +146,11 @@ func newServerPolling(s *settings, log *slog.Logger, store keypool.Store, closer
 	for _, t := range slices.Concat(s.tokens, s.operatorTokens) {
 		srv.tokens = append(srv.tokens, string(t))
 	}
-	registry := prometheus.NewRegistry()
-	exporter, err := otelprom.New(otelprom.WithRegisterer(registry))
-	if err != nil {
+	var err error
+	if srv.meters, srv.metrics, err = newMetrics(); err != nil {
 		srv.close()
-		return nil, fmt.Errorf("metrics: %w", err)
+		return nil, err
 	}
-	srv.meters = sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
-	srv.metrics = promhttp.HandlerFor(registry, promhttp.HandlerOpts{})
 	if err := srv.registerStoreGauge(srv.meters.Meter("github.com/keypool-go/keypool/cmd/keypool")); err != nil {
 		srv.close()
 		return nil, fmt.Errorf("metrics: %w", err)
@@ -169,7 +161,7 @@ func newServerPolling(s *settings, log *slog.Logger, store keypool.Store, closer
 		opts := append([]keypool.Option{
 			keypool.WithStore(store),
 			keypool.WithMeterProvider(srv.meters),
-			keypool.WithTracerProvider(attemptTracing{}),
+			keypool.OnAttempt(attempted),
 			keypool.OnEvict(func(e keypool.Eviction) { srv.benched(r.name, e) }),
 		}, r.options...)
 		if s.clock != nil {
