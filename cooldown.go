@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -360,15 +361,134 @@ func (p *Pool) benchKey(ctx context.Context, k *poolKey, m string, level int, v 
 		extendTo(&o.benchedUntil, b.Until.UnixNano())
 	}
 	p.tel.benched(ctx, k, v.kind)
-	if f := p.cfg.onEvict; f != nil {
+	if f := p.cfg.onEvict; f != nil || p.alarm != nil {
 		ev := Eviction{Provider: p.provider, KeyID: k.ID, Model: model(b), Paid: k.Paid,
 			Kind: v.kind, For: d, Until: b.Until}
 		if look.end > b.Until.UnixNano() {
 			ev.Latest = at(look.end, now)
 		}
-		f(ev)
+		if f != nil {
+			f(ev)
+		}
+		p.alarm.set(ev)
 	}
 	return b.Until
+}
+
+// An alarm calls a function (OnBenchEnd) at the end of each bench it is
+// told of, in the order they end, on the clock benches are set by; a
+// later bench of the same key and model replaces an earlier one. It holds
+// one timer, armed for the soonest end, and at most one bench per key and
+// model. It is safe for concurrent use; a nil alarm does nothing.
+type alarm struct {
+	clock func() time.Time
+	ring  func(Eviction)
+
+	mu      sync.Mutex // guards the fields below
+	pending map[alarmScope]Eviction
+	timer   *time.Timer
+	next    time.Time // when the timer fires; zero when it is not armed
+	stopped bool
+}
+
+// alarmScope is what a bench holds: a key (or a route, KeyID "") for a
+// model, or for every model ("").
+type alarmScope struct{ provider, key, model string }
+
+// newAlarm returns the alarm of ring, nil for none.
+func newAlarm(clock func() time.Time, ring func(Eviction)) *alarm {
+	if ring == nil {
+		return nil
+	}
+	return &alarm{clock: clock, ring: ring}
+}
+
+// set tells the alarm of bench e.
+func (a *alarm) set(e Eviction) {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := alarmScope{e.Provider, e.KeyID, e.Model}
+	if old, ok := a.pending[s]; a.stopped || ok && !e.Until.After(old.Until) {
+		return
+	}
+	if a.pending == nil {
+		a.pending = map[alarmScope]Eviction{}
+	}
+	a.pending[s] = e
+	a.arm(e.Until)
+}
+
+// arm makes the timer fire at t, unless it fires sooner. a.mu is held.
+func (a *alarm) arm(t time.Time) {
+	if !a.next.IsZero() && !t.Before(a.next) {
+		return
+	}
+	a.next = t
+	d := max(t.Sub(a.clock()), 0)
+	if a.timer == nil {
+		a.timer = time.AfterFunc(d, a.fire)
+		return
+	}
+	a.timer.Reset(d)
+}
+
+// fire rings for each bench that has ended, and arms the timer for the
+// next. A clock behind the timer's (an injected one) finds none ended and
+// arms it again for what its clock says is left.
+func (a *alarm) fire() {
+	a.mu.Lock()
+	now := a.clock()
+	var ended []Eviction
+	var soonest time.Time
+	for s, e := range a.pending {
+		if !e.Until.After(now) {
+			ended = append(ended, e)
+			delete(a.pending, s)
+		} else if soonest.IsZero() || e.Until.Before(soonest) {
+			soonest = e.Until
+		}
+	}
+	a.next = time.Time{}
+	if !soonest.IsZero() && !a.stopped {
+		a.arm(soonest)
+	}
+	a.mu.Unlock()
+	slices.SortFunc(ended, func(x, y Eviction) int { return x.Until.Compare(y.Until) })
+	for _, e := range ended {
+		a.ring(e)
+	}
+}
+
+// drop forgets the benches of the keys with the given IDs, which an
+// operator lifted.
+func (a *alarm) drop(provider string, keyIDs ...string) {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for s := range a.pending {
+		if s.provider == provider && slices.Contains(keyIDs, s.key) {
+			delete(a.pending, s)
+		}
+	}
+}
+
+// stop stops the alarm: no bench it was told of rings from then on.
+func (a *alarm) stop() {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.stopped = true
+	clear(a.pending)
+	if a.timer != nil {
+		a.timer.Stop()
+	}
 }
 
 // benchedBy returns the keys a bench holds: the key, or every key of the

@@ -57,6 +57,7 @@ type Fallback struct {
 	names   string // the routes' names, for errors: "groq/openrouter"
 	clock   func() time.Time
 	onRoute func(RouteEvent)
+	alarm   *alarm // rings OnBenchEnd; nil without it
 }
 
 var _ http.RoundTripper = (*Fallback)(nil)
@@ -108,7 +109,7 @@ func NewFallback(routes []Route, opts ...Option) (*Fallback, error) {
 	if err != nil {
 		return nil, fmt.Errorf("keypool: fallback: %w", err)
 	}
-	fb := &Fallback{clock: cfg.clock, onRoute: cfg.onRoute}
+	fb := &Fallback{clock: cfg.clock, onRoute: cfg.onRoute, alarm: newAlarm(cfg.clock, cfg.onBenchEnd)}
 	names := map[string]bool{}
 	for i, r := range routes {
 		if r.Pool == nil || r.Pool.store == nil {
@@ -171,7 +172,7 @@ func (fb *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp, err := r.rt.RoundTrip(out)
 		var na *NoAvailableKeyError
 		if errors.As(err, &na) {
-			r.bench(na.RetryAt, KindRate)
+			fb.bench(r, na.RetryAt, KindRate, now)
 			skip(r, RouteSkip{Kind: KindRate, Until: na.RetryAt})
 			continue
 		}
@@ -201,7 +202,7 @@ func (fb *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 		case v.kind != KindNone && !v.quoted:
 			// The route's own failure: its pool could not route around it.
 			d, _ := r.Pool.cfg.bench.benchFor(v, 0, now)
-			r.bench(now.Add(d), v.kind)
+			fb.bench(r, now.Add(d), v.kind, now)
 			if !last {
 				skip(r, RouteSkip{Kind: v.kind, Until: now.Add(d)})
 				drain(resp.Body)
@@ -243,12 +244,13 @@ func (fb *Fallback) report(ev RouteEvent) {
 	}
 }
 
-// bench sets the route aside until until for a failure of kind, unless it
-// is already benched longer.
-func (r *fallbackRoute) bench(until time.Time, kind Kind) {
+// bench sets route r aside until until for a failure of kind, unless it
+// is already benched longer, and tells OnBenchEnd's alarm.
+func (fb *Fallback) bench(r *fallbackRoute, until time.Time, kind Kind, now time.Time) {
 	r.unbenched.Store(r.Pool.unbenched.Load())
 	if extendTo(&r.benchedUntil, until.UnixNano()) {
 		r.benchKind.Store(int64(kind))
+		fb.alarm.set(Eviction{Provider: r.Name, Kind: kind, For: max(until.Sub(now), 0), Until: until})
 	}
 }
 

@@ -307,6 +307,7 @@ type Pool struct {
 	landed       signal    // fires when a request gives back its place in a flight
 	models       names     // the model names requests have named
 	affinity     *affinity // nil when conversations do not stay on keys
+	alarm        *alarm    // rings OnBenchEnd; nil without it
 }
 
 // poolKey is a key as the pool holds it. The fields every request reads
@@ -361,6 +362,7 @@ func New(provider string, keys []Key, opts ...Option) (*Pool, error) {
 	}
 	p.mem = ownMemory(p.store)
 	p.affinity = newAffinity(cfg.affinity.size, cfg.affinity.idle, p.store)
+	p.alarm = newAlarm(cfg.clock, cfg.onBenchEnd)
 	if h, ok := p.store.(HealthReporter); ok {
 		p.health = h.Health
 	}
@@ -998,6 +1000,7 @@ func (p *Pool) Close() error {
 	}
 	p.lines.close()
 	p.tel.close()
+	p.alarm.stop()
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
 	if err := p.store.Flush(ctx); err != nil {
@@ -1349,6 +1352,11 @@ func (p *Pool) Unbench(ctx context.Context, keyID string) error {
 		}
 	}
 	k.benchedUntil.Store(0)
+	ids := []string{k.ID}
+	for _, o := range p.accounts[k.Account] {
+		ids = append(ids, o.ID) // an account's bench is reported by the key that set it
+	}
+	p.alarm.drop(p.provider, ids...)
 	p.unbenched.Add(1)
 	return nil
 }

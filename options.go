@@ -77,6 +77,7 @@ type config struct {
 	onStoreError   func(error)
 	onRoute        func(RouteEvent)
 	onAttempt      func(context.Context, Attempt)
+	onBenchEnd     func(Eviction)
 	auth           auth
 	modelFunc      func(*http.Request) string
 	affinity       affinityConfig
@@ -135,6 +136,20 @@ func OnRoute(f func(RouteEvent)) Option {
 		if f != nil {
 			c.onRoute = f
 		}
+		return nil
+	}}
+}
+
+// OnBenchEnd sets a function called when a bench ends: for a Pool, the
+// Eviction OnEvict reported, once its Until has come (a later bench of the
+// same key and model replaces it; one that Pool.Unbench lifted is not
+// reported); for a Fallback, a route's bench, as an Eviction whose
+// Provider is the route's name and whose KeyID is "". It is called from a
+// timer's goroutine, in the order the benches end, so a key comes back in
+// the log even when no request comes; it should return quickly.
+func OnBenchEnd(f func(Eviction)) Option {
+	return option{name: "OnBenchEnd", scope: forPool | forFallback, set: func(c *config) error {
+		c.onBenchEnd = f
 		return nil
 	}}
 }

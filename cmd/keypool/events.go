@@ -178,95 +178,23 @@ func (s *server) routed(e keypool.RouteEvent) {
 	for _, sk := range e.Skipped {
 		if !sk.Earlier && !sk.Until.IsZero() { // this request found the route with no key free
 			s.log.Info("route benched", "route", sk.Route, "kind", sk.Kind.String(), "until", sk.Until.Format(time.RFC3339))
-			s.returns.bench(benchScope{route: sk.Route}, sk.Until, sk.Kind)
 		}
 	}
 	if s.events.routed(e) {
 		b := e.Benched
 		s.log.Info("route benched", "route", b.Route, "kind", b.Kind.String(), "until", b.Until.Format(time.RFC3339))
-		s.returns.bench(benchScope{route: b.Route}, b.Until, b.Kind)
 	}
 }
 
-// maxTrackedBenches bounds the benches the proxy tracks to log returns:
-// one for each key, model and route benched at once. A bench beyond it is
-// on the status page, but its return is not logged.
-const maxTrackedBenches = 4096
-
-// benchScope is what a bench holds out of rotation: a key of a route for a
-// model, for every model (model ""), or a whole route (key "").
-type benchScope struct{ route, key, model string }
-
-// benchEnd is when a bench ends, and its kind.
-type benchEnd struct {
-	until time.Time
-	kind  keypool.Kind
+// back logs a key of route back in rotation: its bench ended (OnBenchEnd).
+// A key an operator unbenched is back at once, by hand, and not logged
+// again.
+func (s *server) back(route string, e keypool.Eviction) {
+	s.log.Info("back in rotation", "route", route, "key", e.KeyID, "model", e.Model, "kind", e.Kind.String(), "benched_until", e.Until.Format(time.RFC3339))
 }
 
-// returns tracks the benches the proxy set, so that the return of each
-// key, and route, to rotation is logged when its bench ends. The zero
-// value is ready to use; it is safe for concurrent use.
-type returns struct {
-	mu      sync.Mutex // guards benched
-	benched map[benchScope]benchEnd
-}
-
-// bench tracks a bench of scope until until; a later bench of the same
-// scope replaces it.
-func (r *returns) bench(scope benchScope, until time.Time, kind keypool.Kind) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.benched == nil {
-		r.benched = map[benchScope]benchEnd{}
-	}
-	if _, ok := r.benched[scope]; !ok && len(r.benched) >= maxTrackedBenches {
-		return
-	}
-	r.benched[scope] = benchEnd{until, kind}
-}
-
-// unbench forgets the benches of a key of route, and the route's own, which
-// an operator lifted.
-func (r *returns) unbench(route, key string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for s := range r.benched {
-		if s.route == route && (s.key == key || s.key == "") {
-			delete(r.benched, s)
-		}
-	}
-}
-
-// ended returns the benches that have ended by now, soonest first, and
-// forgets them.
-func (r *returns) ended(now time.Time) []benchReturn {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []benchReturn
-	for s, e := range r.benched {
-		if !e.until.After(now) {
-			out = append(out, benchReturn{s, e})
-			delete(r.benched, s)
-		}
-	}
-	slices.SortFunc(out, func(a, b benchReturn) int { return a.until.Compare(b.until) })
-	return out
-}
-
-// benchReturn is a bench that ended.
-type benchReturn struct {
-	benchScope
-	benchEnd
-}
-
-// logReturns logs each key and route whose bench has ended by now: back
-// in rotation.
-func (s *server) logReturns(now time.Time) {
-	for _, r := range s.returns.ended(now) {
-		if r.key == "" {
-			s.log.Info("route back in rotation", "route", r.route, "kind", r.kind.String(), "benched_until", r.until.Format(time.RFC3339))
-			continue
-		}
-		s.log.Info("back in rotation", "route", r.route, "key", r.key, "model", r.model, "kind", r.kind.String(), "benched_until", r.until.Format(time.RFC3339))
-	}
+// routeBack logs a route back in rotation: the Fallback's bench of it
+// ended.
+func (s *server) routeBack(e keypool.Eviction) {
+	s.log.Info("route back in rotation", "route", e.Provider, "kind", e.Kind.String(), "benched_until", e.Until.Format(time.RFC3339))
 }

@@ -31,8 +31,8 @@ type storeSpell struct {
 	reason string
 }
 
-// watcher is the server's goroutine that polls the store's health and
-// logs keys' returns to rotation, every tick, until stopped.
+// watcher is the server's goroutine that polls the store's health every
+// tick, until stopped.
 type watcher struct {
 	every time.Duration
 	stop  chan struct{}
@@ -73,7 +73,6 @@ func (s *server) watchLoop() {
 	for {
 		now := time.Now()
 		s.checkStore(now)
-		s.logReturns(now)
 		select {
 		case <-w.stop:
 			return

@@ -165,6 +165,18 @@ func TestServeLogsBenchesAndReturns(t *testing.T) {
 	assert.Contains(t, got[0], "key=upstreams[0].keys[1] model=gpt-4o-mini status=200 outcome=none attempts=2")
 }
 
+// A route of one key that the vendor throttles is benched, and its return
+// logged when its bench ends, with no request needed.
+func TestServeLogsARoutesReturn(t *testing.T) {
+	upstream := throttlesBriefOnce(t)
+	base, _, logs := loggedProxy(t, oneUpstream(t, upstream.URL, "keys: [{secret: sk-brief}]"), slog.LevelInfo, time.Hour)
+	assert.Equal(t, http.StatusTooManyRequests, send(t, http.MethodPost, base+"/v1/chat/completions", proxyToken))
+	require.Eventually(t, func() bool { return len(logLines(logs, "route back in rotation")) > 0 }, 5*time.Second, 20*time.Millisecond,
+		"the route's return is logged when its bench ends:\n%s", logs.String())
+	assert.Regexp(t, `msg="route back in rotation" route=up kind=rate benched_until=`, logLines(logs, "route back in rotation")[0])
+	assert.Len(t, logLines(logs, "route back in rotation"), 1, "once")
+}
+
 func TestServeLogsNoReturnOfAnUnbenchedKey(t *testing.T) {
 	upstream := throttlesBriefOnce(t)
 	base, _, logs := loggedProxy(t, oneUpstream(t, upstream.URL, "keys: [{id: brief, secret: sk-brief}, {secret: sk-other}]"), slog.LevelInfo, 20*time.Millisecond)
@@ -174,27 +186,6 @@ func TestServeLogsNoReturnOfAnUnbenchedKey(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond) // past the bench's end
 	assert.Len(t, logLines(logs, "unbenched"), 1)
 	assert.Empty(t, logLines(logs, "back in rotation"), "an unbenched key is back at once, by hand:\n%s", logs.String())
-}
-
-func TestReturnsForgetsUnbenchedKeys(t *testing.T) {
-	var r returns
-	now := time.Now()
-	r.bench(benchScope{"a", "k", "m"}, now.Add(time.Minute), 1)
-	r.bench(benchScope{"a", "", ""}, now.Add(time.Minute), 1)
-	r.bench(benchScope{"a", "other", ""}, now.Add(time.Minute), 1)
-	r.bench(benchScope{"b", "k", ""}, now.Add(time.Second), 1)
-	r.unbench("a", "k")
-	ended := r.ended(now.Add(time.Hour))
-	var scopes []benchScope
-	for _, e := range ended {
-		scopes = append(scopes, e.benchScope)
-	}
-	assert.Equal(t, []benchScope{{"b", "k", ""}, {"a", "other", ""}}, scopes, "soonest first; the unbenched key and its route forgotten")
-	assert.Empty(t, r.ended(now.Add(time.Hour)), "each logged once")
-	for i := range maxTrackedBenches + 10 {
-		r.bench(benchScope{"a", fmt.Sprint(i), ""}, now, 1)
-	}
-	assert.Len(t, r.ended(now), maxTrackedBenches, "bounded")
 }
 
 func TestServeFirstLineSaysWhereTheStateIs(t *testing.T) {

@@ -106,7 +106,6 @@ type server struct {
 	metrics  http.Handler
 	meters   meterProvider
 	events   eventRing // for the status page
-	returns  returns   // benches whose end is logged
 	redact   *redactor
 	tokens   []string // the proxy and operator tokens, to find in what goes upstream
 	inFlight inFlight
@@ -163,6 +162,7 @@ func newServerPolling(s *settings, log *slog.Logger, store keypool.Store, closer
 			keypool.WithMeterProvider(srv.meters),
 			keypool.OnAttempt(attempted),
 			keypool.OnEvict(func(e keypool.Eviction) { srv.benched(r.name, e) }),
+			keypool.OnBenchEnd(func(e keypool.Eviction) { srv.back(r.name, e) }),
 		}, r.options...)
 		if s.clock != nil {
 			opts = append(opts, keypool.WithClock(s.clock))
@@ -179,7 +179,7 @@ func newServerPolling(s *settings, log *slog.Logger, store keypool.Store, closer
 		}
 	}
 	srv.redact = newRedactor(secrets)
-	srv.fallback, err = keypool.NewFallback(routes, keypool.OnRoute(srv.routed), keypool.WithClock(srv.now))
+	srv.fallback, err = keypool.NewFallback(routes, keypool.OnRoute(srv.routed), keypool.OnBenchEnd(srv.routeBack), keypool.WithClock(srv.now))
 	if err != nil {
 		srv.close()
 		return nil, err
@@ -206,13 +206,11 @@ func (s *server) now() time.Time {
 	return time.Now()
 }
 
-// benched logs a bench of a key of route, and keeps it for the status page
-// and to log the key's return.
+// benched logs a bench of a key of route, and keeps it for the status page.
 func (s *server) benched(route string, e keypool.Eviction) {
 	s.log.Info("benched", "route", route, "key", e.KeyID, "model", e.Model, "kind", e.Kind.String(),
 		"for", e.For.Round(time.Second).String(), "until", e.Until.Format(time.RFC3339))
 	s.events.benched(route, e)
-	s.returns.bench(benchScope{route: route, key: e.KeyID, model: e.Model}, e.Until, e.Kind)
 }
 
 // upstreamTransport returns the transport of a route: one of its own, kept

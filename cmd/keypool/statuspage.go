@@ -338,9 +338,6 @@ func (s *server) operate(a keyAction) http.HandlerFunc {
 		who := caller(r)
 		s.log.Info(a.logged, "route", route, "key", key, "by", who, "from", r.RemoteAddr)
 		s.events.operated(a.name, route, key, who)
-		if a.name == "unbench" {
-			s.returns.unbench(route, key)
-		}
 		writeJSON(w, http.StatusOK, map[string]any{"route": route, "key": key, a.flag: true})
 	}
 }
