@@ -302,6 +302,7 @@ type Pool struct {
 	// health reads the store's Health, when it has one; storeFailing
 	// holds the kinds of store call (storeOp) failing now.
 	health       func() error
+	unnotify     func() // stops a HealthNotifier's notices; nil for none
 	storeFailing atomic.Uint32
 	lines        waitLines // requests waiting for a key, by model
 	landed       signal    // fires when a request gives back its place in a flight
@@ -387,6 +388,11 @@ func New(provider string, keys []Key, opts ...Option) (*Pool, error) {
 	}
 	tokens = tokens || len(cfg.accountBudgets) > 0
 	p.tokens.Store(tokens)
+	if n, ok := p.store.(HealthNotifier); ok && cfg.onStoreError != nil {
+		// A change between calls is heard when it happens, not at the
+		// next request.
+		p.unnotify = n.NotifyHealth(func() { p.noteStore(opHealth, p.health()) })
+	}
 	return p, nil
 }
 
@@ -1001,6 +1007,9 @@ func (p *Pool) Close() error {
 	p.lines.close()
 	p.tel.close()
 	p.alarm.stop()
+	if p.unnotify != nil {
+		p.unnotify()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
 	if err := p.store.Flush(ctx); err != nil {

@@ -90,6 +90,19 @@ type HealthReporter interface {
 	Health() error
 }
 
+// HealthNotifier is implemented by a HealthReporter that tells of each
+// change of its health as it happens — a failure that starts, a failure
+// that ends — so that no one need poll it: the BadgerStore and
+// redisstore's Store do. A pool over one tells OnStoreError of a change
+// even while no request comes.
+type HealthNotifier interface {
+	HealthReporter
+	// NotifyHealth calls f, from a goroutine of the store's, each time
+	// Health starts or stops returning an error, until remove is called.
+	// f must return quickly; it reads Health for the news.
+	NotifyHealth(f func()) (remove func())
+}
+
 // The conventions every store keeps, so that a pool gets the same answers
 // from each: a store outside this module needs no more than these, and
 // storetest.Run and storetest.Parity hold it to them.

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/keypool-go/keypool/internal/notify"
 )
 
 // ErrStoreLocked reports that a state directory is held by another process
@@ -72,6 +74,7 @@ type BadgerStore struct {
 	// that the lines of a failing spell come in order.
 	spellMu      sync.Mutex
 	failingSince time.Time // guarded by spellMu; zero while writes succeed
+	healthWatch  notify.Listeners
 	// errMu guards unwritten and refused.
 	errMu     sync.Mutex
 	unwritten map[keyRef]uint64  // keys whose benches are not written, and the version to write
@@ -87,7 +90,7 @@ type BadgerStore struct {
 
 var (
 	_ Store          = (*BadgerStore)(nil)
-	_ HealthReporter = (*BadgerStore)(nil)
+	_ HealthNotifier = (*BadgerStore)(nil)
 )
 
 // recordRef names one record of a key: its windows or its benches.
@@ -554,6 +557,7 @@ func (s *BadgerStore) setHealth(err error) {
 		s.failingSince = now
 		s.health.Store(&err)
 		s.cfg.logger.Warn("keypool: badger store failing; serving from memory until it writes again", "err", err)
+		s.healthWatch.Call()
 	case err != nil:
 		s.health.Store(&err)
 	case !s.failingSince.IsZero():
@@ -562,8 +566,12 @@ func (s *BadgerStore) setHealth(err error) {
 		s.health.Store(nil)
 		s.log.flush()
 		s.cfg.logger.Info("keypool: badger store writing again", "failed_for", now.Sub(since).Round(time.Millisecond))
+		s.healthWatch.Call()
 	}
 }
+
+// NotifyHealth implements HealthNotifier.
+func (s *BadgerStore) NotifyHealth(f func()) (remove func()) { return s.healthWatch.Add(f) }
 
 // every calls fn every d until Close.
 func (s *BadgerStore) every(d time.Duration, fn func()) {

@@ -292,3 +292,23 @@ func TestPoolOnBadgerResumesAfterRestart(t *testing.T) {
 	assert.Equal(t, KindQuota, a.Bench.Kind)
 	assert.Equal(t, clock.Now().Add(12*time.Hour), a.Bench.Until, "a weekly window, capped at the longest bench")
 }
+
+// TestBadgerStoreNotifiesHealth: a listener hears a failing spell start and
+// end, once each, however many failures come between; a removed one hears
+// nothing.
+func TestBadgerStoreNotifiesHealth(t *testing.T) {
+	s, err := OpenBadgerStore(t.TempDir())
+	require.NoError(t, err)
+	defer s.Close()
+	var heard []bool
+	remove := s.NotifyHealth(func() { heard = append(heard, s.Health() == nil) })
+	s.setHealth(errDiskFull)
+	s.setHealth(errDiskFull)
+	s.setHealth(nil)
+	s.setHealth(nil)
+	assert.Equal(t, []bool{false, true}, heard)
+	remove()
+	s.setHealth(errDiskFull)
+	assert.Len(t, heard, 2)
+	s.setHealth(nil)
+}

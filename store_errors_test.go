@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/keypool-go/keypool/internal/notify"
 )
 
 // failingStore is a memory store whose benches fail while failBench is set,
@@ -70,4 +72,45 @@ func TestOnStoreErrorOncePerSpell(t *testing.T) {
 	require.NoError(t, p.Do(t.Context(), "third", ok))
 	require.Len(t, told, 4)
 	assert.NoError(t, told[3])
+}
+
+// notifyingStore is a failingStore that tells of each change of its health,
+// as a HealthNotifier.
+type notifyingStore struct {
+	failingStore
+	watch notify.Listeners
+}
+
+var _ HealthNotifier = (*notifyingStore)(nil)
+
+func (s *notifyingStore) NotifyHealth(f func()) func() { return s.watch.Add(f) }
+
+func (s *notifyingStore) change(err error) {
+	s.setHealth(err)
+	s.watch.Call()
+}
+
+// TestOnStoreErrorHearsAChangeWithoutARequest: over a HealthNotifier, a
+// failure that starts and ends between requests is told when it happens;
+// a closed pool hears no more.
+func TestOnStoreErrorHearsAChangeWithoutARequest(t *testing.T) {
+	store := &notifyingStore{failingStore: failingStore{memoryStore: newMemoryStore()}}
+	var mu sync.Mutex
+	var told []error
+	p, err := New("x", threeKeys(), WithStore(store), OnStoreError(func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		told = append(told, err)
+	}))
+	require.NoError(t, err)
+	store.change(errDiskFull)
+	store.change(nil)
+	mu.Lock()
+	assert.Equal(t, []error{errDiskFull, nil}, told, "the spell's start and end, with no request")
+	mu.Unlock()
+	require.NoError(t, p.Close())
+	store.change(errDiskFull)
+	mu.Lock()
+	assert.Len(t, told, 2, "a closed pool hears no more")
+	mu.Unlock()
 }

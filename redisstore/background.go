@@ -376,9 +376,14 @@ func (s *Store) markDown(cause error) error {
 	s.mu.Unlock()
 	if was {
 		s.poke()
+		s.healthWatch.Call()
 	}
 	return err
 }
+
+// NotifyHealth implements keypool.HealthNotifier: f hears when Redis is
+// taken as down, and when it answers again.
+func (s *Store) NotifyHealth(f func()) (remove func()) { return s.healthWatch.Add(f) }
 
 // poke wakes the store's goroutine.
 func (s *Store) poke() {
@@ -475,8 +480,12 @@ func (s *Store) replay(ctx context.Context) error {
 		batch := s.journal
 		s.journal = nil
 		if len(batch) == 0 {
+			was := s.down != nil
 			s.down = nil
 			s.mu.Unlock()
+			if was {
+				s.healthWatch.Call()
+			}
 			return nil
 		}
 		s.mu.Unlock()

@@ -141,6 +141,13 @@ func TestRedisDownRefuses(t *testing.T) {
 			t.Cleanup(func() { _ = c.Close() })
 			var st statuses
 			s := newStore(t, c, redisstore.WithLogger(st.logger()))
+			var hmu sync.Mutex
+			var heard []bool // Health() == nil at each notice
+			defer s.NotifyHealth(func() {
+				hmu.Lock()
+				defer hmu.Unlock()
+				heard = append(heard, s.Health() == nil)
+			})()
 			ctx := t.Context()
 			stop := load(s, r, "m")
 
@@ -180,6 +187,9 @@ func TestRedisDownRefuses(t *testing.T) {
 			assert.Empty(t, unexpected, "errors other than ErrUnavailable")
 			eventually(t, "the store reports Redis back", func() bool { return len(st.get()) == 2 })
 			assert.Equal(t, []bool{false, true}, st.get())
+			hmu.Lock()
+			defer hmu.Unlock()
+			assert.Equal(t, []bool{false, true}, heard, "NotifyHealth heard it go down and come back, once each")
 		})
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/keypool-go/keypool/internal/notify"
 	"github.com/keypool-go/keypool/internal/windowspec"
 
 	"github.com/keypool-go/keypool"
@@ -61,6 +62,8 @@ type Store struct {
 	// a caller reads what it wrote.
 	sends sync.RWMutex
 
+	healthWatch notify.Listeners // told when Redis goes down and comes back
+
 	mu sync.Mutex // guards the fields below
 	// corrupt holds, by provider and key ID, why a key's takes are passed
 	// over: a Redis key of its holds the wrong type.
@@ -80,7 +83,7 @@ type Store struct {
 var (
 	_ keypool.Store          = (*Store)(nil)
 	_ keypool.AffinityStore  = (*Store)(nil)
-	_ keypool.HealthReporter = (*Store)(nil)
+	_ keypool.HealthNotifier = (*Store)(nil)
 )
 
 // New returns a Store over a client the caller owns: Close does not close

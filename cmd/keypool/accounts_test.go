@@ -107,7 +107,7 @@ func TestPrintRoutesShowsAccountsAndLearnedLimits(t *testing.T) {
 }
 
 func TestStatusCommandSaysTheStoreFails(t *testing.T) {
-	base, _, store, _ := failingStoreProxy(t, time.Hour)
+	base, _, store, _ := failingStoreProxy(t)
 	store.fail(assert.AnError)
 	status, stdout, stderr := runCommand(t, nil, "status", "-url", base, "-token", proxyToken)
 	require.Equal(t, 0, status, stderr)

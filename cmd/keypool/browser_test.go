@@ -275,7 +275,7 @@ upstreams:
 func TestStatusPageShowsAFailingStore(t *testing.T) {
 	ctx := browser(t)
 	dir := screenshotDir(t)
-	base, _, store, _ := failingStoreProxy(t, 20*time.Millisecond)
+	base, _, store, _ := failingStoreProxy(t)
 	store.fail(errors.New("state directory /var/lib/keypool is not writable: read-only file system"))
 	inTab(t, ctx, "log in",
 		chromedp.Navigate(base+"/"),

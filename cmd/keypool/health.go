@@ -18,12 +18,9 @@ import (
 // requests, as replicas says) and says so: /healthz and /status carry the
 // reason, the status page shows a banner, the gauge keypool.store.healthy
 // is 0, and the log has one line when the failure starts and one when it
-// ends. A store says it fails through a Health method (BadgerStore and
-// redisstore.Store have one); a store without it never fails.
-
-// healthPoll is how often the server asks its store's Health, to log when
-// a failure starts and ends.
-const healthPoll = time.Second
+// ends. A store says it fails through a Health method, and tells of each
+// change through NotifyHealth (BadgerStore and redisstore.Store do both),
+// so nothing polls it; a store without Health never fails.
 
 // storeSpell is a failure of the store: since when, and why.
 type storeSpell struct {
@@ -31,14 +28,15 @@ type storeSpell struct {
 	reason string
 }
 
-// watcher is the server's goroutine that polls the store's health every
-// tick, until stopped.
+// watcher hears the store's health change (keypool.HealthNotifier), to log
+// when a failure starts and ends, until stopped. A store that tells no
+// changes is read when /healthz or /status asks, and logs nothing.
 type watcher struct {
-	every time.Duration
-	stop  chan struct{}
-	done  chan struct{}
-	once  sync.Once
-	spell atomic.Pointer[storeSpell] // the failure going on; nil when the store works
+	remove  func() // stops the store's notices; nil for a store that gives none
+	once    sync.Once
+	mu      sync.Mutex                 // orders the checks: the store's goroutine, and the first
+	stopped bool                       // guarded by mu
+	spell   atomic.Pointer[storeSpell] // the failure going on; nil when the store works
 }
 
 // storeHealth returns the store's failure, or nil while it works.
@@ -49,42 +47,44 @@ func (s *server) storeHealth() error {
 	return nil
 }
 
-// startWatch starts the server's watcher, which stopWatch ends.
-func (s *server) startWatch(every time.Duration) {
-	s.watch = &watcher{every: every, stop: make(chan struct{}), done: make(chan struct{})}
-	go s.watchLoop()
+// startWatch starts the server's watcher, which stopWatch ends: it checks
+// the store now, and again at each change it tells of.
+func (s *server) startWatch() {
+	s.watch = &watcher{}
+	if n, ok := s.store.(keypool.HealthNotifier); ok {
+		s.watch.remove = n.NotifyHealth(func() { s.checkStore(time.Now()) })
+	}
+	s.checkStore(time.Now())
 }
 
-// stopWatch stops the watcher and waits for it; it may be called more than
-// once, and without a watcher.
+// stopWatch stops the watcher: nothing is logged of the store's health
+// after it returns. It may be called more than once, and without a
+// watcher.
 func (s *server) stopWatch() {
-	if s.watch == nil {
+	w := s.watch
+	if w == nil {
 		return
 	}
-	s.watch.once.Do(func() { close(s.watch.stop) })
-	<-s.watch.done
-}
-
-func (s *server) watchLoop() {
-	w := s.watch
-	defer close(w.done)
-	tick := time.NewTicker(w.every)
-	defer tick.Stop()
-	for {
-		now := time.Now()
-		s.checkStore(now)
-		select {
-		case <-w.stop:
-			return
-		case <-tick.C:
+	w.once.Do(func() {
+		if w.remove != nil {
+			w.remove()
 		}
-	}
+		w.mu.Lock()
+		w.stopped = true
+		w.mu.Unlock()
+	})
 }
 
 // checkStore asks the store's health at now, and logs a failure when it
 // starts and when it ends: once each, however long it lasts and whatever
 // it says meanwhile.
 func (s *server) checkStore(now time.Time) {
+	w := s.watch
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
+		return
+	}
 	err := s.storeHealth()
 	spell := s.watch.spell.Load()
 	switch {

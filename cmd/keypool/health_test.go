@@ -17,27 +17,33 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keypool-go/keypool"
+	"github.com/keypool-go/keypool/internal/notify"
 )
 
 // failingStoreProxy starts the proxy over a store whose health is what the
 // test sets, its watcher ticking every poll, with a redis:// state whose
 // password must never show; it returns its URL, the server, the store and
 // the log.
-func failingStoreProxy(t *testing.T, poll time.Duration) (string, *server, *stuckStore, *syncBuffer) {
+func failingStoreProxy(t *testing.T) (string, *server, *stuckStore, *syncBuffer) {
 	t.Helper()
 	store := &stuckStore{Store: keypool.NewMemoryStore(), release: make(chan struct{})}
 	close(store.release)
 	c, err := parseConfig([]byte("proxy_tokens: ["+proxyToken+"]\nstate: redis://:hunter2@127.0.0.1:1/0\n"+
 		"upstreams: [{name: up, url: 'http://127.0.0.1:1', keys: [{id: k1, secret: sk-health-1}, {id: k2, secret: sk-health-2}]}]\n"), "k")
 	require.NoError(t, err)
-	base, srv, logs := startLogged(t, c, slog.LevelInfo, poll, store)
+	base, srv, logs := startLogged(t, c, slog.LevelInfo, store)
 	return base, srv, store, logs
 }
 
+// fail sets the store's health, and tells of a change as a store does.
 func (s *stuckStore) fail(err error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	changed := (s.health == nil) != (err == nil)
 	s.health = err
+	s.mu.Unlock()
+	if changed {
+		s.watch.Call()
+	}
 }
 
 // storeOf returns the store part of the proxy's /status.
@@ -63,7 +69,7 @@ func healthGauge(t *testing.T, base string) string {
 }
 
 func TestStoreFailureIsReported(t *testing.T) {
-	base, srv, store, logs := failingStoreProxy(t, 10*time.Millisecond)
+	base, srv, store, logs := failingStoreProxy(t)
 	assert.Equal(t, storeView{Healthy: true}, storeOf(t, base))
 	assert.Equal(t, "1", healthGauge(t, base))
 
@@ -96,39 +102,42 @@ func TestStoreFailureIsReported(t *testing.T) {
 	assert.Equal(t, storeView{Healthy: true}, storeOf(t, base))
 	assert.Equal(t, "1", healthGauge(t, base))
 
-	// A shutdown stops the watcher.
+	// A shutdown stops the watcher: the store's notices go nowhere.
 	srv.close()
-	select {
-	case <-srv.watch.done:
-	case <-time.After(time.Second):
-		t.Fatal("the watcher still runs after close")
-	}
 	store.fail(errors.New("after the end"))
-	time.Sleep(50 * time.Millisecond)
 	assert.Len(t, logLines(logs, "state store failing"), 1, "nothing logged after the shutdown")
 }
 
-func TestStoreHealthPolledOnceASecond(t *testing.T) {
-	assert.Equal(t, time.Second, healthPoll)
+// TestStoreHealthIsHeardNotPolled: the watcher reads the store's health
+// when it starts and at each change the store tells of — never on a
+// clock.
+func TestStoreHealthIsHeardNotPolled(t *testing.T) {
 	calls := &countingHealth{}
 	srv := &server{settings: &settings{}, log: slog.New(slog.DiscardHandler), store: calls, redact: newRedactor(nil)}
-	srv.startWatch(healthPoll)
-	time.Sleep(2500 * time.Millisecond)
+	srv.startWatch()
+	time.Sleep(50 * time.Millisecond)
+	assert.Equal(t, int64(1), calls.n.Load(), "once at the start, and not again while nothing changes")
+	calls.watch.Call()
+	assert.Equal(t, int64(2), calls.n.Load(), "once at a change")
 	srv.stopWatch()
 	srv.stopWatch() // again: nothing
-	assert.InDelta(t, 3, calls.n.Load(), 1, "once at the start, then once a second")
+	calls.watch.Call()
+	assert.Equal(t, int64(2), calls.n.Load(), "nothing once stopped")
 }
 
 // countingHealth is a store that counts the calls of its Health.
 type countingHealth struct {
 	keypool.Store
-	n atomic.Int64
+	n     atomic.Int64
+	watch notify.Listeners
 }
 
 func (c *countingHealth) Health() error {
 	c.n.Add(1)
 	return nil
 }
+
+func (c *countingHealth) NotifyHealth(f func()) func() { return c.watch.Add(f) }
 
 func TestServeStartsWithReplicasWhileRedisIsDown(t *testing.T) {
 	mr := miniredis.RunT(t)

@@ -24,17 +24,17 @@ import (
 
 // loggedProxy starts the proxy for conf with a log at level, its watcher
 // ticking every poll, and returns its URL, the server and the log.
-func loggedProxy(t *testing.T, conf string, level slog.Level, poll time.Duration) (string, *server, *syncBuffer) {
+func loggedProxy(t *testing.T, conf string, level slog.Level) (string, *server, *syncBuffer) {
 	t.Helper()
 	c, err := parseConfig([]byte(conf), "keypool.yaml")
 	require.NoError(t, err)
-	return startLogged(t, c, level, poll, nil)
+	return startLogged(t, c, level, nil)
 }
 
 // startLogged starts the proxy for c, over store or, when it is nil, the
 // state c names, with a log at level and its watcher ticking every poll,
 // and returns its URL, the server and the log.
-func startLogged(t *testing.T, c *config, level slog.Level, poll time.Duration, store *stuckStore) (string, *server, *syncBuffer) {
+func startLogged(t *testing.T, c *config, level slog.Level, store *stuckStore) (string, *server, *syncBuffer) {
 	t.Helper()
 	s, err := c.resolve(func(string) (string, bool) { return "", false })
 	require.NoError(t, err)
@@ -45,7 +45,7 @@ func startLogged(t *testing.T, c *config, level slog.Level, poll time.Duration, 
 		require.NoError(t, err)
 	}
 	logs := &syncBuffer{}
-	srv, err := newServerPolling(s, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: level})), st, closer, poll)
+	srv, err := newServerWith(s, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: level})), st, closer)
 	require.NoError(t, err)
 	hs := httptest.NewServer(srv.handler())
 	t.Cleanup(func() {
@@ -88,7 +88,7 @@ func TestServeLogsALinePerRequest(t *testing.T) {
 	t.Cleanup(sim.Close)
 	base, _, logs := loggedProxy(t, simConfig(sim, t.TempDir(), `
       - {id: gone, secret: sk-log-gone}
-      - {id: good, secret: sk-log-good}`)+"    limits: {rpd: 3}\n", slog.LevelInfo, time.Second)
+      - {id: good, secret: sk-log-good}`)+"    limits: {rpd: 3}\n", slog.LevelInfo)
 
 	assert.Equal(t, http.StatusOK, send(t, http.MethodPost, base+"/v1/chat/completions", proxyToken)) // gone, then good
 	assert.Equal(t, http.StatusOK, send(t, http.MethodPost, base+"/v1/chat/completions", proxyToken))
@@ -120,14 +120,14 @@ func TestServeLogsOwnEndpointsAtDebugAndNothingAtWarn(t *testing.T) {
 	sim := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Keys: []vendorsim.Key{{Secret: "sk-log-a", ID: "a"}}})
 	t.Cleanup(sim.Close)
 	conf := simConfig(sim, t.TempDir(), "      - {id: a, secret: sk-log-a}")
-	base, _, logs := loggedProxy(t, conf, slog.LevelDebug, time.Second)
+	base, _, logs := loggedProxy(t, conf, slog.LevelDebug)
 	send(t, http.MethodGet, base+"/status", proxyToken)
 	got := logLines(logs, "request")
 	require.Len(t, got, 1)
 	assert.Contains(t, got[0], `level=DEBUG msg=request method=GET path=/status route="" key="" model="" status=200`)
 
 	conf = simConfig(sim, t.TempDir(), "      - {id: a, secret: sk-log-a}")
-	base, _, logs = loggedProxy(t, conf, slog.LevelWarn, time.Second)
+	base, _, logs = loggedProxy(t, conf, slog.LevelWarn)
 	assert.Equal(t, http.StatusOK, send(t, http.MethodPost, base+"/v1/chat/completions", proxyToken))
 	assert.Empty(t, logs.String(), "log_level: warn logs no request")
 }
@@ -150,7 +150,7 @@ func throttlesBriefOnce(t *testing.T) *httptest.Server {
 
 func TestServeLogsBenchesAndReturns(t *testing.T) {
 	upstream := throttlesBriefOnce(t)
-	base, _, logs := loggedProxy(t, oneUpstream(t, upstream.URL, "keys: [{secret: sk-brief}, {secret: sk-other}]"), slog.LevelInfo, 20*time.Millisecond)
+	base, _, logs := loggedProxy(t, oneUpstream(t, upstream.URL, "keys: [{secret: sk-brief}, {secret: sk-other}]"), slog.LevelInfo)
 	assert.Equal(t, http.StatusOK, send(t, http.MethodPost, base+"/v1/chat/completions", proxyToken))
 	require.Eventually(t, func() bool { return len(logLines(logs, "back in rotation")) > 0 }, 5*time.Second, 20*time.Millisecond,
 		"the key's return is logged when its bench ends:\n%s", logs.String())
@@ -169,7 +169,7 @@ func TestServeLogsBenchesAndReturns(t *testing.T) {
 // logged when its bench ends, with no request needed.
 func TestServeLogsARoutesReturn(t *testing.T) {
 	upstream := throttlesBriefOnce(t)
-	base, _, logs := loggedProxy(t, oneUpstream(t, upstream.URL, "keys: [{secret: sk-brief}]"), slog.LevelInfo, time.Hour)
+	base, _, logs := loggedProxy(t, oneUpstream(t, upstream.URL, "keys: [{secret: sk-brief}]"), slog.LevelInfo)
 	assert.Equal(t, http.StatusTooManyRequests, send(t, http.MethodPost, base+"/v1/chat/completions", proxyToken))
 	require.Eventually(t, func() bool { return len(logLines(logs, "route back in rotation")) > 0 }, 5*time.Second, 20*time.Millisecond,
 		"the route's return is logged when its bench ends:\n%s", logs.String())
@@ -179,7 +179,7 @@ func TestServeLogsARoutesReturn(t *testing.T) {
 
 func TestServeLogsNoReturnOfAnUnbenchedKey(t *testing.T) {
 	upstream := throttlesBriefOnce(t)
-	base, _, logs := loggedProxy(t, oneUpstream(t, upstream.URL, "keys: [{id: brief, secret: sk-brief}, {secret: sk-other}]"), slog.LevelInfo, 20*time.Millisecond)
+	base, _, logs := loggedProxy(t, oneUpstream(t, upstream.URL, "keys: [{id: brief, secret: sk-brief}, {secret: sk-other}]"), slog.LevelInfo)
 	assert.Equal(t, http.StatusOK, send(t, http.MethodPost, base+"/v1/chat/completions", proxyToken))
 	require.Len(t, logLines(logs, "benched"), 1)
 	assert.Equal(t, http.StatusOK, send(t, http.MethodPost, base+"/keys/up/brief/unbench", proxyToken))

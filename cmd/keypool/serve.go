@@ -132,14 +132,9 @@ func newServer(s *settings, log *slog.Logger) (*server, error) {
 }
 
 // newServerWith builds the server over a state store already open, which
-// closer closes, and starts its watcher, which polls the store's health
-// every healthPoll; close or a shutdown stops it.
+// closer closes, and starts its watcher of the store's health; close or a
+// shutdown stops it.
 func newServerWith(s *settings, log *slog.Logger, store keypool.Store, closer io.Closer) (*server, error) {
-	return newServerPolling(s, log, store, closer, healthPoll)
-}
-
-// newServerPolling is newServerWith with the watcher's tick.
-func newServerPolling(s *settings, log *slog.Logger, store keypool.Store, closer io.Closer, poll time.Duration) (*server, error) {
 	srv := &server{settings: s, log: log, store: store, state: closer}
 	srv.events.now = srv.now
 	for _, t := range slices.Concat(s.tokens, s.operatorTokens) {
@@ -193,7 +188,7 @@ func newServerPolling(s *settings, log *slog.Logger, store keypool.Store, closer
 		BufferPool:     &copyBuffers{},
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	srv.startWatch(poll)
+	srv.startWatch()
 	return srv, nil
 }
 

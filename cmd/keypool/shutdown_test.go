@@ -28,6 +28,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/keypool-go/keypool"
+	"github.com/keypool-go/keypool/internal/notify"
 )
 
 // binDir holds the keypool command built for the tests that run it as a
@@ -231,7 +232,11 @@ type stuckStore struct {
 	release chan struct{}
 	mu      sync.Mutex
 	health  error
+	watch   notify.Listeners
 }
+
+// NotifyHealth implements keypool.HealthNotifier: fail tells of a change.
+func (s *stuckStore) NotifyHealth(f func()) func() { return s.watch.Add(f) }
 
 func (s *stuckStore) Flush(ctx context.Context) error {
 	<-s.release

@@ -41,7 +41,7 @@ func proxyLogged(t *testing.T, conf string, tokens ...string) (string, *server, 
 	for _, tok := range tokens {
 		c.ProxyTokens = append(c.ProxyTokens, secretRef(tok))
 	}
-	return startLogged(t, &c, slog.LevelInfo, healthPoll, nil)
+	return startLogged(t, &c, slog.LevelInfo, nil)
 }
 
 // benchGone sends requests until the revoked key has met one.
@@ -520,7 +520,7 @@ func TestOperatorTokensApartFromProxyTokens(t *testing.T) {
 	var c config
 	require.NoError(t, yaml.Unmarshal([]byte(oneUpstream(t, upstream.URL, "keys: [{id: a, secret: sk-a}]")), &c))
 	c.OperatorTokens = []secretRef{operatorToken}
-	base, _, logs := startLogged(t, &c, slog.LevelInfo, healthPoll, nil)
+	base, _, logs := startLogged(t, &c, slog.LevelInfo, nil)
 	bearer := func(token string) http.Header { return http.Header{"Authorization": {"Bearer " + token}} }
 	send := func(method, path string, header http.Header) (int, string) {
 		return sendWith(t, method, base+path, nil, header)
@@ -673,7 +673,7 @@ func TestOwnEndpointsAnswerOnlyForTheProxysNames(t *testing.T) {
 	var c config
 	require.NoError(t, yaml.Unmarshal([]byte("listen: keypool-box.lan:8787\nhosts: [keypool.internal]\n"+oneUpstream(t, upstream.URL, "keys: [{id: a, secret: sk-a}]")), &c))
 	c.OperatorTokens = []secretRef{operatorToken}
-	base, _, logs := startLogged(t, &c, slog.LevelInfo, healthPoll, nil)
+	base, _, logs := startLogged(t, &c, slog.LevelInfo, nil)
 	port := base[strings.LastIndexByte(base, ':'):]
 	send := func(method, path, host string, token string) (int, string) {
 		req, err := http.NewRequest(method, base+path, nil)

@@ -1,0 +1,45 @@
+// Package notify holds the listeners of a store's health changes
+// (keypool.HealthNotifier), for the stores of keypool and redisstore.
+package notify
+
+import "sync"
+
+// Listeners is a set of functions called on each change. The zero value is
+// ready to use; it is safe for concurrent use.
+type Listeners struct {
+	mu   sync.Mutex
+	next int
+	fs   map[int]func()
+}
+
+// Add adds f and returns the function that removes it, which may be
+// called more than once.
+func (l *Listeners) Add(f func()) (remove func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.fs == nil {
+		l.fs = map[int]func(){}
+	}
+	id := l.next
+	l.next++
+	l.fs[id] = f
+	return func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		delete(l.fs, id)
+	}
+}
+
+// Call calls every function added, outside the set's lock, so that one may
+// add or remove another.
+func (l *Listeners) Call() {
+	l.mu.Lock()
+	fs := make([]func(), 0, len(l.fs))
+	for _, f := range l.fs {
+		fs = append(fs, f)
+	}
+	l.mu.Unlock()
+	for _, f := range fs {
+		f()
+	}
+}
