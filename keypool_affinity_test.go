@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/keypool-go/keypool/internal/vendorsim"
+	"github.com/keypool-go/keypool/internal/windowspec"
 )
 
 // converse sends one chat request through client whose body holds extra
@@ -172,7 +173,7 @@ func TestAffinityStaysInItsTier(t *testing.T) {
 	assert.Equal(t, "free", converse(t, f, conv))
 	assert.Equal(t, "paid", converse(t, f, conv), "the free key's minute is full")
 	assert.Equal(t, "paid", converse(t, f, conv))
-	clock.Advance(time.Minute)
+	clock.Advance(time.Minute + windowspec.ExactGuard)
 	assert.Equal(t, "free", converse(t, f, conv), "free before paid, whatever the conversation")
 }
 

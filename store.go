@@ -127,9 +127,9 @@ type HealthNotifier interface {
 // in the windows its limits set: the model's, by Claim.Limits tightened by
 // what was learned, and the key's across models, by Claim.Cap. A sliding
 // window whose request limit is no more than 81 a minute or 25 a day counts
-// each request from its time, rounded up to the millisecond, for exactly its
-// span, and when it is full says the request fits when enough of the oldest
-// have left; the package's stores count others in 81 buckets of 750 ms or
+// each request from its time, rounded up to the millisecond, for its span
+// and ExactGuard more, and when it is full says the request fits when
+// enough of the oldest have left; the package's stores count others in 81 buckets of 750 ms or
 // 25 of an hour, each counted until all of it has left the span, which
 // admits at least 98.7% (96% for a day) of the limit.
 //
@@ -158,6 +158,12 @@ const (
 	MaxModelsPerKey = windowspec.MaxModelsPerKey
 	OverflowModel   = windowspec.OverflowModel
 )
+
+// ExactGuard is how much longer than its span a window that counts exact
+// times counts a request: the vendor counts a request when it arrives, a
+// moment after the take, and a client on a fixed period would otherwise
+// meet the vendor's window that moment early.
+const ExactGuard = windowspec.ExactGuard
 
 // ReservedRetry is how soon a claim refused because what requests in flight
 // reserve fills a budget is told to try again (Grant.RetryAt, with

@@ -466,8 +466,12 @@ func exactFor(requests int64, n int) bool { return requests > 0 && requests <= i
 // ceilMs returns ns in whole milliseconds, rounded up.
 func ceilMs(ns int64) int64 { return (ns + nsPerMs - 1) / nsPerMs }
 
-// spanMs returns a window's span in milliseconds: its n-1 buckets.
-func spanMs(b buckets, width int64) int64 { return int64(len(b.requests)-1) * width / nsPerMs }
+// spanMs returns how long an exact window counts a request, in
+// milliseconds: its span (its n-1 buckets) and the guard after it
+// (windowspec.ExactGuard).
+func spanMs(b buckets, width int64) int64 {
+	return int64(len(b.requests)-1)*width/nsPerMs + int64(windowspec.ExactGuard/time.Millisecond)
+}
 
 // entryMs returns the time of the entry in slot i, in Unix milliseconds.
 func (s *sliding) entryMs(b buckets, i int) int64 { return s.head + int64(b.requests[i]) - 1 }

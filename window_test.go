@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/keypool-go/keypool/internal/windowspec"
 )
 
 // event is one admitted take.
@@ -127,6 +129,25 @@ func TestWindowRetryAtIsExact(t *testing.T) {
 			assert.True(t, fit, "seed %d: does not fit at RetryAt", seed)
 		}
 	}
+}
+
+// TestWindowExactGuard: an exact window counts a request for its span and
+// windowspec.ExactGuard more, so that a client on a fixed period of a
+// second meets keypool's refusal for those milliseconds, not the vendor's
+// minute a moment early.
+func TestWindowExactGuard(t *testing.T) {
+	var w windows
+	lim := Limits{RPM: 1}
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	ok, _, _ := w.room(start, lim, 0, calendar{})
+	require.True(t, ok)
+	w.add(start, lim.spans(), 1, 0, calendar{})
+	ok, at, _ := w.room(start+int64(time.Minute), lim, 0, calendar{})
+	assert.False(t, ok, "a minute after the take, the guard still holds it")
+	assert.Equal(t, start+int64(time.Minute+windowspec.ExactGuard), at, "RetryAt is the span and the guard after the take")
+	ok, _, _ = w.room(at, lim, 0, calendar{})
+	assert.True(t, ok)
+	assert.Equal(t, 5*time.Millisecond, windowspec.ExactGuard, "a few milliseconds: more would leave a key idle")
 }
 
 func TestWindowRoomReportsWhichWindowIsFull(t *testing.T) {

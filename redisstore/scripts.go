@@ -64,6 +64,9 @@ const (
 const prelude = `
 redis.replicate_commands()
 local MN, MW, DN, DW, MAXB, MARGIN, REFRESH = $MN, $MW, $DN, $DW, $MAXB, $MARGIN, $REFRESH
+-- GUARD: how much longer than its span an exact window counts a request
+-- (keypool's spanMs).
+local GUARD = $GUARD
 local function int(x) return string.format('%d', x) end
 -- key reads a key's index: the server's time, never before the key's
 -- latest take; whether the key knows model m; when the index's expiry was
@@ -170,7 +173,7 @@ local function sliding(key, width, n, now)
   if w.exact then
     -- Exact mode (keypool's window_exact.go): slot s holds a request's
     -- time in r<s> (Unix milliseconds) and its tokens in t<s>.
-    local span = (n - 1) * width
+    local span = (n - 1) * width + GUARD
     w.es = {}
     local toks = {}
     for j = 1, #kv, 2 do
@@ -247,7 +250,7 @@ end
 -- with none free, the oldest gives way, its tokens to the latest entry when
 -- it still counted (keypool's insert).
 local function exactInsert(w, ms, tok)
-  local span = (w.n - 1) * w.width
+  local span = (w.n - 1) * w.width + GUARD
   local free, oldest
   for s = 1, w.n do
     local e = w.es[s]
@@ -325,7 +328,7 @@ local function windowUse(w, exact)
       if req == 0 and tk ~= 0 then exactInsert(w, last, tk) end
     end
     exactTouch(w)
-    local span = (w.n - 1) * w.width
+    local span = (w.n - 1) * w.width + GUARD
     w.sr, w.st = 0, 0
     for _, e in pairs(w.es) do
       if e.ms + span > w.now then w.sr, w.st = w.sr + 1, w.st + e.tok end
@@ -367,7 +370,7 @@ end
 local function slidingRoom(w, lr, lt, tok)
   if fits(w, lr, lt, tok, 0, 0) then return true, 0 end
   if w.exact then
-    local span = (w.n - 1) * w.width
+    local span = (w.n - 1) * w.width + GUARD
     local fr, ft, last = 0, 0, w.now
     for _, s in ipairs(exactOrder(w)) do
       local e = w.es[s]
@@ -924,6 +927,7 @@ var storeScript = func() *redis.Script {
 		"$DW", strconv.FormatInt(dayWidth, 10),
 		"$MAXB", strconv.FormatInt(maxBucket, 10),
 		"$MARGIN", strconv.FormatInt(windowMargin, 10),
+		"$GUARD", strconv.FormatInt(int64(windowspec.ExactGuard/time.Millisecond), 10),
 		"$REFRESH", strconv.FormatInt(expiryRefresh, 10),
 		"$INDEXLIFE", strconv.FormatInt(indexLife, 10),
 		"$LEVELLIFE", strconv.FormatInt(levelLife, 10),

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/keypool-go/keypool"
+	"github.com/keypool-go/keypool/internal/windowspec"
 )
 
 // state reads a key's state in two round trips: the server's time, the
@@ -160,10 +161,11 @@ func usage(minute, day map[string]string, cal bool, now int64) keypool.Usage {
 
 // slidingUsed returns what a sliding window's buckets, as the take script
 // writes them, count at now: the last n buckets up to now's — or, for a
-// window in exact mode, its entries still in the span.
+// window in exact mode, its entries still in the span and its guard
+// (windowspec.ExactGuard).
 func slidingUsed(fields map[string]string, width, n, now int64) (requests, tokens int64) {
 	if fields["e"] != "" {
-		return exactUsed(fields, (n-1)*width, now)
+		return exactUsed(fields, (n-1)*width+int64(windowspec.ExactGuard/time.Millisecond), now)
 	}
 	head := now / width
 	oldest := head - n + 1

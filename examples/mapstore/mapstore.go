@@ -286,10 +286,10 @@ func window(log []*entry, now time.Time, span time.Duration, day bool) []*entry 
 }
 
 // leaves returns when an entry taken at at leaves a window of span: at,
-// rounded up to the millisecond, plus the span.
+// rounded up to the millisecond, plus the span and keypool.ExactGuard.
 func leaves(at time.Time, span time.Duration) time.Time {
 	ms := (at.UnixNano() + 999_999) / 1_000_000
-	return time.UnixMilli(ms).Add(span)
+	return time.UnixMilli(ms).Add(span + keypool.ExactGuard)
 }
 
 // calendarUsed returns what log counts in the calendar day [start, end).

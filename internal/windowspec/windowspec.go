@@ -28,6 +28,12 @@ const (
 	DayWidth    = (DaySpan + DayBuckets - 2) / (DayBuckets - 1)
 )
 
+// ExactGuard is how much longer than its span an exact window counts a
+// request: the vendor counts it when it arrives, a moment after the take,
+// and a client on a fixed period that divides the span would otherwise meet
+// the vendor's window that moment early, once a span.
+const ExactGuard = 5 * time.Millisecond
+
 // MaxModelsPerKey bounds the models a store tracks for one key: model names
 // come from requests, and a client sending endless names must not grow the
 // state without end. Models beyond it share one entry, OverflowModel.
