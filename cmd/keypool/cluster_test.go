@@ -53,7 +53,7 @@ func TestStateRedisCluster(t *testing.T) {
 
 	plain := "redis://" + rs.addr() + "/0"
 	for _, more := range []string{"", "replicas: 2\n"} {
-		path := writeConfig(t, stateConfig(v, plain, more), nil)
+		path := writeConfig(t, stateConfig(v, plain, anyPort+more), nil)
 		for _, cmd := range []string{"check", "serve"} {
 			status, _, stderr := runCommand(t, nil, cmd, "-config", path)
 			assert.Equal(t, exitUsage, status, "%s with %q: %s", cmd, more, stderr)
