@@ -34,6 +34,7 @@ func clusterNode(t *testing.T) *redisServer {
 // node stops check and serve, with or without replicas, in one line that
 // says the address is a Cluster node.
 func TestStateRedisCluster(t *testing.T) {
+	t.Parallel() // it waits in real time: on a process, a server or a bench
 	rs := clusterNode(t)
 	v := newStateVendor(t)
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -110,13 +111,15 @@ func TestStoreFailureIsReported(t *testing.T) {
 
 func TestStoreHealthPolledOnceASecond(t *testing.T) {
 	assert.Equal(t, time.Second, healthPoll)
-	calls := &countingHealth{}
-	srv := &server{settings: &settings{}, log: slog.New(slog.DiscardHandler), store: calls, redact: newRedactor(nil)}
-	srv.startWatch(healthPoll)
-	time.Sleep(2500 * time.Millisecond)
-	srv.stopWatch()
-	srv.stopWatch() // again: nothing
-	assert.InDelta(t, 3, calls.n.Load(), 1, "once at the start, then once a second")
+	synctest.Test(t, func(t *testing.T) {
+		calls := &countingHealth{}
+		srv := &server{settings: &settings{}, log: slog.New(slog.DiscardHandler), store: calls, redact: newRedactor(nil)}
+		srv.startWatch(healthPoll)
+		time.Sleep(2500 * time.Millisecond)
+		srv.stopWatch()
+		srv.stopWatch() // again: nothing
+		assert.Equal(t, int64(3), calls.n.Load(), "once at the start, then once a second")
+	})
 }
 
 // countingHealth is a store that counts the calls of its Health.
@@ -131,6 +134,7 @@ func (c *countingHealth) Health() error {
 }
 
 func TestServeStartsWithReplicasWhileRedisIsDown(t *testing.T) {
+	t.Parallel() // it waits in real time: on a process, a server or a bench
 	mr := miniredis.RunT(t)
 	addr := mr.Addr()
 	mr.Close()

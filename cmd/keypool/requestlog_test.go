@@ -149,6 +149,7 @@ func throttlesBriefOnce(t *testing.T) *httptest.Server {
 }
 
 func TestServeLogsBenchesAndReturns(t *testing.T) {
+	t.Parallel() // it waits in real time: on a process, a server or a bench
 	upstream := throttlesBriefOnce(t)
 	base, _, logs := loggedProxy(t, oneUpstream(t, upstream.URL, "keys: [{secret: sk-brief}, {secret: sk-other}]"), slog.LevelInfo, 20*time.Millisecond)
 	assert.Equal(t, http.StatusOK, send(t, http.MethodPost, base+"/v1/chat/completions", proxyToken))
@@ -166,6 +167,7 @@ func TestServeLogsBenchesAndReturns(t *testing.T) {
 }
 
 func TestServeLogsNoReturnOfAnUnbenchedKey(t *testing.T) {
+	t.Parallel() // it waits in real time: on a process, a server or a bench
 	upstream := throttlesBriefOnce(t)
 	base, _, logs := loggedProxy(t, oneUpstream(t, upstream.URL, "keys: [{id: brief, secret: sk-brief}, {secret: sk-other}]"), slog.LevelInfo, 20*time.Millisecond)
 	assert.Equal(t, http.StatusOK, send(t, http.MethodPost, base+"/v1/chat/completions", proxyToken))
