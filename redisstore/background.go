@@ -441,12 +441,12 @@ func (s *Store) due() (time.Time, bool) {
 	return s.pending[0].queued.Add(settleDelay), true
 }
 
-// recover probes Redis every probeEvery until it answers, makes the
+// recover probes Redis every cfg.probeEvery until it answers, makes the
 // changes kept during the outage, takes Redis as up and sends the
 // adjustments waiting. It returns false if the store was closed first.
 func (s *Store) recover() bool {
 	for {
-		if !s.sleep(probeEvery) {
+		if !s.sleep(s.cfg.probeEvery) {
 			return false
 		}
 		err := s.probe()

@@ -66,6 +66,7 @@ func clusterNode(t *testing.T) *redisServer {
 // The Cluster URL form opens a Cluster client, over which a take is
 // taken; the plain form opens a plain client.
 func TestOpenClusterURL(t *testing.T) {
+	t.Parallel() // it waits on servers and timeouts, in real time
 	node := clusterNode(t)
 	url := "redis://" + node.addr + "?addr=" + node.addr
 	require.True(t, redisstore.IsClusterURL(url))
@@ -90,6 +91,7 @@ func TestOpenClusterURL(t *testing.T) {
 // that says the address is a Cluster node, with or without local windows
 // to fall back on.
 func TestPlainClientOfClusterNodeRefused(t *testing.T) {
+	t.Parallel() // it waits on servers and timeouts, in real time
 	node := clusterNode(t)
 	for _, opts := range [][]redisstore.Option{nil, {redisstore.WithLocalFallback(2)}} {
 		_, err := redisstore.Open("redis://"+node.addr+"/0", opts...)

@@ -30,6 +30,7 @@ const maxEvalshaPerRequest = 1.1
 // 1.1 — with one request at a time, with requests a few milliseconds
 // or a tenth of a second apart, and with many at once.
 func TestEvalshaPerRequest(t *testing.T) {
+	t.Parallel() // it waits on servers and timeouts, in real time
 	srv := ownRedis(t)
 	cases := []struct {
 		name     string

@@ -27,6 +27,9 @@ type config struct {
 	timeout time.Duration
 	// clock is the pool's clock, against which a bench's end is read.
 	clock func() time.Time
+	// probeEvery is how often a Redis taken as down is asked whether it
+	// is back: probeEvery (the constant) but in tests.
+	probeEvery time.Duration
 }
 
 // WithClock sets the clock the store reads a bench's end against — the
@@ -112,7 +115,7 @@ func WithTimeout(d time.Duration) Option {
 // newConfig returns the configuration opts make, and an error naming what
 // is wrong with it.
 func newConfig(opts []Option) (config, error) {
-	c := config{prefix: "keypool", logger: slog.Default(), timeout: DefaultTimeout, clock: time.Now}
+	c := config{prefix: "keypool", logger: slog.Default(), timeout: DefaultTimeout, clock: time.Now, probeEvery: probeEvery}
 	var errs []error
 	for _, o := range opts {
 		if o != nil {

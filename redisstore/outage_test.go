@@ -127,6 +127,10 @@ func load(s keypool.Store, r server, model string) (stop func() (granted int64, 
 	}
 }
 
+// probeEvery is how often the outage tests' stores ask a Redis taken as
+// down whether it is back: a second by default.
+const probeEvery = 50 * time.Millisecond
+
 // eventually waits up to 15 seconds for cond.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -134,13 +138,14 @@ func eventually(t *testing.T, what string, cond func() bool) {
 }
 
 func TestRedisDownRefuses(t *testing.T) {
+	t.Parallel() // it waits on servers and timeouts, in real time
 	for _, srv := range servers {
 		t.Run(srv.name, func(t *testing.T) {
 			r := srv.start(t)
 			c := redis.NewClient(&redis.Options{Addr: r.addr()})
 			t.Cleanup(func() { _ = c.Close() })
 			var st statuses
-			s := newStore(t, c, redisstore.WithLogger(st.logger()))
+			s := newStore(t, c, redisstore.WithLogger(st.logger()), redisstore.WithProbeEvery(probeEvery))
 			var hmu sync.Mutex
 			var heard []bool // Health() == nil at each notice
 			defer s.NotifyHealth(func() {
@@ -151,8 +156,9 @@ func TestRedisDownRefuses(t *testing.T) {
 			ctx := t.Context()
 			stop := load(s, r, "m")
 
+			benchEnd := time.Now().Add(500 * time.Millisecond)
 			require.NoError(t, s.Bench(ctx, keypool.Bench{Provider: "test", KeyID: "k", Model: "b", Kind: keypool.KindRate,
-				Until: time.Now().Add(2 * time.Second)}))
+				Until: benchEnd}))
 			g, err := s.Take(ctx, take("k", "b", keypool.Limits{}, 0, time.Now()))
 			require.NoError(t, err)
 			require.False(t, g.OK, "benched before the outage")
@@ -172,7 +178,7 @@ func TestRedisDownRefuses(t *testing.T) {
 			assert.ErrorIs(t, s.Bench(ctx, keypool.Bench{Provider: "test", KeyID: "k", Model: "m", Kind: keypool.KindRate,
 				Until: time.Now().Add(time.Hour)}), redisstore.ErrUnavailable, "no bench is taken while Redis is down")
 			eventually(t, "the store reports the outage", func() bool { return len(st.get()) >= 1 })
-			time.Sleep(2 * time.Second) // the bench of b ends during the outage
+			time.Sleep(time.Until(benchEnd)) // the bench of b ends during the outage
 
 			r.up(t)
 			eventually(t, "takes go through once Redis is back", func() bool {
@@ -195,13 +201,15 @@ func TestRedisDownRefuses(t *testing.T) {
 }
 
 func TestRedisDownFallsBackToLocalWindows(t *testing.T) {
+	t.Parallel() // it waits on servers and timeouts, in real time
 	for _, srv := range servers {
 		t.Run(srv.name, func(t *testing.T) {
 			r := srv.start(t)
 			c := redis.NewClient(&redis.Options{Addr: r.addr()})
 			t.Cleanup(func() { _ = c.Close() })
 			var st statuses
-			s := newStore(t, c, redisstore.WithLocalFallback(2), redisstore.WithLogger(st.logger()))
+			s := newStore(t, c, redisstore.WithLocalFallback(2), redisstore.WithLogger(st.logger()),
+				redisstore.WithProbeEvery(probeEvery))
 			ctx := t.Context()
 			stop := load(s, r, "load")
 			lim := keypool.Limits{RPM: 10}
@@ -232,7 +240,7 @@ func TestRedisDownFallsBackToLocalWindows(t *testing.T) {
 			long := time.Now().Add(time.Hour).Truncate(time.Millisecond)
 			require.NoError(t, s.Bench(ctx, keypool.Bench{Provider: "test", KeyID: "k", Model: "x", Kind: keypool.KindQuota,
 				Until: long, Level: 2}))
-			short := time.Now().Add(time.Second)
+			short := time.Now().Add(500 * time.Millisecond)
 			require.NoError(t, s.Bench(ctx, keypool.Bench{Provider: "test", KeyID: "k", Model: "y", Kind: keypool.KindRate,
 				Until: short}))
 			g, err = s.Take(ctx, take("k", "x", lim, 0, time.Now()))
@@ -268,6 +276,7 @@ func TestRedisDownFallsBackToLocalWindows(t *testing.T) {
 }
 
 func TestNewWithRedisDown(t *testing.T) {
+	t.Parallel() // it waits on servers and timeouts, in real time
 	m := miniredis.RunT(t)
 	addr := m.Addr()
 	m.Close()

@@ -19,6 +19,7 @@ import (
 // them it is served from them; when Redis runs again the store finds it
 // back within a probe.
 func TestPauseNoticedWithinTheTimeout(t *testing.T) {
+	t.Parallel() // it waits on servers and timeouts, in real time
 	for _, c := range []struct {
 		name string
 		opts []redisstore.Option
@@ -28,7 +29,7 @@ func TestPauseNoticedWithinTheTimeout(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := ownRedis(t)
-			s, err := redisstore.Open("redis://"+r.addr+"/0", c.opts...)
+			s, err := redisstore.Open("redis://"+r.addr+"/0", append(c.opts, redisstore.WithProbeEvery(probeEvery))...)
 			require.NoError(t, err)
 			defer s.Close()
 			lim := keypool.Limits{RPM: 10}

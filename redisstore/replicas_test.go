@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,12 +26,11 @@ import (
 	"github.com/keypool-go/keypool/redisstore"
 )
 
-// The replicas test: four processes share one key of RPM 60 through a real
-// Redis for replicaSpan, against a vendor that counts and limits nothing.
+// The replicas tests: four processes share one key of RPM 60 through a real
+// Redis, against a vendor that counts and limits nothing.
 const (
-	replicas    = 4
-	replicaRPM  = 60
-	replicaSpan = 130 * time.Second
+	replicas   = 4
+	replicaRPM = 60
 )
 
 // TestChildProcess is the body of the child processes of other tests.
@@ -70,13 +68,13 @@ func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 }
 
 // replica sends requests through a pool of one key over a Redis store, as
-// fast as the pool lets it, from start for span, and says what it got.
+// fast as the pool lets it, for span from the start its parent writes on
+// its standard input once every replica has said it is ready, and says
+// what it got.
 func replica(t *testing.T, args []string) {
-	require.Len(t, args, 5, "vendor URL, Redis address, prefix, start, span")
+	require.Len(t, args, 4, "vendor URL, Redis address, prefix, span")
 	vendor, addr, prefix := args[0], args[1], args[2]
-	startNs, err := strconv.ParseInt(args[3], 10, 64)
-	require.NoError(t, err)
-	span, err := time.ParseDuration(args[4])
+	span, err := time.ParseDuration(args[3])
 	require.NoError(t, err)
 
 	c := redis.NewClient(&redis.Options{Addr: addr})
@@ -92,6 +90,10 @@ func replica(t *testing.T, args []string) {
 	defer p.Close()
 	client := &http.Client{Transport: p.Transport(nil)}
 
+	fmt.Println("replica ready")
+	var startNs int64
+	_, err = fmt.Fscanln(os.Stdin, &startNs)
+	require.NoError(t, err, "the start, from the parent")
 	start := time.Unix(0, startNs)
 	end := start.Add(span)
 	time.Sleep(time.Until(start))
@@ -129,20 +131,32 @@ func replica(t *testing.T, args []string) {
 		served, refused, failed, takes, trips.n.Load())
 }
 
-func TestReplicasShareOneKey(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs for over two minutes")
-	}
+// Four processes share one key of RPM 60 through a real Redis for a few
+// seconds: together they send what one minute of it holds, and no more —
+// each alone would send as much.
+func TestReplicasShareOneKey(t *testing.T) { shareOneKey(t, 2*time.Second) }
+
+// The same over 130 seconds of real time, the windows of three minutes:
+// the replicas use at least 95% of what the key holds as its windows slide,
+// and a minute of the vendor's never sees more than RPM 60.
+func TestReplicasShareOneKeyForMinutes(t *testing.T) {
+	long(t)
+	shareOneKey(t, 130*time.Second)
+}
+
+// shareOneKey runs the replicas over one key for span and checks what the
+// vendor saw.
+func shareOneKey(t *testing.T, span time.Duration) {
 	c := realRedis(t)
 	prefix := newPrefix(t, c)
 	sim := vendorsim.Start(vendorsim.Config{Keys: []vendorsim.Key{{Secret: "sk-shared", ID: "shared"}}})
 	defer sim.Close()
 
-	start := time.Now().Add(3 * time.Second) // time for the children to start
-	env := fmt.Sprintf("%s=replica %s %s %s %d %s", childEnv, sim.URL(), c.Options().Addr, prefix,
-		start.UnixNano(), replicaSpan)
+	env := fmt.Sprintf("%s=replica %s %s %s %s", childEnv, sim.URL(), c.Options().Addr, prefix, span)
 	type report struct{ served, refused, failed, takes, trips int64 }
 	reports := make([]report, replicas)
+	starts := make([]io.WriteCloser, replicas)
+	ready := make(chan int, replicas)
 	var wg sync.WaitGroup
 	for i := range replicas {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestChildProcess$", "-test.v")
@@ -150,11 +164,17 @@ func TestReplicasShareOneKey(t *testing.T) {
 		cmd.Stderr = os.Stderr
 		out, err := cmd.StdoutPipe()
 		require.NoError(t, err)
+		starts[i], err = cmd.StdinPipe()
+		require.NoError(t, err)
 		require.NoError(t, cmd.Start())
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 		wg.Go(func() {
 			lines := bufio.NewScanner(out)
 			for lines.Scan() {
+				if lines.Text() == "replica ready" {
+					ready <- i
+					continue
+				}
 				r := &reports[i]
 				if n, _ := fmt.Sscanf(lines.Text(), "replica served %d refused %d failed %d takes %d roundtrips %d",
 					&r.served, &r.refused, &r.failed, &r.takes, &r.trips); n != 5 && strings.Contains(lines.Text(), "FAIL") {
@@ -163,6 +183,21 @@ func TestReplicasShareOneKey(t *testing.T) {
 			}
 			assert.NoError(t, cmd.Wait(), "replica %d", i)
 		})
+	}
+	// Every replica starts at once, when all are ready.
+	timeout := time.After(30 * time.Second)
+	for range replicas {
+		select {
+		case <-ready:
+		case <-timeout:
+			t.Fatal("the replicas did not all say they were ready within 30 s")
+		}
+	}
+	start := time.Now().Add(100 * time.Millisecond)
+	for _, w := range starts {
+		_, err := fmt.Fprintln(w, start.UnixNano())
+		require.NoError(t, err)
+		require.NoError(t, w.Close())
 	}
 	wg.Wait()
 
@@ -176,7 +211,7 @@ func TestReplicasShareOneKey(t *testing.T) {
 	}
 	// A strict vendor of RPM 60 accepts at most 60 in each minute of the
 	// span, begun or not: that is the capacity.
-	capacity := replicaRPM * int64(math.Ceil(replicaSpan.Minutes()))
+	capacity := replicaRPM * int64(math.Ceil(span.Minutes()))
 	// The pool counts a request when Redis records its take, the vendor
 	// when it arrives, a trip later — under the race detector, on a busy
 	// machine, trips can differ by tens of milliseconds. The pool's
@@ -189,7 +224,7 @@ func TestReplicasShareOneKey(t *testing.T) {
 	st, _ := sim.StatsOf("shared")
 	share := float64(total.served) / float64(capacity)
 	t.Logf("served %d of a capacity of %d in %v (%.1f%%); at most %d in any minute; %d round trips for %d takes (%.2f a take)",
-		total.served, capacity, replicaSpan, 100*share, inWindow, total.trips, total.takes,
+		total.served, capacity, span, 100*share, inWindow, total.trips, total.takes,
 		float64(total.trips)/float64(max(total.takes, 1)))
 	assert.LessOrEqual(t, inWindow, replicaRPM, "requests the vendor saw in one minute, less the trips' slack")
 	assert.GreaterOrEqual(t, share, 0.95, "share of the capacity the replicas used")

@@ -281,9 +281,9 @@ func benchNeverShortens(t *testing.T, h Harness) {
 
 func benchEnds(t *testing.T, h Harness) {
 	s := h.Open(t)
-	require.NoError(t, s.Bench(ctx, keypool.Bench{Provider: "suite", KeyID: "k", Model: "m", Kind: keypool.KindRate, Until: h.Now().Add(1500 * time.Millisecond)}))
+	require.NoError(t, s.Bench(ctx, keypool.Bench{Provider: "suite", KeyID: "k", Model: "m", Kind: keypool.KindRate, Until: h.Now().Add(300 * time.Millisecond)}))
 	require.False(t, mustTake(t, s, take(h, "k", "m", keypool.Limits{}, 0)).OK)
-	h.Advance(t, 2*time.Second)
+	h.Advance(t, 400*time.Millisecond)
 	assert.True(t, mustTake(t, s, take(h, "k", "m", keypool.Limits{}, 0)).OK, "the bench has ended")
 	assert.Zero(t, modelState(t, s, h, "k", "m").Bench, "no bench is reported after its end")
 }
@@ -291,8 +291,8 @@ func benchEnds(t *testing.T, h Harness) {
 func level(t *testing.T, h Harness) {
 	s := h.Open(t)
 	require.NoError(t, s.Bench(ctx, keypool.Bench{Provider: "suite", KeyID: "k", Model: "m", Kind: keypool.KindQuota,
-		Until: h.Now().Add(time.Second), Level: 2}))
-	h.Advance(t, 2*time.Second)
+		Until: h.Now().Add(200 * time.Millisecond), Level: 2}))
+	h.Advance(t, 400*time.Millisecond)
 	g := mustTake(t, s, take(h, "k", "m", keypool.Limits{}, 0))
 	require.True(t, g.OK)
 	assert.Equal(t, 2, g.Level, "the level outlives the bench")

@@ -576,6 +576,7 @@ func TestProxyBoundsPendingConnections(t *testing.T) {
 }
 
 func TestProxyStreamOutlivesTheWriteTimeout(t *testing.T) {
+	t.Parallel() // it waits in real time: on a process, a server or a bench
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v1/slow" {
 			time.Sleep(900 * time.Millisecond) // a completion that does not stream

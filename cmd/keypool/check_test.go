@@ -73,6 +73,7 @@ upstreams:
     calendar_day: {hour: 25, zone: UTC}
     keys: [{secret: sk-check-a, id: same}, {secret: sk-check-b, id: same}]
 operator_tokens: [op-token-of-the-check-test]
+listen: 127.0.0.1:0
 `
 
 // manyMistakesLines are the lines check and serve answer manyMistakes

@@ -34,6 +34,7 @@ func clusterNode(t *testing.T) *redisServer {
 // node stops check and serve, with or without replicas, in one line that
 // says the address is a Cluster node.
 func TestStateRedisCluster(t *testing.T) {
+	t.Parallel() // it waits in real time: on a process, a server or a bench
 	rs := clusterNode(t)
 	v := newStateVendor(t)
 
@@ -53,7 +54,7 @@ func TestStateRedisCluster(t *testing.T) {
 
 	plain := "redis://" + rs.addr() + "/0"
 	for _, more := range []string{"", "replicas: 2\n"} {
-		path := writeConfig(t, stateConfig(v, plain, more), nil)
+		path := writeConfig(t, stateConfig(v, plain, anyPort+more), nil)
 		for _, cmd := range []string{"check", "serve"} {
 			status, _, stderr := runCommand(t, nil, cmd, "-config", path)
 			assert.Equal(t, exitUsage, status, "%s with %q: %s", cmd, more, stderr)

@@ -140,6 +140,7 @@ func (c *countingHealth) Health() error {
 func (c *countingHealth) NotifyHealth(f func()) func() { return c.watch.Add(f) }
 
 func TestServeStartsWithReplicasWhileRedisIsDown(t *testing.T) {
+	t.Parallel() // it waits in real time: on a process, a server or a bench
 	mr := miniredis.RunT(t)
 	addr := mr.Addr()
 	mr.Close()

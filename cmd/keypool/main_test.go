@@ -45,8 +45,9 @@ func TestRunUsage(t *testing.T) {
 }
 
 func TestDemoPrintsSummary(t *testing.T) {
+	t.Parallel() // it runs the demo for seconds of real time
 	var stdout, stderr bytes.Buffer
-	status := run(t.Context(), []string{"demo", "-duration", "3s", "-rate", "20"}, &stdout, &stderr)
+	status := run(t.Context(), []string{"demo", "-duration", "1500ms", "-rate", "20"}, &stdout, &stderr)
 	out := stdout.String()
 	assert.Equal(t, 0, status, "stderr: %s", stderr.String())
 	for _, want := range []string{"Summary after", "Benches by kind:", "The vendor answered", "Callers saw", "The paid key served", "free-1", "paid"} {
@@ -70,11 +71,13 @@ func TestRedraws(t *testing.T) {
 var escapes = regexp.MustCompile("\033\\[[0-9]*[AK]")
 
 func TestDemoLiveView(t *testing.T) {
+	t.Parallel() // it runs the demo for seconds of real time
 	for _, width := range []int{60, 100} {
 		t.Run(fmt.Sprint(width, " columns"), func(t *testing.T) {
+			t.Parallel() // each runs a demo of its own
 			var out bytes.Buffer
 			v := &view{out: &out, live: true, width: func() int { return width }, now: time.Now}
-			o := demoOptions{keys: 3, duration: 3 * time.Second, rate: 80, state: t.TempDir()}
+			o := demoOptions{keys: 3, duration: 1500 * time.Millisecond, rate: 80, state: t.TempDir()}
 			d, err := newDemo(o)
 			require.NoError(t, err)
 			defer d.close()
@@ -103,9 +106,10 @@ func TestDemoLiveView(t *testing.T) {
 // the vendor's 12 from its headers and shows it, and the vendor refuses
 // free-2 no request sent after that.
 func TestDemoLearnsAKeysLimit(t *testing.T) {
+	t.Parallel() // it runs the demo for seconds of real time
 	var out bytes.Buffer
 	v := &view{out: &out, live: true, width: func() int { return 100 }, now: time.Now}
-	d, err := newDemo(demoOptions{keys: 5, duration: 3 * time.Second, rate: 80, state: t.TempDir()})
+	d, err := newDemo(demoOptions{keys: 5, duration: 1500 * time.Millisecond, rate: 80, state: t.TempDir()})
 	require.NoError(t, err)
 	defer d.close()
 	require.NoError(t, d.run(t.Context(), v))
@@ -128,8 +132,9 @@ func TestDemoLearnsAKeysLimit(t *testing.T) {
 }
 
 func TestDemoExplainsFailures(t *testing.T) {
+	t.Parallel() // it runs the demo for seconds of real time
 	var stdout, stderr bytes.Buffer
-	status := run(t.Context(), []string{"demo", "-keys", "3", "-duration", "3s", "-rate", "100"}, &stdout, &stderr)
+	status := run(t.Context(), []string{"demo", "-keys", "3", "-duration", "1500ms", "-rate", "100"}, &stdout, &stderr)
 	require.Equal(t, 0, status, "stderr: %s", stderr.String())
 	out := stdout.String()
 	assert.Regexp(t, `Callers saw \d+ failures; every other vendor failure went to another key:`, out)

@@ -149,6 +149,7 @@ func throttlesBriefOnce(t *testing.T) *httptest.Server {
 }
 
 func TestServeLogsBenchesAndReturns(t *testing.T) {
+	t.Parallel() // it waits in real time: on a process, a server or a bench
 	upstream := throttlesBriefOnce(t)
 	base, _, logs := loggedProxy(t, oneUpstream(t, upstream.URL, "keys: [{secret: sk-brief}, {secret: sk-other}]"), slog.LevelInfo)
 	assert.Equal(t, http.StatusOK, send(t, http.MethodPost, base+"/v1/chat/completions", proxyToken))
@@ -178,6 +179,7 @@ func TestServeLogsARoutesReturn(t *testing.T) {
 }
 
 func TestServeLogsNoReturnOfAnUnbenchedKey(t *testing.T) {
+	t.Parallel() // it waits in real time: on a process, a server or a bench
 	upstream := throttlesBriefOnce(t)
 	base, _, logs := loggedProxy(t, oneUpstream(t, upstream.URL, "keys: [{id: brief, secret: sk-brief}, {secret: sk-other}]"), slog.LevelInfo)
 	assert.Equal(t, http.StatusOK, send(t, http.MethodPost, base+"/v1/chat/completions", proxyToken))

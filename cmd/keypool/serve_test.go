@@ -291,6 +291,10 @@ func TestProxyMetrics(t *testing.T) {
 	assert.NotContains(t, string(b), "sk-a")
 }
 
+// anyPort is a config's line that has serve listen on a free port, not on
+// the default 127.0.0.1:8787, which another process may hold.
+const anyPort = "listen: 127.0.0.1:0\n"
+
 func TestConfigErrors(t *testing.T) {
 	dir := t.TempDir()
 	unreadable := filepath.Join(dir, "missing-keys.txt")
@@ -349,7 +353,11 @@ func TestConfigErrors(t *testing.T) {
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			path := filepath.Join(dir, fmt.Sprintf("c%d.yaml", i))
-			require.NoError(t, os.WriteFile(path, []byte(tt.yaml), 0o600))
+			conf := tt.yaml
+			if !strings.Contains(conf, "listen:") {
+				conf += anyPort // serve lists a port it cannot bind among the mistakes
+			}
+			require.NoError(t, os.WriteFile(path, []byte(conf), 0o600))
 			var stdout, stderr bytes.Buffer
 			status := run(t.Context(), []string{"serve", "-config", path}, &stdout, &stderr)
 			assert.Equal(t, exitUsage, status)
@@ -366,7 +374,7 @@ func TestConfigStateHeldByAnotherProcess(t *testing.T) {
 	require.NoError(t, err)
 	defer held.Close()
 	path := filepath.Join(t.TempDir(), "c.yaml")
-	require.NoError(t, os.WriteFile(path, []byte("proxy_tokens: [t]\nstate: "+state+"\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n"), 0o600))
+	require.NoError(t, os.WriteFile(path, []byte(anyPort+"proxy_tokens: [t]\nstate: "+state+"\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n"), 0o600))
 	var stdout, stderr bytes.Buffer
 	assert.Equal(t, exitUsage, run(t.Context(), []string{"serve", "-config", path}, &stdout, &stderr))
 	assert.Contains(t, stderr.String(), "state: keypool: badger store "+state+": state directory is held by another process")

@@ -31,11 +31,13 @@ func fillUp(t *testing.T) (fs string, fill func() (undo func())) {
 }
 
 func TestServeProcessStateFails(t *testing.T) {
+	t.Parallel() // it waits in real time: on a process, a server or a bench
 	mounttest.Require(t, "go test -run TestBadgerStoreWritesFail .")
 	for _, failure := range []string{"read-only", "full"} {
 		for _, recovers := range []bool{true, false} {
 			name := failure + map[bool]string{true: ", then writable again, then SIGTERM", false: ", then SIGTERM"}[recovers]
 			t.Run(name, func(t *testing.T) {
+				t.Parallel() // each runs its own process on its own directory
 				var state string
 				var fail func() (undo func())
 				switch failure {

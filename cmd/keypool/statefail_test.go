@@ -39,7 +39,7 @@ import (
 
 // stateShutdown is the shutdown_timeout of the tests: the stop of a proxy
 // whose store cannot save takes this long.
-const stateShutdown = 1500 * time.Millisecond
+const stateShutdown = 800 * time.Millisecond
 
 // stateVendor is an upstream that answers every key 200 but those the test
 // revoked, which get OpenAI's 401.
@@ -307,6 +307,7 @@ func notSaved(state string) string {
 }
 
 func TestServeProcessStateDirectoryRemovedThenSIGTERM(t *testing.T) {
+	t.Parallel() // it waits in real time: on a process, a server or a bench
 	v := newStateVendor(t)
 	state := filepath.Join(t.TempDir(), "state")
 	conf := stateConfig(v, state, "")
@@ -321,6 +322,7 @@ func TestServeProcessStateDirectoryRemovedThenSIGTERM(t *testing.T) {
 }
 
 func TestServeProcessSecondSignalWhileTheStateFails(t *testing.T) {
+	t.Parallel() // it waits in real time: on a process, a server or a bench
 	v := newStateVendor(t)
 	state := filepath.Join(t.TempDir(), "state")
 	conf := stateConfig(v, state, "")
@@ -426,6 +428,7 @@ func (rs *redisServer) stop(t *testing.T) {
 }
 
 func TestServeProcessRedisStoppedThenSIGTERM(t *testing.T) {
+	t.Parallel() // it waits in real time: on a process, a server or a bench
 	tests := []struct {
 		name     string
 		replicas int
