@@ -43,6 +43,10 @@ type config struct {
 	// Redis is down each serves from local windows at 1/Replicas of every
 	// limit. Zero refuses requests while Redis is down.
 	Replicas int `yaml:"replicas"`
+	// StateTimeout, with a Redis state, bounds each call to Redis: a
+	// pause or an outage longer is noticed within it, and replicas says
+	// what happens then; default 500ms.
+	StateTimeout string `yaml:"state_timeout"`
 	// LogLevel is the least level serve logs: debug, info (the default:
 	// a line per request, bench and return), warn or error.
 	LogLevel string `yaml:"log_level"`
@@ -180,6 +184,7 @@ type settings struct {
 	state          string
 	stateDefault   bool // state is not set: the default
 	replicas       int
+	stateTimeout   time.Duration // 0: redisstore's default
 	logLevel       slog.Level
 	routes         []routeSettings
 	warnings       []string
@@ -431,6 +436,19 @@ func (c *config) resolve(env func(string) (string, bool)) (*settings, error) {
 		m.addf("replicas", "%d is negative", c.Replicas)
 	case c.Replicas > 0 && !isRedisURL(s.state):
 		m.addf("replicas", "needs a redis:// state to share")
+	}
+	if c.StateTimeout != "" {
+		d, err := time.ParseDuration(c.StateTimeout)
+		switch {
+		case err != nil:
+			m.addf("state_timeout", "%q is not a duration such as 500ms", c.StateTimeout)
+		case d <= 0:
+			m.addf("state_timeout", "%v is not positive", d)
+		case !isRedisURL(s.state):
+			m.addf("state_timeout", "bounds the calls to a redis:// state; a directory has none")
+		default:
+			s.stateTimeout = d
+		}
 	}
 	if err := s.logLevel.UnmarshalText([]byte(c.LogLevel)); err != nil || c.LogLevel == "" {
 		s.logLevel = slog.LevelInfo

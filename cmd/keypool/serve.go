@@ -211,6 +211,9 @@ func openState(s *settings, log *slog.Logger) (keypool.Store, io.Closer, error) 
 		if s.replicas > 0 {
 			opts = append(opts, redisstore.WithLocalFallback(s.replicas))
 		}
+		if s.stateTimeout > 0 {
+			opts = append(opts, redisstore.WithTimeout(s.stateTimeout))
+		}
 		store, err := redisstore.Open(s.state, opts...)
 		if err != nil {
 			msg := withoutPassword(s.state, err.Error())

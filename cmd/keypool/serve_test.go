@@ -316,6 +316,9 @@ func TestConfigErrors(t *testing.T) {
 		{"unknown field", "proxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\nupstream: []\n", "upstream: unknown field; did you mean upstreams? (line 3)"},
 		{"bad listen", "listen: nowhere\nproxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n", `listen: "nowhere" is not host:port`},
 		{"replicas without redis", "proxy_tokens: [t]\nreplicas: 2\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n", "replicas: needs a redis:// state to share"},
+		{"state_timeout without redis", "proxy_tokens: [t]\nstate_timeout: 1s\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n", "state_timeout: bounds the calls to a redis:// state; a directory has none"},
+		{"bad state_timeout", "proxy_tokens: [t]\nstate_timeout: soon\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n", `state_timeout: "soon" is not a duration such as 500ms`},
+		{"state_timeout not positive", "proxy_tokens: [t]\nstate_timeout: 0s\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n", "state_timeout: 0s is not positive"},
 		{"bad zone", "proxy_tokens: [t]\nupstreams: [{url: 'https://x', calendar_day: {zone: Mars/Olympus}, keys: [{secret: s}]}]\n", "upstreams[0].calendar_day.zone"},
 		{"control character in a key file", "proxy_tokens: [t]\nupstreams: [{url: 'https://x', keys: [{file: " + controlFile + "}]}]\n",
 			"upstreams[0].keys[0].file: control-keys.txt line 3: secret has a control character at byte 6"},
@@ -629,4 +632,14 @@ upstreams:
 	}
 	assert.Equal(t, map[int]int{http.StatusOK: 3, http.StatusTooManyRequests: 5}, statuses,
 		"two replicas share key a's RPM 3 (b is unknown to the vendor and benched at once)")
+}
+
+// TestConfigStateTimeout: a redis:// state's state_timeout is read into
+// the settings openState gives redisstore.WithTimeout.
+func TestConfigStateTimeout(t *testing.T) {
+	var c config
+	require.NoError(t, yaml.Unmarshal([]byte("proxy_tokens: [t]\nstate: redis://127.0.0.1:1/0\nstate_timeout: 250ms\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n"), &c))
+	s, err := c.resolve(func(string) (string, bool) { return "", false })
+	require.NoError(t, err)
+	assert.Equal(t, 250*time.Millisecond, s.stateTimeout)
 }
