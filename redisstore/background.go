@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -101,6 +102,31 @@ func (s *Store) exec(ctx context.Context, calls []*evalCall, extra func(redis.Pi
 	}
 	if len(calls) > 1 {
 		one.spread(ctx, calls)
+	}
+	if one != nil && !isUnavailable(one.cmd.Err()) {
+		s.heard(one.keys[0])
+	}
+}
+
+// maxSlots bounds the pools whose slots the probes ask: a store serves a
+// few pools (a proxy's routes), never many.
+const maxSlots = 64
+
+// heard records that Redis answered a call on key, of a pool whose slot
+// the probes then ask.
+func (s *Store) heard(key string) {
+	s.answered.Store(time.Now().UnixNano())
+	tag, _, ok := strings.Cut(key, "}")
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, known := s.slots[tag]; !known && len(s.slots) < maxSlots {
+		if s.slots == nil {
+			s.slots = map[string]string{}
+		}
+		s.slots[tag] = tag + "}:probe"
 	}
 }
 
@@ -393,15 +419,27 @@ func (s *Store) poke() {
 	}
 }
 
-// run is the store's goroutine: it sends the adjustments no take carried,
-// and, while Redis is down, probes it, reporting both changes.
+// run is the store's goroutine: it sends the adjustments no take carried;
+// while Redis is down, probes it; and while Redis is up but quiet (no call
+// answered for cfg.probeEvery), probes it too, so that an outage of an idle
+// store is noticed within a probe and a timeout — reporting each change.
 func (s *Store) run() {
 	defer s.done.Done()
+	beat := time.NewTicker(s.cfg.probeEvery)
+	defer beat.Stop()
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-s.kick:
+		case <-beat.C:
+			if s.unavailable() != nil || time.Since(time.Unix(0, s.answered.Load())) < s.cfg.probeEvery {
+				continue
+			}
+			if err := s.probe(); err != nil && isUnavailable(err) {
+				s.markDown(err) // pokes: the next turn recovers
+			}
+			continue
 		}
 		if err := s.unavailable(); err != nil {
 			s.cfg.logger.Warn("redisstore: redis unavailable", "err", err)
@@ -464,11 +502,33 @@ func (s *Store) recover() bool {
 	}
 }
 
-// probe asks Redis whether it answers, within the store's timeout.
+// probe asks Redis whether it answers, within the store's timeout: the
+// node of each pool's slot the store has served (any node answers a PING,
+// even while the master of a pool's slot is dead), or, before any, the
+// server.
 func (s *Store) probe() error {
 	ctx, cancel := s.bound(s.ctx)
 	defer cancel()
-	return s.rdb.Ping(ctx).Err()
+	s.mu.Lock()
+	keys := make([]string, 0, len(s.slots))
+	for _, k := range s.slots {
+		keys = append(keys, k)
+	}
+	s.mu.Unlock()
+	if len(keys) == 0 {
+		err := s.rdb.Ping(ctx).Err()
+		if err == nil {
+			s.answered.Store(time.Now().UnixNano())
+		}
+		return err
+	}
+	for _, k := range keys {
+		if err := s.rdb.Exists(ctx, k).Err(); err != nil {
+			return err
+		}
+	}
+	s.answered.Store(time.Now().UnixNano())
+	return nil
 }
 
 // replay makes in Redis the changes kept during the outage, in order, and

@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"errors"
+	"log/slog"
 	"syscall"
 	"testing"
 	"time"
@@ -79,4 +80,40 @@ func TestWithTimeoutMustBePositive(t *testing.T) {
 	s, err := redisstore.New(f.client(t), redisstore.WithTimeout(50*time.Millisecond))
 	require.NoError(t, err)
 	require.NoError(t, s.Close())
+}
+
+// TestIdlePauseNoticed: a store that no call uses notices a pause of Redis
+// by its heartbeat — on its pool's slot — within a probe and a timeout,
+// tells NotifyHealth, and hears Redis back once it resumes.
+func TestIdlePauseNoticed(t *testing.T) {
+	t.Parallel() // it waits on a server and timeouts, in real time
+	r := ownRedis(t)
+	s, err := redisstore.Open("redis://"+r.addr+"/0", redisstore.WithProbeEvery(probeEvery), redisstore.WithTimeout(200*time.Millisecond),
+		redisstore.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	defer s.Close()
+	changes := make(chan bool, 4)
+	defer s.NotifyHealth(func() { changes <- s.Health() == nil })()
+	g, err := s.Take(t.Context(), take("k", "m", keypool.Limits{RPM: 10}, 0, time.Now()))
+	require.NoError(t, err)
+	require.True(t, g.OK)
+
+	require.NoError(t, r.cmd.Process.Signal(syscall.SIGSTOP))
+	paused := time.Now()
+	select {
+	case up := <-changes:
+		assert.False(t, up)
+		assert.Less(t, time.Since(paused), time.Second, "noticed within a probe and a timeout, with no call")
+	case <-time.After(3 * time.Second):
+		require.NoError(t, r.cmd.Process.Signal(syscall.SIGCONT))
+		t.Fatal("an idle store did not notice Redis paused")
+	}
+	assert.Error(t, s.Health())
+	require.NoError(t, r.cmd.Process.Signal(syscall.SIGCONT))
+	select {
+	case up := <-changes:
+		assert.True(t, up, "Redis back")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the store did not hear Redis back")
+	}
 }

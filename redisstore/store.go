@@ -63,6 +63,9 @@ type Store struct {
 	sends sync.RWMutex
 
 	healthWatch notify.Listeners // told when Redis goes down and comes back
+	// answered is when a call last had Redis's answer, in Unix
+	// nanoseconds: the heartbeat probes only a Redis that has been quiet.
+	answered atomic.Int64
 
 	mu sync.Mutex // guards the fields below
 	// corrupt holds, by provider and key ID, why a key's takes are passed
@@ -75,6 +78,10 @@ type Store struct {
 	journal []func(context.Context) error
 	// down is why Redis is taken as unavailable; nil while it answers.
 	down error
+	// slots names, for each pool (by provider) the store has served, a key
+	// under its hash tag: the heartbeat and the recovery probe ask the
+	// node that holds each pool's slot, not just any node.
+	slots map[string]string
 	// dropped reports that an adjustment was dropped since the queue was
 	// last empty.
 	dropped bool
@@ -629,6 +636,11 @@ func (s *Store) fail(ctx context.Context, err error) error {
 	case ctx.Err() != nil:
 		return fmt.Errorf("redisstore: %w", err)
 	case isUnavailable(err):
+		if c, ok := s.rdb.(*redis.ClusterClient); ok {
+			// A node that does not answer may be a master that died: ask
+			// the cluster again which node holds each slot.
+			c.ReloadState(ctx)
+		}
 		return s.markDown(err)
 	case redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK"):
 		// Only a plain client sees these: a Cluster client follows them.

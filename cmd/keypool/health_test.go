@@ -153,3 +153,22 @@ func TestServeStartsWithReplicasWhileRedisIsDown(t *testing.T) {
 	assert.Equal(t, http.StatusOK, status)
 	assert.True(t, strings.HasPrefix(body, "degraded: state store: "), body)
 }
+
+// TestHealthzDegradedOnAnIdleProxy: Redis going away under a proxy that no
+// request uses shows on /healthz within 3 s, and in the log once.
+func TestHealthzDegradedOnAnIdleProxy(t *testing.T) {
+	t.Parallel() // it waits in real time: on a process and a server
+	mr := miniredis.RunT(t)
+	p := startServe(t, fmt.Sprintf("state: redis://%s/0\nproxy_tokens: [%q]\nupstreams: [{url: 'http://127.0.0.1:1', keys: [{secret: sk-a}]}]\n", mr.Addr(), proxyToken))
+	status, body := get(t, "http://"+p.addr+"/healthz", nil, nil)
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, "ok\n", body)
+	mr.Close()
+	gone := time.Now()
+	require.Eventually(t, func() bool {
+		_, body := get(t, "http://"+p.addr+"/healthz", nil, nil)
+		return strings.HasPrefix(body, "degraded: state store: ")
+	}, 3*time.Second, 20*time.Millisecond, "degraded within 3 s of Redis going away")
+	t.Logf("/healthz degraded %v after Redis went away", time.Since(gone).Round(time.Millisecond))
+	require.Eventually(t, func() bool { return strings.Contains(p.stderr.String(), `msg="state store failing"`) }, time.Second, 20*time.Millisecond, p.stderr.String())
+}
