@@ -199,15 +199,35 @@ type memEntries struct {
 	own, account atomic.Pointer[memKey]
 }
 
+// memoryBacked is the optional interface of a store whose state a
+// memoryStore keeps, which a pool then takes from directly, through the
+// entries each key keeps (see Pool.mem): the package's memory and Badger
+// stores. memory returns that memoryStore only when the store asked is
+// the receiver itself — a type that embeds one of them, and so gets the
+// method, may change what its other methods do, and goes through Store.
+type memoryBacked interface {
+	memory(asked Store) *memoryStore
+}
+
+func (s *memoryStore) memory(asked Store) *memoryStore {
+	if asked != Store(s) {
+		return nil
+	}
+	return s
+}
+
+func (s *BadgerStore) memory(asked Store) *memoryStore {
+	if asked != Store(s) {
+		return nil
+	}
+	return s.memoryStore
+}
+
 // ownMemory returns the memory store that keeps s's state when s is one of
-// the package's stores, exactly — a type that embeds one may change what
-// its methods do — else nil.
+// the package's stores, exactly (see memoryBacked), else nil.
 func ownMemory(s Store) *memoryStore {
-	switch s := s.(type) {
-	case *memoryStore:
-		return s
-	case *BadgerStore:
-		return s.memoryStore
+	if m, ok := s.(memoryBacked); ok {
+		return m.memory(s)
 	}
 	return nil
 }

@@ -296,6 +296,7 @@ func TestOwnMemory(t *testing.T) {
 	t.Cleanup(func() { _ = badger.Close() })
 	assert.Same(t, badger.memoryStore, ownMemory(badger))
 	assert.Nil(t, ownMemory(&failingStore{memoryStore: mem}), "a store that embeds the memory store")
+	assert.Nil(t, ownMemory(struct{ *BadgerStore }{badger}), "a store that embeds the Badger store")
 	assert.Nil(t, ownMemory(nil))
 }
 
