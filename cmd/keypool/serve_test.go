@@ -267,7 +267,7 @@ func TestProxyKeepsStateAcrossRestart(t *testing.T) {
 	assert.Equal(t, int64(1), a.Requests, "after the restart the revoked key is still benched: the vendor saw it once")
 
 	var out bytes.Buffer
-	require.NoError(t, printState(t.Context(), &out, state))
+	require.NoError(t, printState(t.Context(), &out, state, true, 0))
 	assert.Contains(t, out.String(), "benched (auth), back in")
 }
 
@@ -591,7 +591,7 @@ func TestServeShutsDownGracefully(t *testing.T) {
 	assert.Contains(t, stderr.String(), "stopped")
 	assert.Contains(t, stderr.String(), `level=WARN msg="operator_tokens is not set: every proxy token may read /status`, "said at start")
 	var out bytes.Buffer
-	require.NoError(t, printState(t.Context(), &out, state), "the state directory is free again")
+	require.NoError(t, printState(t.Context(), &out, state, true, 0), "the state directory is free again")
 	assert.Contains(t, out.String(), "benched (auth), back in", "the bench was written")
 }
 
