@@ -181,12 +181,12 @@ func TestVersion(t *testing.T) {
 // benchedAccountProxy is a proxy whose keys, of an account and not, have
 // served requests and one of which is benched, with the default IDs that
 // say where each key came from.
-func benchedAccountProxy(t *testing.T) (base, state string) {
+func benchedAccountProxy(t *testing.T) (base, state string, srv *server) {
 	sim := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Keys: []vendorsim.Key{
 		{Secret: "sk-a"}, {Secret: "sk-b", Revoked: true}, {Secret: "sk-c"}}})
 	t.Cleanup(sim.Close)
 	state = t.TempDir()
-	base, _ = startProxy(t, simConfig(sim, state, `
+	base, srv = startProxy(t, simConfig(sim, state, `
       - {secret: sk-a, account: research-org}
       - {secret: sk-b, account: research-org}
       - {secret: sk-c, limits: {rpm: 60, rpd: 1000}}
@@ -196,11 +196,11 @@ func benchedAccountProxy(t *testing.T) (base, state string) {
 		require.NoError(t, err)
 		resp.Body.Close()
 	}
-	return base, state
+	return base, state, srv
 }
 
 func TestStatusFitsNarrowTerminals(t *testing.T) {
-	base, _ := benchedAccountProxy(t)
+	base, _, _ := benchedAccountProxy(t)
 	t.Setenv("COLUMNS", "80")
 	status, stdout, stderr := runKeypool(t, "status", "-url", base, "-token", proxyToken)
 	require.Equal(t, 0, status, "stderr: %s", stderr)
@@ -222,4 +222,26 @@ func TestStatusFitsNarrowTerminals(t *testing.T) {
 	t.Setenv("COLUMNS", "200")
 	_, fits, _ := runKeypool(t, "status", "-url", base, "-token", proxyToken)
 	assert.Equal(t, wide, fits, "the wide form where it fits")
+}
+
+func TestStatusStateNamesAccounts(t *testing.T) {
+	_, state, srv := benchedAccountProxy(t)
+	srv.close()
+	for _, args := range [][]string{{"-wide"}, {}} {
+		t.Run(strings.Join(append([]string{"status", "-state"}, args...), " "), func(t *testing.T) {
+			t.Setenv("COLUMNS", "80")
+			status, stdout, stderr := runKeypool(t, append([]string{"status", "-state", state}, args...)...)
+			require.Equal(t, 0, status, "stderr: %s", stderr)
+			for i := range len(stdout) {
+				if c := stdout[i]; c < 0x20 && c != '\n' && c != '\t' {
+					t.Errorf("a control byte %#x at %d of %q", c, i, stdout)
+				}
+			}
+			assert.Contains(t, stdout, "account research-org", "the account's windows, by its name")
+			assert.Contains(t, stdout, accountNote, "why upstreams[0].keys[0], with nothing of its own, has no row")
+			assert.Contains(t, stdout, "upstreams[0].keys[1]", "the benched key of the account")
+			assert.Contains(t, stdout, "upstreams[0].keys[2]", "the key of no account")
+			assert.Less(t, strings.Index(stdout, "upstreams[0].keys[2]"), strings.Index(stdout, "account research-org"), "keys, then accounts")
+		})
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -372,8 +373,18 @@ func printState(ctx context.Context, w io.Writer, dir string, wide bool, width i
 		return nil
 	}
 	printStatus(w, routes, now, true, wide, width)
+	if slices.ContainsFunc(routes, func(r routeView) bool {
+		return slices.ContainsFunc(r.Keys, func(k keyView) bool { return strings.HasPrefix(k.ID, "account ") })
+	}) {
+		fmt.Fprintln(w, accountNote)
+	}
 	return nil
 }
+
+// accountNote says why a state directory may show fewer keys than a
+// proxy's status: a key of an account keeps no state of its own but a
+// bench or spend.
+const accountNote = "An account's row holds the windows its keys share; a key of an account has a row only for a bench or spend of its own."
 
 // checkStateDir says what is wrong with dir as a state directory to read:
 // it does not exist, is not a directory, or holds no keypool state (a
