@@ -622,3 +622,27 @@ upstreams:
 	assert.Equal(t, map[int]int{http.StatusOK: 3, http.StatusTooManyRequests: 5}, statuses,
 		"two replicas share key a's RPM 3 (b is unknown to the vendor and benched at once)")
 }
+
+func TestProxyRefusalsNameTheConfigurationsFields(t *testing.T) {
+	upstream, reached := countingUpstream(t)
+	base, _ := startProxy(t, oneUpstream(t, upstream,
+		"prices: {gpt-4o-mini: {input: 1, output: 1000}}, keys: [{id: a, secret: sk-a, budget: {per_day: 0.01}}]"))
+	tests := []struct{ name, body, want, not string }{
+		{"a model without a price", `{"model":"gpt-4o","messages":[]}`, `model \"gpt-4o\" has no price in the upstream's prices`, "WithPrices"},
+		{"a request that could cost more than a budget", `{"model":"gpt-4o-mini","max_tokens":100000,"messages":[]}`, "the model's max_output in the upstream's prices", "MaxOutput"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(tt.body))
+			req.Header.Set("Authorization", "Bearer "+proxyToken)
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s", b)
+			assert.Contains(t, string(b), tt.want)
+			assert.NotContains(t, string(b), tt.not, "a Go option, which a proxy's client cannot set")
+		})
+	}
+	assert.Zero(t, reached.Load(), "nothing reached the upstream")
+}
