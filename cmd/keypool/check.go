@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/keypool-go/keypool"
 	"github.com/keypool-go/keypool/redisstore"
 )
 
@@ -68,7 +69,8 @@ func configFlag(fs *flag.FlagSet, args []string, stderr io.Writer) (string, erro
 
 // checkConfig reads the configuration at path and checks it and its state,
 // as check and serve (serving) do before anything starts, and returns the
-// settings (nil when the file could not be read as YAML) and every mistake.
+// settings (nil when the file could not be read as YAML) and every mistake;
+// check also says when another process holds the state directory.
 func checkConfig(path string, serving bool) (*settings, mistakes) {
 	s, err := loadConfig(path, os.LookupEnv)
 	var all mistakes
@@ -78,6 +80,10 @@ func checkConfig(path string, serving bool) (*settings, mistakes) {
 		// local windows, and logs the outage, without waiting for a
 		// check's timeout first.
 		all.merge(checkState(s, slog.New(slog.DiscardHandler)))
+	}
+	if s != nil && !serving && !isRedisURL(s.state) && stateHeld(s.state) {
+		// serve finds it so when it opens the store, and says so.
+		all.merge(&configError{"state", fmt.Errorf("%s: %w (a running keypool serve or demo): serve would not start on it", s.state, keypool.ErrStoreLocked)})
 	}
 	return s, all
 }

@@ -375,3 +375,50 @@ func TestMistakesAreBounded(t *testing.T) {
 	assert.Equal(t, fmt.Sprintf("… and %d more mistakes", 2*maxMistakes), got[maxMistakes])
 	assert.True(t, slices.ContainsFunc(got, func(l string) bool { return strings.Contains(l, "BOUND_TEST_0 is not set") }))
 }
+
+func TestCheckSaysTheLineOfAYAMLMistake(t *testing.T) {
+	tests := []struct{ name, conf, want string }{
+		{"a line indented less than its block", "proxy_tokens: [t]\nupstreams:\n  - name: a\n    url: https://x\n   keys: [{secret: s}]\n  - name: b\n    url: https://y\n",
+			"keypool.yaml: line 5: did not find expected '-' indicator (is the line indented as it should be?)"},
+		{"the last line, without a newline", "proxy_tokens: [t]\nupstreams:\n  - name: a\n    url: https://x\n   keys: [{secret: s}]",
+			"keypool.yaml: line 5: "},
+		{"a line yaml names itself", "proxy_tokens: [t]\nupstreams:\n  - name: a: b\n    url: https://x\n",
+			"keypool.yaml: line 3: mapping values are not allowed in this context\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, _, stderr := runCommand(t, nil, "check", "-config", writeConfig(t, tt.conf, nil))
+			assert.Equal(t, exitUsage, status)
+			assert.Contains(t, stderr, tt.want)
+			assert.Len(t, lines(stderr), 1, "one line: %q", stderr)
+		})
+	}
+}
+
+func TestCheckSaysAnEmptyFileIsEmpty(t *testing.T) {
+	for _, conf := range []string{"", "\n\n", "# keypool's configuration\n"} {
+		status, stdout, stderr := runCommand(t, nil, "check", "-config", writeConfig(t, conf, nil))
+		assert.Equal(t, exitUsage, status)
+		assert.Empty(t, stdout)
+		assert.Equal(t, []string{"keypool check: config: keypool.yaml is empty: a configuration sets at least proxy_tokens and upstreams (docs/proxy.md)"}, lines(stderr), "%q", conf)
+	}
+}
+
+func TestCheckSaysTheStateIsHeld(t *testing.T) {
+	state := t.TempDir()
+	held, err := keypool.OpenBadgerStore(state)
+	require.NoError(t, err)
+	path := writeConfig(t, "proxy_tokens: [t]\noperator_tokens: [operator-token-of-the-test]\nstate: "+state+"\nupstreams: [{url: 'https://x', keys: [{secret: s}]}]\n", nil)
+	status, stdout, stderr := runCommand(t, nil, "check", "-config", path)
+	assert.Equal(t, exitUsage, status)
+	assert.NotContains(t, stdout, "no mistakes")
+	assert.Contains(t, stderr, "keypool check: state: "+state+": state directory is held by another process (a running keypool serve or demo)")
+
+	require.NoError(t, held.Close())
+	status, stdout, stderr = runCommand(t, nil, "check", "-config", path)
+	assert.Equal(t, 0, status, stderr)
+	assert.Contains(t, stdout, "no mistakes", "free again")
+	store, err := keypool.OpenBadgerStore(state)
+	require.NoError(t, err, "check let the directory go")
+	require.NoError(t, store.Close())
+}

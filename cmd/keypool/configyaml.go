@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"reflect"
 	"regexp"
@@ -39,15 +40,56 @@ func decodeYAML(data []byte, c *config, name string) mistakes {
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		// yaml lists its complaints a line each; the command says one line.
 		msg := strings.Join(strings.Fields(strings.TrimPrefix(err.Error(), "yaml: ")), " ")
-		return mistakes{fieldErr("config", "%s: %s", name, msg)}
+		return mistakes{fieldErr("config", "%s: %s", name, problemAt(data, msg))}
 	}
 	var m mistakes
-	if doc.Kind == 0 { // an empty file
+	if doc.Kind == 0 { // nothing but blanks and comments
+		m.add(&configError{field: "config", err: fmt.Errorf("%s is empty: a configuration sets at least proxy_tokens and upstreams (docs/proxy.md)", name)})
 		return m
 	}
 	d := &yamlDecoder{mistakes: &m}
 	d.value(doc.Content[0], reflect.ValueOf(c).Elem(), "")
 	return m
+}
+
+// yamlLine is the line yaml.v3 names at the start of a syntax error.
+var yamlLine = regexp.MustCompile(`^line ([0-9]+): `)
+
+// maxLocatedLines bounds the lines of a file problemAt reads again.
+const maxLocatedLines = 5000
+
+// problemAt returns yaml.v3's syntax error msg about data with the line at
+// which data stops being YAML. For a block that goes wrong — a line
+// indented less or more than its neighbours — yaml names the line where
+// the block starts, often far above: the line here is the first of the
+// last lines each of which ends a part of data that fails to parse.
+func problemAt(data []byte, msg string) string {
+	m := yamlLine.FindStringSubmatch(msg)
+	if m == nil || bytes.Count(data, []byte("\n")) > maxLocatedLines {
+		return msg
+	}
+	said, _ := strconv.Atoi(m[1])
+	var ends []int // ends[i] is the end of line i+1, its newline included
+	for i, b := range data {
+		if b == '\n' {
+			ends = append(ends, i+1)
+		}
+	}
+	if len(ends) == 0 || ends[len(ends)-1] != len(data) {
+		ends = append(ends, len(data))
+	}
+	fails := func(lines int) bool {
+		var doc yaml.Node
+		return yaml.Unmarshal(data[:ends[lines-1]], &doc) != nil
+	}
+	line := len(ends)
+	for line > 1 && fails(line-1) {
+		line--
+	}
+	if line <= said {
+		return msg
+	}
+	return fmt.Sprintf("line %d: %s (is the line indented as it should be?)", line, msg[len(m[0]):])
 }
 
 func (d *yamlDecoder) fail(n *yaml.Node, path, format string, args ...any) {

@@ -12,7 +12,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
+	"github.com/keypool-go/keypool/internal/vendorsim"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -174,4 +176,72 @@ func TestVersion(t *testing.T) {
 	info = &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"}}
 	assert.Equal(t, "keypool (devel) go1.26.8 "+runtime.GOOS+"/"+runtime.GOARCH, versionText(info, true))
 	assert.Contains(t, versionText(nil, false), "no build information")
+}
+
+// benchedAccountProxy is a proxy whose keys, of an account and not, have
+// served requests and one of which is benched, with the default IDs that
+// say where each key came from.
+func benchedAccountProxy(t *testing.T) (base, state string, srv *server) {
+	sim := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Keys: []vendorsim.Key{
+		{Secret: "sk-a"}, {Secret: "sk-b", Revoked: true}, {Secret: "sk-c"}}})
+	t.Cleanup(sim.Close)
+	state = t.TempDir()
+	base, srv = startProxy(t, simConfig(sim, state, `
+      - {secret: sk-a, account: research-org}
+      - {secret: sk-b, account: research-org}
+      - {secret: sk-c, limits: {rpm: 60, rpd: 1000}}
+    account_limits: {research-org: {rpm: 100, rpd: 10000}}`))
+	for range 6 {
+		resp, err := chat(t, base, false)
+		require.NoError(t, err)
+		resp.Body.Close()
+	}
+	return base, state, srv
+}
+
+func TestStatusFitsNarrowTerminals(t *testing.T) {
+	base, _, _ := benchedAccountProxy(t)
+	t.Setenv("COLUMNS", "80")
+	status, stdout, stderr := runKeypool(t, "status", "-url", base, "-token", proxyToken)
+	require.Equal(t, 0, status, "stderr: %s", stderr)
+	for line := range strings.Lines(stdout) {
+		assert.LessOrEqual(t, utf8.RuneCountInString(strings.TrimSuffix(line, "\n")), 100, "too wide: %q", line)
+	}
+	for _, want := range []string{"upstreams[0].keys[0] (research-org)", "upstreams[0].keys[1] (research-org)", "upstreams[0].keys[2]",
+		"benched (auth), back in 12 h"} {
+		assert.Contains(t, stdout, want)
+	}
+	assert.Regexp(t, `\n    gpt-4o-mini  minute \d+/60 0  day \d+/1000 0\n`, stdout, "a line a model")
+
+	status, wide, stderr := runKeypool(t, "status", "-url", base, "-token", proxyToken, "-wide")
+	require.Equal(t, 0, status, "stderr: %s", stderr)
+	assert.Regexp(t, `^ROUTE\s+KEY\s+TIER\s+STATE\s+SENT\s+MODEL\s+MINUTE REQ/TOK\s+DAY REQ/TOK\n`, wide)
+	assert.Regexp(t, `openai\s+upstreams\[0\]\.keys\[1\] \(research-org\)\s+free\s+benched \(auth\), back in 12 h 0 min, \S+( \S+)?\s+1\s+gpt-4o-mini\s+\d+/100 0\s+\d+/10000 0\n`, wide, "-wide keeps a row per key and model")
+	assert.Greater(t, widest(wide), 100, "the wide form is wider than the narrow")
+
+	t.Setenv("COLUMNS", "200")
+	_, fits, _ := runKeypool(t, "status", "-url", base, "-token", proxyToken)
+	assert.Equal(t, wide, fits, "the wide form where it fits")
+}
+
+func TestStatusStateNamesAccounts(t *testing.T) {
+	_, state, srv := benchedAccountProxy(t)
+	srv.close()
+	for _, args := range [][]string{{"-wide"}, {}} {
+		t.Run(strings.Join(append([]string{"status", "-state"}, args...), " "), func(t *testing.T) {
+			t.Setenv("COLUMNS", "80")
+			status, stdout, stderr := runKeypool(t, append([]string{"status", "-state", state}, args...)...)
+			require.Equal(t, 0, status, "stderr: %s", stderr)
+			for i := range len(stdout) {
+				if c := stdout[i]; c < 0x20 && c != '\n' && c != '\t' {
+					t.Errorf("a control byte %#x at %d of %q", c, i, stdout)
+				}
+			}
+			assert.Contains(t, stdout, "account research-org", "the account's windows, by its name")
+			assert.Contains(t, stdout, accountNote, "why upstreams[0].keys[0], with nothing of its own, has no row")
+			assert.Contains(t, stdout, "upstreams[0].keys[1]", "the benched key of the account")
+			assert.Contains(t, stdout, "upstreams[0].keys[2]", "the key of no account")
+			assert.Less(t, strings.Index(stdout, "upstreams[0].keys[2]"), strings.Index(stdout, "account research-org"), "keys, then accounts")
+		})
+	}
 }

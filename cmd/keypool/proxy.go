@@ -293,6 +293,15 @@ func isStream(resp *http.Response) bool {
 	return ok && len(method) >= len("stream") && strings.EqualFold(method[:len("stream")], "stream")
 }
 
+// optionFields says the library's options that its refusals name as the
+// fields of the configuration that set them, which a proxy's client can
+// look up: the library has no error of its own for these refusals that a
+// caller could tell apart (a *refusal.Error is all).
+var optionFields = strings.NewReplacer(
+	" (WithPrices)", " in the upstream's prices",
+	"the model's MaxOutput", "the model's max_output in the upstream's prices",
+)
+
 // proxyError answers a request the proxy could not forward: 429 with a
 // Retry-After when no key is free; 413 or 408 for a body too long or too
 // slow; 400 for what the request itself holds (a model name no store may
@@ -315,7 +324,7 @@ func (s *server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusRequestTimeout, "invalid_request_error", "keypool: the request body did not arrive within body_timeout", nil)
 	case errors.As(err, &own):
 		refused(r, "refused")
-		writeError(w, http.StatusBadRequest, "invalid_request_error", s.redact.String(err.Error()), nil)
+		writeError(w, http.StatusBadRequest, "invalid_request_error", s.redact.String(optionFields.Replace(err.Error())), nil)
 	case errors.As(err, &na):
 		refused(r, "no_key")
 		extra := map[string]any{}

@@ -267,7 +267,7 @@ func TestProxyKeepsStateAcrossRestart(t *testing.T) {
 	assert.Equal(t, int64(1), a.Requests, "after the restart the revoked key is still benched: the vendor saw it once")
 
 	var out bytes.Buffer
-	require.NoError(t, printState(t.Context(), &out, state))
+	require.NoError(t, printState(t.Context(), &out, state, true, 0))
 	assert.Contains(t, out.String(), "benched (auth), back in")
 }
 
@@ -602,7 +602,7 @@ func TestServeShutsDownGracefully(t *testing.T) {
 	assert.Contains(t, stderr.String(), "stopped")
 	assert.Contains(t, stderr.String(), `level=WARN msg="operator_tokens is not set: every proxy token may read /status`, "said at start")
 	var out bytes.Buffer
-	require.NoError(t, printState(t.Context(), &out, state), "the state directory is free again")
+	require.NoError(t, printState(t.Context(), &out, state, true, 0), "the state directory is free again")
 	assert.Contains(t, out.String(), "benched (auth), back in", "the bench was written")
 }
 
@@ -642,4 +642,28 @@ func TestConfigStateTimeout(t *testing.T) {
 	s, err := c.resolve(func(string) (string, bool) { return "", false })
 	require.NoError(t, err)
 	assert.Equal(t, 250*time.Millisecond, s.stateTimeout)
+}
+
+func TestProxyRefusalsNameTheConfigurationsFields(t *testing.T) {
+	upstream, reached := countingUpstream(t)
+	base, _ := startProxy(t, oneUpstream(t, upstream,
+		"prices: {gpt-4o-mini: {input: 1, output: 1000}}, keys: [{id: a, secret: sk-a, budget: {per_day: 0.01}}]"))
+	tests := []struct{ name, body, want, not string }{
+		{"a model without a price", `{"model":"gpt-4o","messages":[]}`, `model \"gpt-4o\" has no price in the upstream's prices`, "WithPrices"},
+		{"a request that could cost more than a budget", `{"model":"gpt-4o-mini","max_tokens":100000,"messages":[]}`, "the model's max_output in the upstream's prices", "MaxOutput"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(tt.body))
+			req.Header.Set("Authorization", "Bearer "+proxyToken)
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s", b)
+			assert.Contains(t, string(b), tt.want)
+			assert.NotContains(t, string(b), tt.not, "a Go option, which a proxy's client cannot set")
+		})
+	}
+	assert.Zero(t, reached.Load(), "nothing reached the upstream")
 }

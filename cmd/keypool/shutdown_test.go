@@ -199,7 +199,7 @@ func TestServeProcessStopsOnSignal(t *testing.T) {
 				assert.GreaterOrEqual(t, p.took, time.Second, "the stream had two thirds of shutdown_timeout to end")
 			}
 			var out strings.Builder
-			require.NoError(t, printState(t.Context(), &out, state), "the state directory is free again")
+			require.NoError(t, printState(t.Context(), &out, state, true, 0), "the state directory is free again")
 		})
 	}
 }

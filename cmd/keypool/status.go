@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,12 +13,15 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/keypool-go/keypool"
+	"golang.org/x/term"
 )
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -25,6 +29,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	state := fs.String("state", "", "a state directory that no running proxy holds")
 	addr := fs.String("url", "", "a running proxy's base URL, as its clients use it: http://127.0.0.1:8787 or http://127.0.0.1:8787/v1")
 	token := fs.String("token", "", "an operator token for -url (default: $KEYPOOL_OPERATOR_TOKEN, else $KEYPOOL_PROXY_TOKEN)")
+	wide := fs.Bool("wide", false, "a row per key and model, however wide (default: when it fits the terminal, $COLUMNS or else 80 columns)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
@@ -39,10 +44,10 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if st := report.Store; st != nil && !st.Healthy {
 			fmt.Fprintf(stdout, "The state store is failing: %s\n\n", st.Reason)
 		}
-		printRoutes(stdout, report.Routes, time.Now(), false)
+		printStatus(stdout, report.Routes, time.Now(), false, *wide, statusWidth(stdout))
 		return nil
 	}
-	return printState(ctx, stdout, *state)
+	return printState(ctx, stdout, *state, *wide, statusWidth(stdout))
 }
 
 // fetchStatus asks a running proxy at base for its routes.
@@ -143,31 +148,83 @@ func callProxy(ctx context.Context, method, base, endpoint string, token credent
 	return nil
 }
 
-// printRoutes writes a table of each route's keys at now: a key of an
-// account is shown with it, and a limit learned from the vendor with a
-// star. Keys read from a state directory have no tier or count of requests
-// sent.
+// printStatus writes each route's keys, and the spend table: the wide
+// table of printRoutes when wide is set or when it fits width, else the
+// narrow form, a few lines a key, fitted to width.
+func printStatus(w io.Writer, routes []routeView, now time.Time, fromStore, wide bool, width int) {
+	var table bytes.Buffer
+	printTable(&table, routes, now, fromStore)
+	if wide || widest(table.String()) <= width {
+		w.Write(table.Bytes())
+	} else {
+		printNarrow(w, routes, now, fromStore, width)
+	}
+	printSpend(w, routes)
+}
+
+// statusWidth is the width keypool status fits its output to: the
+// terminal's when out is one, else $COLUMNS, else 80.
+func statusWidth(out io.Writer) int {
+	if f, ok := out.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		return terminalWidth(f)
+	}
+	if n, err := strconv.Atoi(os.Getenv("COLUMNS")); err == nil && n > 0 {
+		return n
+	}
+	return compactBelow
+}
+
+// widest is the width in runes of the longest line of s.
+func widest(s string) int {
+	n := 0
+	for line := range strings.Lines(s) {
+		n = max(n, utf8.RuneCountInString(strings.TrimSuffix(line, "\n")))
+	}
+	return n
+}
+
+// printRoutes writes the wide table of each route's keys at now, and the
+// spend table.
 func printRoutes(w io.Writer, routes []routeView, now time.Time, fromStore bool) {
+	printTable(w, routes, now, fromStore)
+	printSpend(w, routes)
+}
+
+// keyName is a key as the status shows it: its ID, with its account.
+func keyName(k keyView) string {
+	if k.Account != "" {
+		return k.ID + " (" + k.Account + ")"
+	}
+	return k.ID
+}
+
+// routeName is a route as the status shows it: its name, with its bench.
+func routeName(r routeView, now time.Time) string {
+	if !r.BenchedUntil.IsZero() {
+		return r.Name + " (benched, " + backIn(r.BenchedUntil, now) + ")"
+	}
+	return r.Name
+}
+
+// learnedNote is the footnote of a limit learned from the vendor.
+const learnedNote = "* a limit learned from the vendor, tighter than any configured"
+
+// printTable writes a table of each route's keys at now, a row per key
+// and model: a key of an account is shown with it, and a limit learned
+// from the vendor with a star. Keys read from a state directory have no
+// tier or count of requests sent.
+func printTable(w io.Writer, routes []routeView, now time.Time, fromStore bool) {
 	starred := false
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ROUTE\tKEY\tTIER\tSTATE\tSENT\tMODEL\tMINUTE REQ/TOK\tDAY REQ/TOK")
 	for _, r := range routes {
-		name := r.Name
-		if !r.BenchedUntil.IsZero() {
-			name += " (benched, " + backIn(r.BenchedUntil, now) + ")"
-		}
+		name := routeName(r, now)
 		for _, k := range r.Keys {
-			tier, sent := "free", fmt.Sprint(k.Sent)
-			if k.Paid {
-				tier = "paid"
-			}
+			tier, sent := tier(k.Paid), fmt.Sprint(k.Sent)
 			if fromStore {
 				tier, sent = "-", "-"
 			}
-			state, id := stateWords(k, now), k.ID
-			if k.Account != "" {
-				id += " (" + k.Account + ")"
-			}
+			state, id := stateWords(k, now), keyName(k)
 			if len(k.Models) == 0 {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t-\t-\t-\n", name, id, tier, state, sent)
 			}
@@ -182,9 +239,44 @@ func printRoutes(w io.Writer, routes []routeView, now time.Time, fromStore bool)
 	}
 	tw.Flush()
 	if starred {
-		fmt.Fprintln(w, "* a limit learned from the vendor, tighter than any configured")
+		fmt.Fprintln(w, learnedNote)
 	}
-	printSpend(w, routes)
+}
+
+// printNarrow writes each route's keys at now in lines that fit width: a
+// line a route, then for each key a line of its ID, tier, requests sent
+// and state (the state on a line of its own when it does not fit), and a
+// line a model of its use of the minute's and the day's windows.
+func printNarrow(w io.Writer, routes []routeView, now time.Time, fromStore bool, width int) {
+	starred := false
+	for i, r := range routes {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintln(w, routeName(r, now))
+		for _, k := range r.Keys {
+			head := "  " + keyName(k)
+			if !fromStore {
+				head += "  " + tier(k.Paid) + "  sent " + fmt.Sprint(k.Sent)
+			}
+			state := stateWords(k, now)
+			if line := head + "  " + state; utf8.RuneCountInString(line) <= width {
+				fmt.Fprintln(w, line)
+			} else {
+				fmt.Fprintln(w, head)
+				fmt.Fprintln(w, "    "+state)
+			}
+			tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+			for _, m := range k.Models {
+				starred = starred || m.Minute.learned() || m.Day.learned()
+				fmt.Fprintf(tw, "    %s\tminute %s\tday %s\n", m.Model, m.Minute, m.Day)
+			}
+			tw.Flush()
+		}
+	}
+	if starred {
+		fmt.Fprintln(w, learnedNote)
+	}
 }
 
 // printSpend writes a table of what each key and account with a budget,
@@ -257,9 +349,9 @@ func (w windowView) String() string {
 	return part(w.Requests, w.RequestsLimit, w.RequestsLearned) + " " + part(w.Tokens, w.TokensLimit, w.TokensLearned)
 }
 
-// printState shows what a state directory holds. It opens only a directory
-// that holds keypool's state, and creates nothing.
-func printState(ctx context.Context, w io.Writer, dir string) error {
+// printState shows what a state directory holds, as printStatus does. It
+// opens only a directory that holds keypool's state, and creates nothing.
+func printState(ctx context.Context, w io.Writer, dir string, wide bool, width int) error {
 	if err := checkStateDir(dir); err != nil {
 		return err
 	}
@@ -280,9 +372,19 @@ func printState(ctx context.Context, w io.Writer, dir string) error {
 		fmt.Fprintf(w, "%s holds no keys' state yet.\n", dir)
 		return nil
 	}
-	printRoutes(w, routes, now, true)
+	printStatus(w, routes, now, true, wide, width)
+	if slices.ContainsFunc(routes, func(r routeView) bool {
+		return slices.ContainsFunc(r.Keys, func(k keyView) bool { return strings.HasPrefix(k.ID, "account ") })
+	}) {
+		fmt.Fprintln(w, accountNote)
+	}
 	return nil
 }
+
+// accountNote says why a state directory may show fewer keys than a
+// proxy's status: a key of an account keeps no state of its own but a
+// bench or spend.
+const accountNote = "An account's row holds the windows its keys share; a key of an account has a row only for a bench or spend of its own."
 
 // checkStateDir says what is wrong with dir as a state directory to read:
 // it does not exist, is not a directory, or holds no keypool state (a

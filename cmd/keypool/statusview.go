@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/keypool-go/keypool"
 )
@@ -321,16 +323,22 @@ func benchReason(k keypool.Kind) string {
 }
 
 // viewStore reads what a state directory holds at now, a route per
-// provider (a proxy's route names its pool's provider), keys by ID. The
-// store keeps no counters of requests sent, nor limits.
+// provider (a proxy's route names its pool's provider), keys by ID, then
+// accounts as "account NAME". The store keeps no counters of requests
+// sent, nor limits; and a key of an account keeps state of its own only
+// when it has some apart from its account's windows (a bench, spend).
 func viewStore(ctx context.Context, store *keypool.BadgerStore, now time.Time) ([]routeView, error) {
-	type stored struct{ provider, keyID string }
+	type stored struct {
+		provider, keyID string
+		account         bool // keyID is an account's (AccountID)
+	}
 	var keys []stored
 	for provider, keyID := range store.Keys() {
-		keys = append(keys, stored{provider, keyID})
+		_, account := strings.CutPrefix(keyID, keypool.AccountID(""))
+		keys = append(keys, stored{provider, keyID, account})
 	}
 	slices.SortFunc(keys, func(a, b stored) int {
-		return cmp.Or(strings.Compare(a.provider, b.provider), strings.Compare(a.keyID, b.keyID))
+		return cmp.Or(strings.Compare(a.provider, b.provider), compareBool(a.account, b.account), strings.Compare(a.keyID, b.keyID))
 	})
 	var routes []routeView
 	for _, sk := range keys {
@@ -338,7 +346,7 @@ func viewStore(ctx context.Context, store *keypool.BadgerStore, now time.Time) (
 		if err != nil {
 			return nil, err
 		}
-		ks.ID = sk.keyID
+		ks.ID = storedName(sk.keyID)
 		slices.SortFunc(ks.Models, func(a, b keypool.ModelStats) int { return strings.Compare(a.Model, b.Model) })
 		kv := viewKey(ks, now)
 		if n := len(routes); n > 0 && routes[n-1].Name == sk.provider {
@@ -348,6 +356,31 @@ func viewStore(ctx context.Context, store *keypool.BadgerStore, now time.Time) (
 		routes = append(routes, routeView{Name: sk.provider, Keys: []keyView{kv}})
 	}
 	return routes, nil
+}
+
+// compareBool orders false before true.
+func compareBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
+}
+
+// storedName is how the status shows an ID a store keeps state under: a
+// key's ID, or "account NAME" for an account's (the store keeps it under
+// AccountID, which starts with a NUL); any other control character is
+// quoted, never written out.
+func storedName(id string) string {
+	if name, ok := strings.CutPrefix(id, keypool.AccountID("")); ok {
+		id = "account " + name
+	}
+	if strings.ContainsFunc(id, unicode.IsControl) {
+		return strconv.QuoteToGraphic(id)
+	}
+	return id
 }
 
 // stateWords says a key's state in words at now: "serving", "full this
