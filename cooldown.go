@@ -370,7 +370,7 @@ func (p *Pool) benchKey(ctx context.Context, k *poolKey, m string, level int, v 
 		if f != nil {
 			f(ev)
 		}
-		p.alarm.set(ev)
+		p.alarm.set(ev, b.Account != "")
 	}
 	return b.Until
 }
@@ -385,7 +385,7 @@ type alarm struct {
 	ring  func(Eviction)
 
 	mu      sync.Mutex // guards the fields below
-	pending map[alarmScope]Eviction
+	pending map[alarmScope]alarmEntry
 	timer   *time.Timer
 	next    time.Time // when the timer fires; zero when it is not armed
 	stopped bool
@@ -395,6 +395,13 @@ type alarm struct {
 // model, or for every model ("").
 type alarmScope struct{ provider, key, model string }
 
+// alarmEntry is a bench an alarm rings for, and whether it is its key's
+// account's, which the key reported.
+type alarmEntry struct {
+	ev      Eviction
+	account bool
+}
+
 // newAlarm returns the alarm of ring, nil for none.
 func newAlarm(clock func() time.Time, ring func(Eviction)) *alarm {
 	if ring == nil {
@@ -403,21 +410,21 @@ func newAlarm(clock func() time.Time, ring func(Eviction)) *alarm {
 	return &alarm{clock: clock, ring: ring}
 }
 
-// set tells the alarm of bench e.
-func (a *alarm) set(e Eviction) {
+// set tells the alarm of bench e, of its key's account when account.
+func (a *alarm) set(e Eviction, account bool) {
 	if a == nil {
 		return
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s := alarmScope{e.Provider, e.KeyID, e.Model}
-	if old, ok := a.pending[s]; a.stopped || ok && !e.Until.After(old.Until) {
+	if old, ok := a.pending[s]; a.stopped || ok && !e.Until.After(old.ev.Until) {
 		return
 	}
 	if a.pending == nil {
-		a.pending = map[alarmScope]Eviction{}
+		a.pending = map[alarmScope]alarmEntry{}
 	}
-	a.pending[s] = e
+	a.pending[s] = alarmEntry{e, account}
 	a.arm(e.Until)
 }
 
@@ -444,11 +451,11 @@ func (a *alarm) fire() {
 	var ended []Eviction
 	var soonest time.Time
 	for s, e := range a.pending {
-		if !e.Until.After(now) {
-			ended = append(ended, e)
+		if !e.ev.Until.After(now) {
+			ended = append(ended, e.ev)
 			delete(a.pending, s)
-		} else if soonest.IsZero() || e.Until.Before(soonest) {
-			soonest = e.Until
+		} else if soonest.IsZero() || e.ev.Until.Before(soonest) {
+			soonest = e.ev.Until
 		}
 	}
 	a.next = time.Time{}
@@ -462,16 +469,18 @@ func (a *alarm) fire() {
 	}
 }
 
-// drop forgets the benches of the keys with the given IDs, which an
-// operator lifted.
-func (a *alarm) drop(provider string, keyIDs ...string) {
+// drop forgets the benches an operator lifted: every bench of the key
+// keyID of provider (a route's, for ""), and the benches of its account
+// that its mates reported (an account's keys share its benches, each
+// reported by the key whose answer set it); a mate's own bench stays.
+func (a *alarm) drop(provider, keyID string, mates []string) {
 	if a == nil {
 		return
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for s := range a.pending {
-		if s.provider == provider && slices.Contains(keyIDs, s.key) {
+	for s, e := range a.pending {
+		if s.provider == provider && (s.key == keyID || e.account && slices.Contains(mates, s.key)) {
 			delete(a.pending, s)
 		}
 	}

@@ -37,6 +37,8 @@ func (s *scripted) RoundTrip(r *http.Request) (*http.Response, error) {
 		resp.Header.Set("Retry-After", a[1])
 	case "503":
 		resp.StatusCode = http.StatusServiceUnavailable
+	case "401":
+		resp.StatusCode = http.StatusUnauthorized
 	}
 	return resp, nil
 }
@@ -125,11 +127,11 @@ func TestAlarmRingsInOrder(t *testing.T) {
 		var got ends
 		a := newAlarm(time.Now, got.add)
 		now := time.Now()
-		a.set(Eviction{KeyID: "k1", Until: now.Add(3 * time.Second)})
-		a.set(Eviction{KeyID: "k2", Until: now.Add(time.Second)})
-		a.set(Eviction{KeyID: "k1", Until: now.Add(5 * time.Second)}) // replaces k1's
-		a.set(Eviction{KeyID: "k1", Until: now.Add(2 * time.Second)}) // shortens nothing
-		a.set(Eviction{KeyID: "k1", Model: "m", Until: now.Add(4 * time.Second)})
+		a.set(Eviction{KeyID: "k1", Until: now.Add(3 * time.Second)}, false)
+		a.set(Eviction{KeyID: "k2", Until: now.Add(time.Second)}, false)
+		a.set(Eviction{KeyID: "k1", Until: now.Add(5 * time.Second)}, false) // replaces k1's
+		a.set(Eviction{KeyID: "k1", Until: now.Add(2 * time.Second)}, false) // shortens nothing
+		a.set(Eviction{KeyID: "k1", Model: "m", Until: now.Add(4 * time.Second)}, false)
 		time.Sleep(10 * time.Second)
 		synctest.Wait()
 		var order []string
@@ -143,7 +145,7 @@ func TestAlarmRingsInOrder(t *testing.T) {
 		// finds nothing ended, and waits for what its clock says is left.
 		behind := ends{}
 		b := newAlarm(func() time.Time { return time.Now().Add(-time.Hour) }, behind.add)
-		b.set(Eviction{KeyID: "k", Until: time.Now().Add(-time.Hour + time.Minute)})
+		b.set(Eviction{KeyID: "k", Until: time.Now().Add(-time.Hour + time.Minute)}, false)
 		time.Sleep(30 * time.Second)
 		synctest.Wait()
 		assert.Zero(t, behind.count())
@@ -176,5 +178,57 @@ func TestOnBenchEndOfARoute(t *testing.T) {
 		synctest.Wait()
 		require.Equal(t, 1, got.count())
 		assert.Equal(t, Eviction{Provider: "first", Kind: KindTransient, For: time.Minute, Until: start.Add(time.Minute)}, got.list[0])
+	})
+}
+
+// TestOnBenchEndUnbenchOfAnAccountsKey: unbenching one key of an account
+// silences its own benches and the account's, not a mate's own bench (a
+// revoked key), whose end is still heard.
+func TestOnBenchEndUnbenchOfAnAccountsKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var got ends
+		base := &scripted{script: map[string][][2]string{"sk-b": {{"401", ""}}, "sk-c": {{"429", "30"}}}}
+		p, err := New("x", []Key{{Secret: "sk-a", ID: "a", Account: "org"}, {Secret: "sk-b", ID: "b", Account: "org"}, {Secret: "sk-c", ID: "c"}},
+			OnBenchEnd(got.add))
+		require.NoError(t, err)
+		defer p.Close()
+		rt := p.Transport(base)
+		sendTo(t, rt) // a serves
+		sendTo(t, rt) // b: 401, b's own bench of 12 h; c: 429, c's of 30 s; a serves
+		require.NoError(t, p.Unbench(t.Context(), "a"))
+		time.Sleep(13 * time.Hour)
+		synctest.Wait()
+		var keys []string
+		for _, e := range got.list {
+			keys = append(keys, e.KeyID+"/"+e.Kind.String())
+		}
+		assert.Equal(t, []string{"c/rate", "b/auth"}, keys, "b's own bench outlives a's unbench, and is heard")
+	})
+}
+
+// TestOnBenchEndOfARouteBenchedAgain: a route unbenched by hand and benched
+// again for less is heard at the new bench's end, not the lifted one's.
+func TestOnBenchEndOfARouteBenchedAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var got ends
+		base := &scripted{script: map[string][][2]string{"sk-one": {{"401", ""}, {"503", ""}}}}
+		first, err := New("first", []Key{{Secret: "sk-one", ID: "one"}})
+		require.NoError(t, err)
+		defer first.Close()
+		second, err := New("second", []Key{{Secret: "sk-two", ID: "two"}})
+		require.NoError(t, err)
+		defer second.Close()
+		u, _ := url.Parse("http://vendor.test")
+		fb, err := NewFallback([]Route{{Name: "first", Pool: first, URL: u, Base: base}, {Name: "second", Pool: second, URL: u, Base: base}}, OnBenchEnd(got.add))
+		require.NoError(t, err)
+		sendTo(t, fb) // first: 401, the route benched 12 h
+		require.NoError(t, first.Unbench(t.Context(), "one"))
+		start := time.Now()
+		sendTo(t, fb) // first: 503, benched a minute
+		time.Sleep(2 * time.Minute)
+		synctest.Wait()
+		require.Equal(t, 1, got.count(), "the second bench's end")
+		assert.Equal(t, KindTransient, got.list[0].Kind)
+		assert.Equal(t, start.Add(time.Minute), got.at[0])
 	})
 }

@@ -57,7 +57,9 @@ func (p *Pool) Do(ctx context.Context, model string, fn func(ctx context.Context
 		until := p.observe(ctx, &l, &v, now)
 		c.sooner(until)
 		if f := p.cfg.onAttempt; f != nil {
-			a := Attempt{Provider: p.provider, KeyID: l.key.ID, Model: model, Failover: attempt, Kind: v.kind}
+			var pe *ProviderError
+			a := Attempt{Provider: p.provider, KeyID: l.key.ID, Model: model, Failover: attempt, Kind: v.kind,
+				Failed: err != nil && !errors.As(err, &pe)} // an error that is no vendor's answer
 			if !until.IsZero() {
 				a.Bench = max(until.Sub(now), 0)
 			}

@@ -247,10 +247,15 @@ func (fb *Fallback) report(ev RouteEvent) {
 // bench sets route r aside until until for a failure of kind, unless it
 // is already benched longer, and tells OnBenchEnd's alarm.
 func (fb *Fallback) bench(r *fallbackRoute, until time.Time, kind Kind, now time.Time) {
+	if r.benchedAt() <= now.UnixNano() {
+		// A new bench, not a longer one: what the alarm holds of the
+		// route is of a bench lifted by hand, whose end is not heard.
+		fb.alarm.drop(r.Name, "", nil)
+	}
 	r.unbenched.Store(r.Pool.unbenched.Load())
 	if extendTo(&r.benchedUntil, until.UnixNano()) {
 		r.benchKind.Store(int64(kind))
-		fb.alarm.set(Eviction{Provider: r.Name, Kind: kind, For: max(until.Sub(now), 0), Until: until})
+		fb.alarm.set(Eviction{Provider: r.Name, Kind: kind, For: max(until.Sub(now), 0), Until: until}, false)
 	}
 }
 

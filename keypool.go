@@ -561,8 +561,11 @@ type call struct {
 	// passed over for it.
 	maxOutput int64
 	dear      int64
-	// conversation is the request's, 0 for none (see WithAffinity).
+	// conversation is the request's, 0 for none (see WithAffinity); stay
+	// the key it stays on, once looked.
 	conversation conversation
+	stay         *poolKey
+	looked       bool
 	// spare is where a take of the package's own store records the
 	// request, allocated with the request; nil once a take used it, or
 	// when the caller brings none.
@@ -592,10 +595,11 @@ func (p *Pool) acquire(ctx context.Context, c *call, model string, est usageRepo
 		return err
 	}
 	now := p.cfg.clock()
-	var stay *poolKey // the key the request's conversation stays on
-	if c.conversation != 0 && p.affinity != nil {
-		stay = p.affinity.keyOf(ctx, p, c.conversation, now)
+	if c.conversation != 0 && p.affinity != nil && !c.looked {
+		// Once a request: its attempts, and its turns in line, ask no more.
+		c.stay, c.looked = p.affinity.keyOf(ctx, p, c.conversation, now), true
 	}
+	stay := c.stay // the key the request's conversation stays on
 	for i := range p.tiers {
 		t := &p.tiers[i]
 		ok, err := false, error(nil)
@@ -891,15 +895,17 @@ func (a *affinity) keyOf(ctx context.Context, p *Pool, c conversation, now time.
 }
 
 // served records that key k took a request of conversation c at now, and
-// tells the shared store when the conversation moved, is new, or was last
-// said long ago.
+// tells the shared store when the conversation moved, or has come back
+// (its second request here) and was not said lately: a conversation of one
+// request — a client that names each request anew — costs the store no
+// write.
 func (a *affinity) served(ctx context.Context, p *Pool, c conversation, k *poolKey, now time.Time) {
-	e, ok := a.seen.Peek(c)
-	if !ok || int(e.key) != k.index {
+	e, known := a.seen.Peek(c)
+	if !known || int(e.key) != k.index {
 		e = affine{key: int32(k.index)}
 	}
 	e.at = now
-	if a.shared != nil && now.Sub(e.synced) >= affinityRecheck {
+	if a.shared != nil && known && now.Sub(e.synced) >= affinityRecheck {
 		err := a.shared.SetAffinity(ctx, p.provider, c.String(), k.ID, a.idle)
 		p.storeResult(opAffinity, err)
 		if err == nil {
@@ -1361,11 +1367,11 @@ func (p *Pool) Unbench(ctx context.Context, keyID string) error {
 		}
 	}
 	k.benchedUntil.Store(0)
-	ids := []string{k.ID}
+	var mates []string
 	for _, o := range p.accounts[k.Account] {
-		ids = append(ids, o.ID) // an account's bench is reported by the key that set it
+		mates = append(mates, o.ID)
 	}
-	p.alarm.drop(p.provider, ids...)
+	p.alarm.drop(p.provider, k.ID, mates)
 	p.unbenched.Add(1)
 	return nil
 }

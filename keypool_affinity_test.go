@@ -229,6 +229,12 @@ func (s *sharedAffinity) Affinity(_ context.Context, provider, conv string, _ ti
 	return s.keys[provider+"/"+conv], s.err
 }
 
+func (s *sharedAffinity) held() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.keys)
+}
+
 func (s *sharedAffinity) SetAffinity(_ context.Context, provider, conv, keyID string, _ time.Duration) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -240,9 +246,10 @@ func (s *sharedAffinity) SetAffinity(_ context.Context, provider, conv, keyID st
 }
 
 // TestAffinitySharedAmongReplicas: two pools over one store that shares
-// conversations keep a conversation on one key, whichever serves it; each
-// asks the store at most once per conversation in affinityRecheck; a store
-// that fails leaves each pool to what it remembers.
+// conversations keep a conversation on one key, whichever serves it, once
+// it has come back; each asks the store at most once per conversation in
+// affinityRecheck; a store that fails leaves each pool to what it
+// remembers.
 func TestAffinitySharedAmongReplicas(t *testing.T) {
 	clock := newTestClock()
 	v, srv := newVendor(t)
@@ -257,6 +264,9 @@ func TestAffinitySharedAmongReplicas(t *testing.T) {
 	converse(t, b, "") // b's cursor moves on: alone, b would choose another key
 	conv := `"prompt_cache_key":"c"`
 	first := converse(t, a, conv)
+	assert.Zero(t, store.held(), "a conversation of one request costs the store no write")
+	assert.Equal(t, first, converse(t, a, conv))
+	assert.Equal(t, 1, store.held(), "its second request here: a says where it stays")
 	assert.Equal(t, first, converse(t, b, conv), "b follows what a said")
 	calls := store.calls
 	for range 5 {

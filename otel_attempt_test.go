@@ -2,6 +2,7 @@ package keypool
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"sync"
 	"testing"
@@ -58,7 +59,11 @@ func TestOnAttemptHearsEachAttempt(t *testing.T) {
 	assert.Zero(t, got.list[0].Status)
 	assert.Equal(t, "dead", got.list[0].Provider)
 
-	// Pool.Do.
+	// Pool.Do: an error that is no vendor's answer is an attempt that failed.
+	got = attempts{}
+	_ = f.pool.Do(ctx, "m", func(context.Context, Key) error { return io.ErrUnexpectedEOF })
+	require.Len(t, got.list, 1)
+	assert.True(t, got.list[0].Failed)
 	got = attempts{}
 	err = f.pool.Do(ctx, "m", func(context.Context, Key) error {
 		if len(got.list) == 0 {

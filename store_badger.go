@@ -557,7 +557,7 @@ func (s *BadgerStore) setHealth(err error) {
 		s.failingSince = now
 		s.health.Store(&err)
 		s.cfg.logger.Warn("keypool: badger store failing; serving from memory until it writes again", "err", err)
-		s.healthWatch.Call()
+		s.healthWatch.Go() // not under spellMu (nor flushMu): a listener may call back
 	case err != nil:
 		s.health.Store(&err)
 	case !s.failingSince.IsZero():
@@ -566,7 +566,7 @@ func (s *BadgerStore) setHealth(err error) {
 		s.health.Store(nil)
 		s.log.flush()
 		s.cfg.logger.Info("keypool: badger store writing again", "failed_for", now.Sub(since).Round(time.Millisecond))
-		s.healthWatch.Call()
+		s.healthWatch.Go() // not under spellMu (nor flushMu): a listener may call back
 	}
 }
 

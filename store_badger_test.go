@@ -294,21 +294,45 @@ func TestPoolOnBadgerResumesAfterRestart(t *testing.T) {
 }
 
 // TestBadgerStoreNotifiesHealth: a listener hears a failing spell start and
-// end, once each, however many failures come between; a removed one hears
-// nothing.
+// end, once each, however many failures come between, from a goroutine of
+// the store's — so one that calls back into the store does not deadlock —
+// and a removed one hears nothing.
 func TestBadgerStoreNotifiesHealth(t *testing.T) {
 	s, err := OpenBadgerStore(t.TempDir())
 	require.NoError(t, err)
 	defer s.Close()
-	var heard []bool
-	remove := s.NotifyHealth(func() { heard = append(heard, s.Health() == nil) })
+	heard := make(chan bool, 4)
+	remove := s.NotifyHealth(func() {
+		// The locks setHealth and its callers hold: a listener called
+		// under them would deadlock here.
+		s.flushMu.Lock()
+		s.spellMu.Lock()
+		up := s.Health() == nil
+		s.spellMu.Unlock()
+		s.flushMu.Unlock()
+		heard <- up
+	})
+	next := func() bool {
+		select {
+		case up := <-heard:
+			return up
+		case <-time.After(5 * time.Second):
+			t.Fatal("no notice: a listener that calls back in deadlocked, or none came")
+			return false
+		}
+	}
 	s.setHealth(errDiskFull)
 	s.setHealth(errDiskFull)
+	assert.False(t, next(), "the spell began")
 	s.setHealth(nil)
 	s.setHealth(nil)
-	assert.Equal(t, []bool{false, true}, heard)
+	assert.True(t, next(), "the spell ended")
 	remove()
 	s.setHealth(errDiskFull)
-	assert.Len(t, heard, 2)
+	select {
+	case <-heard:
+		t.Fatal("a removed listener heard")
+	case <-time.After(50 * time.Millisecond):
+	}
 	s.setHealth(nil)
 }

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -103,7 +104,7 @@ func (s *Store) exec(ctx context.Context, calls []*evalCall, extra func(redis.Pi
 	if len(calls) > 1 {
 		one.spread(ctx, calls)
 	}
-	if one != nil && !isUnavailable(one.cmd.Err()) {
+	if one != nil && !isUnavailable(one.cmd.Err()) { // an answer, an error of Redis's own too
 		s.heard(one.keys[0])
 	}
 }
@@ -120,14 +121,21 @@ func (s *Store) heard(key string) {
 	if !ok {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, known := s.slots[tag]; !known && len(s.slots) < maxSlots {
-		if s.slots == nil {
-			s.slots = map[string]string{}
-		}
-		s.slots[tag] = tag + "}:probe"
+	if m := s.slots.Load(); m != nil && ((*m)[tag] != "" || len(*m) >= maxSlots) {
+		return // the common call: a pool already known
 	}
+	s.slotsMu.Lock()
+	defer s.slotsMu.Unlock()
+	old := s.slots.Load()
+	next := map[string]string{}
+	if old != nil {
+		if (*old)[tag] != "" || len(*old) >= maxSlots {
+			return
+		}
+		maps.Copy(next, *old)
+	}
+	next[tag] = tag + "}:probe"
+	s.slots.Store(&next)
 }
 
 // batch returns the call of the op batch that runs calls, in order (see
@@ -402,7 +410,7 @@ func (s *Store) markDown(cause error) error {
 	s.mu.Unlock()
 	if was {
 		s.poke()
-		s.healthWatch.Call()
+		s.healthWatch.Go() // from a goroutine of the store's, as NotifyHealth says
 	}
 	return err
 }
@@ -436,7 +444,7 @@ func (s *Store) run() {
 			if s.unavailable() != nil || time.Since(time.Unix(0, s.answered.Load())) < s.cfg.probeEvery {
 				continue
 			}
-			if err := s.probe(); err != nil && isUnavailable(err) {
+			if err := s.probe(); err != nil {
 				s.markDown(err) // pokes: the next turn recovers
 			}
 			continue
@@ -504,30 +512,36 @@ func (s *Store) recover() bool {
 
 // probe asks Redis whether it answers, within the store's timeout: the
 // node of each pool's slot the store has served (any node answers a PING,
-// even while the master of a pool's slot is dead), or, before any, the
-// server.
+// even while the master of a pool's slot is dead), in one pipeline, or,
+// before any, the server. An answer that is an error of Redis's own (a
+// NOPERM of an ACL that refuses EXISTS) is an answer. The probe's answer
+// is not a call's: a quiet store goes on probing each probeEvery.
 func (s *Store) probe() error {
 	ctx, cancel := s.bound(s.ctx)
 	defer cancel()
-	s.mu.Lock()
-	keys := make([]string, 0, len(s.slots))
-	for _, k := range s.slots {
-		keys = append(keys, k)
-	}
-	s.mu.Unlock()
-	if len(keys) == 0 {
-		err := s.rdb.Ping(ctx).Err()
-		if err == nil {
-			s.answered.Store(time.Now().UnixNano())
+	var keys []string
+	if m := s.slots.Load(); m != nil {
+		for _, k := range *m {
+			keys = append(keys, k)
 		}
-		return err
 	}
-	for _, k := range keys {
-		if err := s.rdb.Exists(ctx, k).Err(); err != nil {
+	if len(keys) == 0 {
+		if err := s.rdb.Ping(ctx).Err(); isUnavailable(err) {
+			return err
+		}
+		return nil
+	}
+	cmds, _ := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, k := range keys {
+			p.Exists(ctx, k)
+		}
+		return nil
+	})
+	for _, c := range cmds {
+		if err := c.Err(); isUnavailable(err) {
 			return err
 		}
 	}
-	s.answered.Store(time.Now().UnixNano())
 	return nil
 }
 
@@ -544,7 +558,7 @@ func (s *Store) replay(ctx context.Context) error {
 			s.down = nil
 			s.mu.Unlock()
 			if was {
-				s.healthWatch.Call()
+				s.healthWatch.Go()
 			}
 			return nil
 		}

@@ -66,6 +66,12 @@ type Store struct {
 	// answered is when a call last had Redis's answer, in Unix
 	// nanoseconds: the heartbeat probes only a Redis that has been quiet.
 	answered atomic.Int64
+	// slots names, for each pool the store has served (by its hash tag), a
+	// key under that tag: the heartbeat and the recovery probe ask the node
+	// that holds each pool's slot, not just any node. Written seldom, read
+	// at every call: a map replaced whole, never changed.
+	slots   atomic.Pointer[map[string]string]
+	slotsMu sync.Mutex // serializes the replacements of slots
 
 	mu sync.Mutex // guards the fields below
 	// corrupt holds, by provider and key ID, why a key's takes are passed
@@ -78,10 +84,6 @@ type Store struct {
 	journal []func(context.Context) error
 	// down is why Redis is taken as unavailable; nil while it answers.
 	down error
-	// slots names, for each pool (by provider) the store has served, a key
-	// under its hash tag: the heartbeat and the recovery probe ask the
-	// node that holds each pool's slot, not just any node.
-	slots map[string]string
 	// dropped reports that an adjustment was dropped since the queue was
 	// last empty.
 	dropped bool
@@ -656,6 +658,9 @@ func (s *Store) fail(ctx context.Context, err error) error {
 // isUnavailable reports whether err says that Redis did not answer, or
 // answered that it cannot serve now.
 func isUnavailable(err error) bool {
+	if err == nil {
+		return false
+	}
 	var reply redis.Error
 	if !errors.As(err, &reply) {
 		return true // no answer: the network, a timeout, a closed client

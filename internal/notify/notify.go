@@ -10,6 +10,10 @@ type Listeners struct {
 	mu   sync.Mutex
 	next int
 	fs   map[int]func()
+	// queued counts the calls Go asked for that have not begun; draining
+	// says a goroutine calls them.
+	queued   int
+	draining bool
 }
 
 // Add adds f and returns the function that removes it, which may be
@@ -34,12 +38,48 @@ func (l *Listeners) Add(f func()) (remove func()) {
 // add or remove another.
 func (l *Listeners) Call() {
 	l.mu.Lock()
-	fs := make([]func(), 0, len(l.fs))
-	for _, f := range l.fs {
-		fs = append(fs, f)
-	}
+	fs := l.snapshot()
 	l.mu.Unlock()
 	for _, f := range fs {
 		f()
 	}
+}
+
+// Go calls every function added as Call does, from a goroutine of its
+// own, so that the caller may hold locks a function would take: calls
+// asked for one after another run one after another, in order, from one
+// goroutine that ends when none is left.
+func (l *Listeners) Go() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.queued++
+	if l.draining {
+		return
+	}
+	l.draining = true
+	go func() {
+		for {
+			l.mu.Lock()
+			if l.queued == 0 {
+				l.draining = false
+				l.mu.Unlock()
+				return
+			}
+			l.queued--
+			fs := l.snapshot()
+			l.mu.Unlock()
+			for _, f := range fs {
+				f()
+			}
+		}
+	}()
+}
+
+// snapshot returns the functions added. l.mu is held.
+func (l *Listeners) snapshot() []func() {
+	fs := make([]func(), 0, len(l.fs))
+	for _, f := range l.fs {
+		fs = append(fs, f)
+	}
+	return fs
 }
