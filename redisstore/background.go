@@ -103,7 +103,8 @@ func (s *Store) exec(ctx context.Context, calls []*evalCall, extra func(redis.Pi
 	if len(calls) > 1 {
 		one.spread(ctx, calls)
 	}
-	if one != nil && !isUnavailable(one.cmd.Err()) {
+	// isUnavailable(nil) is true: no error is no reply error.
+	if one != nil && (one.cmd.Err() == nil || !isUnavailable(one.cmd.Err())) {
 		s.heard(one.keys[0])
 	}
 }
@@ -393,8 +394,15 @@ func (s *Store) unavailable() error {
 }
 
 // markDown takes Redis as down, for cause, until a probe finds it back,
-// and returns the ErrUnavailable that says so.
+// and returns the ErrUnavailable that says so. On a Cluster it asks the
+// cluster again which node holds each slot — at each failed call or probe,
+// not once an outage: a node that does not answer may be a master that
+// died, and the first ask may come before the cluster has elected its
+// replica (the Cluster client does not ask again on a network error).
 func (s *Store) markDown(cause error) error {
+	if c, ok := s.rdb.(*redis.ClusterClient); ok {
+		c.ReloadState(context.Background()) // in the background
+	}
 	err := &unavailableError{cause}
 	s.mu.Lock()
 	was := s.down == nil
