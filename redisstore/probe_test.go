@@ -80,3 +80,59 @@ func TestProbeAsksThePoolsSlot(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond, "no %q among %q", probe, hook.since(after))
 	assert.NotContains(t, hook.since(after), "ping", "the probe of a store that served a pool asks its slot")
 }
+
+// A store over a Redis Cluster whose master of a pool's slot died probes
+// as soon as its slot map names another node for that slot — a failover's
+// new master — not a probeEvery later: while Redis is down it reloads the
+// slot map every 200 ms.
+func TestDownClusterProbesTheNewMasterAtOnce(t *testing.T) {
+	t.Parallel() // it waits in real time, on probes
+	a, b := miniredis.RunT(t), miniredis.RunT(t)
+	var mu sync.Mutex
+	master := a.Addr()
+	client := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: []string{a.Addr(), b.Addr()},
+		ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: master}}}}, nil
+		},
+		MaxRetries: -1,
+	})
+	t.Cleanup(func() { _ = client.Close() })
+	const every = 5 * time.Second
+	s, err := redisstore.New(client, redisstore.WithProbeEvery(every), redisstore.WithTimeout(200*time.Millisecond),
+		redisstore.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	defer s.Close()
+	changes := make(chan bool, 4)
+	defer s.NotifyHealth(func() { changes <- s.Health() == nil })()
+	g, err := s.Take(t.Context(), take("k", "m", keypool.Limits{RPM: 10}, 0, time.Now()))
+	require.NoError(t, err)
+	require.True(t, g.OK)
+
+	a.Close() // the master dies
+	_, err = s.Take(t.Context(), take("k", "m", keypool.Limits{RPM: 10}, 0, time.Now()))
+	require.ErrorIs(t, err, redisstore.ErrUnavailable)
+	select {
+	case up := <-changes:
+		require.False(t, up)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Redis not taken as down")
+	}
+	time.Sleep(500 * time.Millisecond) // the election
+	mu.Lock()
+	master = b.Addr() // the replica takes over the slot
+	mu.Unlock()
+	elected := time.Now()
+	select {
+	case up := <-changes:
+		assert.True(t, up)
+		assert.Less(t, time.Since(elected), time.Second, "probed within a watch of the slot map, not a probe later (%v)", every)
+	case <-time.After(2 * every):
+		t.Fatal("the store did not hear the new master")
+	}
+	g, err = s.Take(t.Context(), take("k", "m", keypool.Limits{RPM: 10}, 0, time.Now()))
+	require.NoError(t, err)
+	assert.True(t, g.OK, "served by the new master")
+}
