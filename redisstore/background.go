@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -35,6 +36,13 @@ const (
 	// probeEvery is how often a Redis taken as down is asked whether it is
 	// back.
 	probeEvery = time.Second
+	// slotWatch is how often, while Redis is taken as down, a store over
+	// a Redis Cluster reloads the cluster's slot map between probes, and
+	// probes at once when another node holds the slot of a pool it serves:
+	// a failover's new master answers within a watch and a probe, not
+	// within up to two probes (the probe before the election fails, and
+	// so does the one after it that asks a slot map reloaded before it).
+	slotWatch = 200 * time.Millisecond
 	// opTimeout bounds the PING of New and the last send of Close; every
 	// other call is bounded by the store's timeout (WithTimeout).
 	opTimeout = 5 * time.Second
@@ -401,8 +409,15 @@ func (s *Store) unavailable() error {
 }
 
 // markDown takes Redis as down, for cause, until a probe finds it back,
-// and returns the ErrUnavailable that says so.
+// and returns the ErrUnavailable that says so. On a Cluster it asks the
+// cluster again which node holds each slot — at each failed call or probe,
+// not once an outage: a node that does not answer may be a master that
+// died, and the first ask may come before the cluster has elected its
+// replica (the Cluster client does not ask again on a network error).
 func (s *Store) markDown(cause error) error {
+	if c, ok := s.rdb.(*redis.ClusterClient); ok {
+		c.ReloadState(context.Background()) // in the background
+	}
 	err := &unavailableError{cause}
 	s.mu.Lock()
 	was := s.down == nil
@@ -492,7 +507,7 @@ func (s *Store) due() (time.Time, bool) {
 // adjustments waiting. It returns false if the store was closed first.
 func (s *Store) recover() bool {
 	for {
-		if !s.sleep(s.cfg.probeEvery) {
+		if !s.waitProbe() {
 			return false
 		}
 		err := s.probe()
@@ -508,6 +523,51 @@ func (s *Store) recover() bool {
 		}
 		s.markDown(err) // the latest cause
 	}
+}
+
+// waitProbe waits cfg.probeEvery, or on a Redis Cluster until another
+// node holds the slot of a pool the store serves, reloading the slot map
+// every slotWatch meanwhile; it reports false if the store was closed
+// first.
+func (s *Store) waitProbe() bool {
+	c, ok := s.rdb.(*redis.ClusterClient)
+	if !ok || s.cfg.probeEvery <= slotWatch {
+		return s.sleep(s.cfg.probeEvery)
+	}
+	was := s.slotMasters(c)
+	for end := time.Now().Add(s.cfg.probeEvery); ; {
+		left := time.Until(end)
+		if left <= 0 {
+			return true
+		}
+		if !s.sleep(min(left, slotWatch)) {
+			return false
+		}
+		if now := s.slotMasters(c); now != was {
+			return true
+		}
+		c.ReloadState(s.ctx) // in the background: the next turn reads it
+	}
+}
+
+// slotMasters returns the addresses of the nodes the Cluster client
+// takes as the masters of the slots the store probes, in one string.
+func (s *Store) slotMasters(c *redis.ClusterClient) string {
+	var keys []string
+	if m := s.slots.Load(); m != nil {
+		for _, k := range *m {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		if m, err := c.MasterForKey(s.ctx, k); err == nil {
+			b.WriteString(m.Options().Addr)
+		}
+		b.WriteByte(' ')
+	}
+	return b.String()
 }
 
 // probe asks Redis whether it answers, within the store's timeout: the

@@ -638,11 +638,6 @@ func (s *Store) fail(ctx context.Context, err error) error {
 	case ctx.Err() != nil:
 		return fmt.Errorf("redisstore: %w", err)
 	case isUnavailable(err):
-		if c, ok := s.rdb.(*redis.ClusterClient); ok {
-			// A node that does not answer may be a master that died: ask
-			// the cluster again which node holds each slot.
-			c.ReloadState(ctx)
-		}
 		return s.markDown(err)
 	case redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK"):
 		// Only a plain client sees these: a Cluster client follows them.

@@ -103,7 +103,9 @@ func startCommand(t *testing.T, cmd *exec.Cmd) *process {
 		<-p.done
 	})
 	require.Eventually(t, func() bool {
-		_, rest, ok := strings.Cut(p.stderr.String(), "addr=")
+		// " addr=", not "addr=": the starting line names the state, and a
+		// Cluster URL's addr parameters.
+		_, rest, ok := strings.Cut(p.stderr.String(), " addr=")
 		p.addr, _, _ = strings.Cut(rest, " ")
 		return ok
 	}, 20*time.Second, 10*time.Millisecond, "keypool serve did not start: %s", p.stderr.String())
