@@ -167,7 +167,7 @@ func (l *jsonLexer) next(in []byte, i int) (jsonToken, int) {
 			if start == len(in) {
 				return tokMore, len(in)
 			}
-			return l.string(in, start)
+			return l.stringFrom(in, start, j)
 		case ',':
 			l.wantKey = l.inObject()
 		case ':':
@@ -226,11 +226,25 @@ func (l *jsonLexer) literal(in []byte, i int) (jsonToken, int) {
 // than 16).
 const shortString = 64
 
-// string reads the body of a key or a string value from in[i:], up to and
-// including its closing quote.
+// string reads on the body of a key or a string value, which the last
+// input cut, from in[i:], up to and including its closing quote.
 func (l *jsonLexer) string(in []byte, i int) (jsonToken, int) {
-	start, isKey := i, l.state == lexKey
-	end, closed := l.closingQuote(in, i)
+	start := i
+	if l.escaped {
+		// The last input ended on a backslash: this byte is escaped.
+		l.escaped = false
+		i++
+	}
+	return l.stringFrom(in, start, i)
+}
+
+// stringFrom reads the body of a key or a string value that goes on at
+// in[start:], up to and including its closing quote, searching for the
+// quote from i: the bytes before i are plain.
+func (l *jsonLexer) stringFrom(in []byte, start, i int) (jsonToken, int) {
+	isKey := l.state == lexKey
+	end, closed, escaped := closingQuoteOf(in, i)
+	l.escaped = escaped
 	i = end
 	if closed {
 		i++ // the closing quote
@@ -247,20 +261,6 @@ func (l *jsonLexer) string(in []byte, i int) (jsonToken, int) {
 	}
 	l.start, l.end, l.done = start, end, closed
 	return tokString, i
-}
-
-// closingQuote finds the closing quote of the string that goes on at
-// in[i:]. It returns the quote's offset and true, or len(in) and false when
-// in ends first.
-func (l *jsonLexer) closingQuote(in []byte, i int) (int, bool) {
-	if l.escaped {
-		// The last input ended on a backslash: this byte is escaped.
-		l.escaped = false
-		i++
-	}
-	end, closed, escaped := closingQuoteOf(in, i)
-	l.escaped = escaped
-	return end, closed
 }
 
 // closingQuoteOf finds the closing quote of the string whose body goes on
