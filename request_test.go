@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -490,13 +489,8 @@ func requestOracle(v any) requestReading {
 // tokenCount returns n when it is a non-negative integer, saturated at
 // math.MaxInt64, else 0.
 func tokenCount(n json.Number) int64 {
-	if strings.Trim(string(n), "0123456789") != "" {
-		return 0
-	}
-	if v, err := strconv.ParseInt(string(n), 10, 64); err == nil {
-		return v
-	}
-	return math.MaxInt64
+	c, _ := nonNegative(n)
+	return c
 }
 
 // jsonText writes v, decoded by encoding/json, as encoding/json writes it,
