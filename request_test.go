@@ -479,7 +479,7 @@ func requestOracle(v any) requestReading {
 	meta, _ := top["metadata"].(map[string]any)
 	for _, name := range []any{top["prompt_cache_key"], meta["user_id"], top["user"]} {
 		if s, ok := name.(string); ok {
-			r.conv = conversationOf(bytes.Trim(jsonText(s), `"`))
+			r.conv = conversationOf(jsonRaw(s))
 			break
 		}
 	}
@@ -641,4 +641,11 @@ func TestTransportRefusesModelNamesItCannotKeep(t *testing.T) {
 	var buf bytes.Buffer
 	fmt.Fprint(&buf, pool.Stats())
 	assert.Less(t, buf.Len(), 4<<20, "stats stay small")
+}
+
+// jsonRaw returns s as jsonText writes it, without its quotes: the bytes
+// the lexer reports of it.
+func jsonRaw(s string) []byte {
+	b := jsonText(s)
+	return b[1 : len(b)-1]
 }
