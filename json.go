@@ -127,18 +127,8 @@ func (l *jsonLexer) keyIn(in []byte) []byte {
 // next reads in from offset i and returns the next token and the offset
 // after it. It returns tokMore with len(in) when in holds no further token.
 func (l *jsonLexer) next(in []byte, i int) (jsonToken, int) {
-	if i >= len(in) {
-		return tokMore, i
-	}
-	switch l.state {
-	case lexBroken:
-		return tokMore, len(in)
-	case lexKey, lexString:
-		return l.string(in, i)
-	case lexNumber:
-		return l.number(in, i)
-	case lexLiteral:
-		return l.literal(in, i)
+	if l.state != lexBetween {
+		return l.resume(in, i)
 	}
 	for ; i < len(in); i++ {
 		// Each token is read by the code its first byte dispatches to,
@@ -192,6 +182,20 @@ func (l *jsonLexer) next(in []byte, i int) (jsonToken, int) {
 			}
 			return tokEndArray, i + 1
 		case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+			// Most numbers are small integers the input ends a byte
+			// that is no digit later: they are read here, without a
+			// call. readNumber reads on the rest — a sign, a fraction,
+			// an exponent, a digit that may saturate, a number the
+			// input cuts.
+			j, n := i, int64(0)
+			for j < len(in) && in[j] >= '0' && in[j] <= '9' && n < maxUnsaturated {
+				n = n*10 + int64(in[j]-'0')
+				j++
+			}
+			if j > i && j < len(in) && (in[j] == ',' || in[j] == '}' || in[j] == ']') {
+				l.num, l.numOK = n, true
+				return tokNumber, j
+			}
 			l.state, l.num, l.numOK = lexNumber, 0, true
 			return l.number(in, i)
 		default:
@@ -204,6 +208,22 @@ func (l *jsonLexer) next(in []byte, i int) (jsonToken, int) {
 		}
 	}
 	return tokMore, i
+}
+
+// resume reads on from in[i:] the token the last input cut, or ignores in
+// when the text broke.
+func (l *jsonLexer) resume(in []byte, i int) (jsonToken, int) {
+	switch {
+	case i >= len(in):
+		return tokMore, i
+	case l.state == lexKey || l.state == lexString:
+		return l.string(in, i)
+	case l.state == lexNumber:
+		return l.number(in, i)
+	case l.state == lexLiteral:
+		return l.literal(in, i)
+	}
+	return tokMore, len(in) // lexBroken
 }
 
 // literal reads the rest of true, false or null from in[i:]. It reports the
