@@ -1,12 +1,16 @@
 package keypool
 
 import (
+	"bytes"
+	"encoding/json"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // lexView is what a lexer exposes after a token: the key, the bounds of a
@@ -17,13 +21,6 @@ type lexView struct {
 	done       bool
 	num        int64
 	numOK      bool
-}
-
-// tokenSource is a lexer under test: jsonLexer, or refLexer, the one it
-// replaced.
-type tokenSource interface {
-	next(in []byte, i int) (jsonToken, int)
-	view(in []byte, tok jsonToken) lexView
 }
 
 // view returns what l exposes after it read tok from in: the key only
@@ -39,11 +36,7 @@ func (l *jsonLexer) view(in []byte, tok jsonToken) lexView {
 // lexChunks runs a jsonLexer over chunks, fed one after another, and renders
 // its tokens; the pieces of a string value are joined into one.
 func lexChunks(chunks []string) []string {
-	return lexWith(&jsonLexer{}, chunks)
-}
-
-// lexWith runs l over chunks and renders its tokens as lexChunks does.
-func lexWith(l tokenSource, chunks []string) []string {
+	var l jsonLexer
 	var out []string
 	var str []byte
 	for _, chunk := range chunks {
@@ -163,22 +156,113 @@ func TestJSONLexerStringPieces(t *testing.T) {
 	assert.Equal(t, []bool{false, false, false, true}, done, "string pieces done")
 }
 
-// FuzzJSONLexer holds jsonLexer, fed in pieces of any size, to the tokens of
-// refLexer, the plainer lexer it replaced, fed whole.
+// FuzzJSONLexer holds jsonLexer, fed any text in pieces of any size, to
+// its tokens of the text fed whole; and, on valid JSON, to the tokens of
+// encoding/json's Decoder (decoderTokens), on the value it decoded written
+// again by encoding/json, compact and indented.
 func FuzzJSONLexer(f *testing.F) {
 	for _, seed := range []string{
 		`{"a":1,"b":"x"}`, `["k",true,null,-2,3.5,1e3]`, `{"s":"a\"b\\"}`, `"\u00e9\n"`,
 		`{"` + strings.Repeat("k", 40) + `":"` + strings.Repeat("v\\\"", 20) + `"}`,
-		`]{"a":1}`, `{"a":1}#{"b":2}`, benchBody, cannedBody,
+		`]{"a":1}`, `{"a":1}#{"b":2}`, `0`, `true`, benchBody, cannedBody,
+		strings.Repeat(`{"a":[`, maxTrackedDepth/2) + `{"deep":{"k":1}}` + strings.Repeat("]}", maxTrackedDepth/2),
 	} {
 		f.Add([]byte(seed), uint8(3))
 	}
 	f.Fuzz(func(t *testing.T, data []byte, size uint8) {
-		want := lexWith(&refLexer{}, []string{string(data)})
-		for _, n := range []int{len(data) + 1, 1, int(size%32) + 1} {
-			if got := lexWith(&jsonLexer{}, splitEvery(string(data), n)); !slices.Equal(got, want) {
-				t.Fatalf("lex %q in pieces of %d = %q, want %q", data, n, got, want)
+		whole := lexChunks([]string{string(data)})
+		for _, n := range []int{1, int(size%32) + 1} {
+			if got := lexChunks(splitEvery(string(data), n)); !slices.Equal(got, whole) {
+				t.Fatalf("lex %q in pieces of %d = %q, want %q as read whole", data, n, got, whole)
+			}
+		}
+		if !json.Valid(data) {
+			return
+		}
+		d := json.NewDecoder(bytes.NewReader(data))
+		d.UseNumber()
+		var v any
+		require.NoError(t, d.Decode(&v))
+		canon := jsonText(v)
+		var indented bytes.Buffer
+		require.NoError(t, json.Indent(&indented, canon, "", "\t"))
+		for _, text := range [][]byte{canon, indented.Bytes()} {
+			want := decoderTokens(t, text)
+			for _, n := range []int{len(text) + 1, int(size%32) + 1} {
+				if got := lexChunks(splitEvery(string(text), n)); !slices.Equal(got, want) {
+					t.Fatalf("lex %s in pieces of %d = %q, want %q as encoding/json reads it", text, n, got, want)
+				}
 			}
 		}
 	})
+}
+
+// decoderTokens renders the tokens of text, valid JSON that encoding/json
+// wrote (jsonText), as lexChunks renders jsonLexer's: strings and keys as
+// text carries them (as jsonText writes them), a key longer than maxKeyLen
+// as an empty one, a key of an object deeper than maxTrackedDepth as a
+// string, a number as itself when a non-negative integer (saturated), and
+// true, false and null alike; a number or a literal that is the whole
+// text not at all, as the lexer waits for what may follow it.
+func decoderTokens(t *testing.T, text []byte) []string {
+	d := json.NewDecoder(bytes.NewReader(text))
+	d.UseNumber()
+	type open struct{ object, wantKey bool }
+	var stack []open
+	var out []string
+	value := func() { // a value ended: an object's next string is a key
+		if len(stack) > 0 && stack[len(stack)-1].object {
+			stack[len(stack)-1].wantKey = true
+		}
+	}
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			return out
+		}
+		require.NoError(t, err)
+		switch tok := tok.(type) {
+		case json.Delim:
+			out = append(out, string(tok))
+			if tok == '{' || tok == '[' {
+				stack = append(stack, open{object: tok == '{', wantKey: tok == '{'})
+				continue
+			}
+			stack = stack[:len(stack)-1]
+			value()
+		case string:
+			raw := string(jsonRaw(tok))
+			top := len(stack) - 1
+			switch {
+			case top < 0 || !stack[top].wantKey:
+				out = append(out, "str:"+raw)
+				value()
+			case len(stack) > maxTrackedDepth:
+				out = append(out, "str:"+raw)
+				stack[top].wantKey = false
+			case len(raw) > maxKeyLen:
+				out = append(out, "key:")
+				stack[top].wantKey = false
+			default:
+				out = append(out, "key:"+raw)
+				stack[top].wantKey = false
+			}
+		case json.Number:
+			if len(stack) == 0 {
+				continue // a number that ends the text may go on: the lexer waits
+			}
+			if n, ok := nonNegative(tok); ok {
+				out = append(out, "num:"+strconv.FormatInt(n, 10))
+			} else {
+				out = append(out, "num:?")
+			}
+			value()
+		default: // true, false, null
+			if len(stack) == 0 {
+				continue // as a number
+			}
+			out = append(out, "lit")
+			value()
+		}
+	}
 }

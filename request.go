@@ -104,18 +104,16 @@ const (
 	flagText
 )
 
-// requestScanner reads a request body in one pass. Its lexing is its own
-// (scan); what each token means to the pool is in its methods — key, open,
-// close, number and text — which the tests drive from jsonLexer's tokens
-// too, holding the two readings to one another. It holds no locks.
+// requestScanner reads a request body in one pass: jsonLexer lexes it
+// (scan), and what each token means to the pool is in its methods — key,
+// open, close, number and text. It holds no locks.
 type requestScanner struct {
 	info  RequestInfo
 	model []byte // the last top-level "model", a slice of the body, escapes not decoded
 	// modelCut: the body ends inside the model's string.
 	modelCut bool
-	// depth counts the containers open; objects says which are objects.
-	depth   int
-	objects containers
+	// lex reads the body's tokens; its depth counts the containers open.
+	lex jsonLexer
 	// keys holds the meaning of the last key read at each depth; flags
 	// the image evidence of each open container. Index 0 is the top level,
 	// outside any container.
@@ -151,7 +149,7 @@ func readRequest(body []byte, in *names) (RequestInfo, conversation) {
 // finish ends the scan: the containers left open close, and the model is
 // named.
 func (s *requestScanner) finish(in *names) RequestInfo {
-	for d := min(s.depth, maxTrackedDepth); d >= 1; d-- {
+	for d := min(s.lex.depth, maxTrackedDepth); d >= 1; d-- {
 		s.close(d)
 	}
 	if !s.modelCut && len(s.model) <= maxEscape*(windowspec.MaxModelName+1) {
@@ -170,87 +168,40 @@ func (s *requestScanner) finish(in *names) RequestInfo {
 	return s.info
 }
 
-// scan reads the whole of in as jsonLexer reads a text it is given whole —
-// the same tokens, as leniently, stopping where it breaks — with the
-// lexer's state in the loop's variables rather than in a struct that a
-// call per token goes through: a request body is always read whole.
+// scan reads the whole of in, a token at a time from jsonLexer, and
+// records each through open, close, key, number and text. A token the body
+// cuts reads as the lexer reports it: a key or a number not at all, a
+// string value as what the body holds of it.
 func (s *requestScanner) scan(in []byte) {
-	wantKey := false // the next string is an object key
-	for i := 0; i < len(in); i++ {
-		switch c := in[i]; c {
-		case ' ', '\t', '\n', '\r':
-		case '"':
-			start := i + 1
-			if start == len(in) {
-				return
-			}
-			// Most strings are short and plain: their end is found here,
-			// the rest from where the plain run stops.
-			end, closed := plainRun(in, start, min(len(in), start+shortString)), false
-			if end < len(in) && in[end] == '"' {
-				closed = true
-			} else {
-				end, closed, _ = closingQuoteOf(in, end)
-			}
-			switch {
-			case wantKey && !closed:
-				return // a key the body cuts is no key
-			case wantKey:
-				s.key(in[start:end])
-				wantKey = false
-			default:
-				s.text(in[start:end], closed)
-			}
-			i = end
-		case ',':
-			wantKey = s.inObject()
-		case ':':
-			wantKey = false
-		case '{', '[':
-			s.open(c == '{')
-			wantKey = s.inObject()
-		case '}', ']':
-			if s.depth == 0 {
-				return // no JSON text closes more than it opened
-			}
-			s.depth--
-			wantKey = false
-			s.close(s.depth + 1)
-		case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
-			end, n, ok := readNumber(in, i, 0, true)
-			if end == len(in) {
-				return // a number the body cuts is no number
-			}
-			s.number(n, ok)
-			i = end - 1
-		default:
-			if c < 'a' || c > 'z' {
-				return // a byte no JSON text holds there: the rest is ignored
-			}
-			for i+1 < len(in) && in[i+1] >= 'a' && in[i+1] <= 'z' {
-				i++ // true, false or null: nothing the pool reads
-			}
+	l := &s.lex
+	for i := 0; i < len(in); {
+		var tok jsonToken
+		tok, i = l.next(in, i)
+		switch tok {
+		case tokBeginObject, tokBeginArray:
+			s.open(l.depth)
+		case tokEndObject, tokEndArray:
+			s.close(l.depth + 1)
+		case tokKey:
+			s.key(l.keyIn(in))
+		case tokNumber:
+			s.number(l.num, l.numOK)
+		case tokString:
+			s.text(in[l.start:l.end], l.done)
 		}
 	}
 }
 
-// inObject reports whether the innermost open container is an object.
-func (s *requestScanner) inObject() bool {
-	return s.objects.objectAt(s.depth)
-}
-
-// open records the beginning of a container, an object when object.
-func (s *requestScanner) open(object bool) {
-	s.depth++
-	s.objects.open(s.depth, object)
-	if d := s.depth; d <= maxTrackedDepth {
+// open records the beginning of the container at depth d.
+func (s *requestScanner) open(d int) {
+	if d <= maxTrackedDepth {
 		s.keys[d], s.flags[d] = keyOther, 0
 	}
 }
 
 // key records an object key of the container at the current depth.
 func (s *requestScanner) key(k []byte) {
-	if d := s.depth; d <= maxTrackedDepth {
+	if d := s.lex.depth; d <= maxTrackedDepth {
 		s.keys[d] = classifyRequestKey(jsonUnescape(k), d)
 		if s.keys[d] == keyMetadataUser && s.keys[1] != keyMetadata {
 			s.keys[d] = keyOther // a user_id outside the top-level metadata
@@ -264,7 +215,7 @@ func (s *requestScanner) key(k []byte) {
 // number records a number of the container at the current depth: n when
 // ok, else one that is no non-negative integer.
 func (s *requestScanner) number(n int64, ok bool) {
-	if d := s.depth; d <= maxTrackedDepth && s.keys[d] == keyMaxOutput && ok {
+	if d := s.lex.depth; d <= maxTrackedDepth && s.keys[d] == keyMaxOutput && ok {
 		s.info.MaxOutput = max(s.info.MaxOutput, n)
 	}
 }
@@ -273,7 +224,7 @@ func (s *requestScanner) number(n int64, ok bool) {
 // is all of it, or, when not done, what the body holds of it before its
 // end.
 func (s *requestScanner) text(v []byte, done bool) {
-	d := s.depth
+	d := s.lex.depth
 	key := keyOther
 	if d <= maxTrackedDepth {
 		key = s.keys[d]
@@ -312,7 +263,7 @@ func (s *requestScanner) text(v []byte, done bool) {
 // In an object it marks the object as an image, counted when it closes
 // (once, whatever else marks it); elsewhere it counts at once.
 func (s *requestScanner) dataImage(d int) {
-	if s.inObject() {
+	if s.lex.inObject() {
 		s.flags[d] |= flagImage
 		return
 	}

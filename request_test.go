@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -20,8 +21,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// requestCases are request bodies and what scanRequest reads from them.
-// PromptBytes is worked out by hand in each comment.
+// requestCases are request bodies, each valid JSON, and what scanRequest
+// reads from them. PromptBytes is worked out by hand in each comment.
 var requestCases = []struct {
 	name string
 	body string
@@ -149,12 +150,6 @@ var requestCases = []struct {
 		want: RequestInfo{PromptBytes: 3},
 	},
 	{
-		// a \ n b \ u 0 0 e 9: 10 bytes
-		name: "escapes counted as carried",
-		body: `{"messages":[{"content":"a\nb\u00e9"}]}`,
-		want: RequestInfo{PromptBytes: 10},
-	},
-	{
 		// h é(2) l l o: 6 bytes; 日本: 6 bytes
 		name: "text counted in bytes",
 		body: `{"messages":[{"content":"héllo"},{"content":"日本"}]}`,
@@ -174,6 +169,25 @@ var requestCases = []struct {
 		name: "last model that is no string",
 		body: `{"model":"a","model":5}`,
 		want: RequestInfo{},
+	},
+	{name: "top-level array", body: `["ab","c"]`, want: RequestInfo{PromptBytes: 3}},
+	{name: "keys are no prompt", body: `{"aaaa":"b"}`, want: RequestInfo{PromptBytes: 1}},
+}
+
+// lenientRequestCases are the request bodies whose reading encoding/json
+// does not give (FuzzScanRequest holds the rest to it): bodies cut short or
+// malformed, read up to where they break; escapes, counted as carried yet
+// decoded in names; keys repeated, where the largest reserve wins.
+var lenientRequestCases = []struct {
+	name string
+	body string
+	want RequestInfo
+}{
+	{
+		// a \ n b \ u 0 0 e 9: 10 bytes
+		name: "escapes counted as carried",
+		body: `{"messages":[{"content":"a\nb\u00e9"}]}`,
+		want: RequestInfo{PromptBytes: 10},
 	},
 	{
 		// "user" 4 + "base64" 6
@@ -200,8 +214,11 @@ var requestCases = []struct {
 	},
 	{name: "empty", body: ``, want: RequestInfo{}},
 	{name: "not json", body: `hello`, want: RequestInfo{}},
-	{name: "top-level array", body: `["ab","c"]`, want: RequestInfo{PromptBytes: 3}},
-	{name: "keys are no prompt", body: `{"aaaa":"b"}`, want: RequestInfo{PromptBytes: 1}},
+	{name: "stray byte after the model", body: `{"model":"m"}#{"max_tokens":5}`, want: RequestInfo{Model: "m"}},
+	{name: "unmatched close", body: `]{"model":"m"}`, want: RequestInfo{}},
+	{name: "number the body cuts", body: `{"model":"m","max_tokens":12`, want: RequestInfo{Model: "m"}},
+	{name: "key the body cuts", body: `{"model":"m","max_tok`, want: RequestInfo{Model: "m"}},
+	{name: "repeated max_tokens: the largest", body: `{"max_tokens":10,"max_tokens":5}`, want: RequestInfo{MaxOutput: 10}},
 	// Names as the vendor reads them: escapes decoded.
 	{name: "escaped model", body: `{"model":"\u0067pt-4o"}`, want: RequestInfo{Model: "gpt-4o"}},
 	{name: "escaped model key", body: `{"mod\u0065l":"gpt-4o","model2":"x"}`, want: RequestInfo{Model: "gpt-4o", PromptBytes: 1}},
@@ -213,11 +230,10 @@ var requestCases = []struct {
 }
 
 func TestScanRequest(t *testing.T) {
-	for _, tt := range requestCases {
+	for _, tt := range allRequestCases() {
 		t.Run(tt.name, func(t *testing.T) {
 			got := scanRequest([]byte(tt.body), nil)
 			assert.Equal(t, tt.want, got, "scanRequest(%s)", tt.body)
-			assert.Equal(t, tt.want, refScanRequest([]byte(tt.body), nil), "read from jsonLexer's tokens")
 		})
 	}
 }
@@ -225,7 +241,7 @@ func TestScanRequest(t *testing.T) {
 // TestScanRequestPrefixes reads every prefix of each case: none may panic
 // or report more than the prefix holds.
 func TestScanRequestPrefixes(t *testing.T) {
-	for _, tt := range requestCases {
+	for _, tt := range allRequestCases() {
 		t.Run(tt.name, func(t *testing.T) {
 			for n := range len(tt.body) + 1 {
 				checkRequestInfo(t, []byte(tt.body[:n]), scanRequest([]byte(tt.body[:n]), nil))
@@ -366,8 +382,13 @@ func BenchmarkModelFromPath(b *testing.B) {
 	}
 }
 
+// FuzzScanRequest holds scanRequest, on any body, to what a body can hold
+// (checkRequestInfo), and, on a body that is valid JSON, to encoding/json's
+// reading of it (requestOracle): the model of the body as it comes, and
+// the model, the reserve and the conversation of the same value written
+// again by encoding/json, whose objects repeat no key.
 func FuzzScanRequest(f *testing.F) {
-	for _, tt := range requestCases {
+	for _, tt := range allRequestCases() {
 		f.Add([]byte(tt.body))
 	}
 	files, err := filepath.Glob(filepath.Join("testdata", "usage", "*.json"))
@@ -378,26 +399,110 @@ func FuzzScanRequest(f *testing.F) {
 		f.Add(body)
 	}
 	f.Add(chatBody(1 << 10))
+	f.Add([]byte(`{"prompt_cache_key":7,"metadata":{"user_id":"a\"b"},"user":"u","max_completion_tokens":99999999999999999999}`))
+	f.Add([]byte(strings.Repeat(`{"a":`, maxTrackedDepth) + `{"max_output_tokens":5}` + strings.Repeat("}", maxTrackedDepth)))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		info := scanRequest(body, nil)
 		checkRequestInfo(t, body, info)
-		if want := refScanRequest(body, nil); info != want {
-			t.Fatalf("scanRequest(%q) = %+v, want %+v as read from jsonLexer's tokens", body, info, want)
-		}
-		// Where encoding/json reads the same text, the model must agree,
-		// escapes decoded as the vendor decodes them.
-		if !utf8.Valid(body) {
+		if !utf8.Valid(body) || !json.Valid(body) {
 			return
 		}
-		var top map[string]any
-		if json.Unmarshal(body, &top) != nil {
-			return
+		d := json.NewDecoder(bytes.NewReader(body))
+		d.UseNumber()
+		var v any
+		require.NoError(t, d.Decode(&v))
+		// The model is the last "model": repeated keys read alike.
+		if want := requestOracle(v); len(want.model) <= windowspec.MaxModelName && info.Model != want.model {
+			t.Errorf("scanRequest(%q).Model = %q, want %q", body, info.Model, want.model)
 		}
-		want, _ := top["model"].(string)
-		if len(want) <= windowspec.MaxModelName && info.Model != want {
-			t.Errorf("scanRequest(%q).Model = %q, want %q", body, info.Model, want)
+		canon := jsonText(v)
+		info, conv := readRequest(canon, nil)
+		got := requestReading{model: info.Model, maxOutput: info.MaxOutput, conv: conv}
+		want := requestOracle(v)
+		if len(want.model) > windowspec.MaxModelName {
+			got.model, want.model = "", "" // cut, and refused (TestScanRequestCutModel)
+		}
+		if got != want {
+			t.Fatalf("readRequest(%q) = %+v, want %+v as encoding/json reads it", canon, got, want)
 		}
 	})
+}
+
+// allRequestCases returns requestCases and lenientRequestCases.
+func allRequestCases() []struct {
+	name string
+	body string
+	want RequestInfo
+} {
+	return append(slices.Clone(requestCases), lenientRequestCases...)
+}
+
+// requestReading is what requestOracle reads of a request.
+type requestReading struct {
+	model     string
+	maxOutput int64
+	conv      conversation
+}
+
+// requestOracle reads a request body as encoding/json decoded it into v
+// (numbers as json.Number): the top-level "model" when a string; the
+// largest non-negative integer of a top-level max_tokens or
+// max_completion_tokens, or of a max_output_tokens or maxOutputTokens in
+// any object the lexer tracks (maxTrackedDepth), saturated at
+// math.MaxInt64; and the conversation of the strongest of the top-level
+// prompt_cache_key, metadata.user_id and user that holds a string, named
+// by that string as JSON writes it (escapes not decoded, conversationOf).
+func requestOracle(v any) requestReading {
+	var r requestReading
+	var walk func(v any, d int)
+	walk = func(v any, d int) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, x := range v {
+				n, isNum := x.(json.Number)
+				reserve := k == "max_output_tokens" || k == "maxOutputTokens" ||
+					d == 1 && (k == "max_tokens" || k == "max_completion_tokens")
+				if isNum && reserve && d <= maxTrackedDepth {
+					r.maxOutput = max(r.maxOutput, tokenCount(n))
+				}
+				walk(x, d+1)
+			}
+		case []any:
+			for _, x := range v {
+				walk(x, d+1)
+			}
+		}
+	}
+	walk(v, 1)
+	top, _ := v.(map[string]any)
+	r.model, _ = top["model"].(string)
+	meta, _ := top["metadata"].(map[string]any)
+	for _, name := range []any{top["prompt_cache_key"], meta["user_id"], top["user"]} {
+		if s, ok := name.(string); ok {
+			r.conv = conversationOf(jsonRaw(s))
+			break
+		}
+	}
+	return r
+}
+
+// tokenCount returns n when it is a non-negative integer, saturated at
+// math.MaxInt64, else 0.
+func tokenCount(n json.Number) int64 {
+	c, _ := nonNegative(n)
+	return c
+}
+
+// jsonText writes v, decoded by encoding/json, as encoding/json writes it,
+// HTML characters unescaped.
+func jsonText(v any) []byte {
+	var b bytes.Buffer
+	e := json.NewEncoder(&b)
+	e.SetEscapeHTML(false)
+	if err := e.Encode(v); err != nil {
+		panic(err) // a value encoding/json decoded encodes
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }
 
 func TestDefaultEstimate(t *testing.T) {
@@ -536,4 +641,11 @@ func TestTransportRefusesModelNamesItCannotKeep(t *testing.T) {
 	var buf bytes.Buffer
 	fmt.Fprint(&buf, pool.Stats())
 	assert.Less(t, buf.Len(), 4<<20, "stats stay small")
+}
+
+// jsonRaw returns s as jsonText writes it, without its quotes: the bytes
+// the lexer reports of it.
+func jsonRaw(s string) []byte {
+	b := jsonText(s)
+	return b[1 : len(b)-1]
 }

@@ -343,120 +343,24 @@ func (s *usageScanner) zero() {
 	s.details, s.inDetails = false, 0
 }
 
-// feed scans the next piece of the text. It lexes the piece in its own
-// loop, the lexer's depth and wantKey in the loop's variables, to the
-// tokens jsonLexer reads (FuzzUsageFeed holds the two readings to one
-// tally), and records each through open, close, key and number. The lexer
-// itself reads only what the loop leaves to it: a token the piece cuts,
-// which it holds until the next piece ends it, and a byte no JSON text
-// holds there, on which the text breaks.
+// feed scans the next piece of the text, a token at a time from jsonLexer,
+// and records each through open, close, key and number. The lexer holds a
+// token the piece cuts until the next piece ends it.
 func (s *usageScanner) feed(p []byte) {
 	l := &s.lex
-	i := 0
-	for i < len(p) && l.state != lexBetween {
-		// The rest of a token the last piece cut, or a broken text.
+	for i := 0; i < len(p); {
 		var tok jsonToken
 		tok, i = l.next(p, i)
 		switch tok {
+		case tokBeginObject, tokBeginArray:
+			s.open(l.depth, tok == tokBeginObject)
+		case tokEndObject, tokEndArray:
+			s.close(l.depth + 1)
 		case tokKey:
 			s.key(l.keyIn(p), l.depth)
 		case tokNumber:
 			s.number(l.num, l.numOK, l.depth)
 		}
-	}
-	depth, wantKey := l.depth, l.wantKey
-loop:
-	for i < len(p) {
-		c := p[i]
-		switch {
-		case c == '"':
-			// Most strings are short and plain, and end in the piece:
-			// they are read here, without a call.
-			start := i + 1
-			end := plainRun(p, start, min(len(p), start+shortString))
-			if end == len(p) {
-				break loop
-			}
-			if p[end] != '"' {
-				var closed bool
-				if end, closed, _ = stringEnd(p, end); !closed {
-					break loop
-				}
-			}
-			i = end + 1
-			if wantKey {
-				s.key(p[start:end], depth)
-				wantKey = false
-				if i < len(p) && p[i] == ':' {
-					i++ // the colon that most keys are followed by
-				}
-			} else if i < len(p) && p[i] == ',' {
-				wantKey = l.objects.objectAt(depth)
-				i++ // the comma that most values are followed by
-			}
-		case c >= '0' && c <= '9' || c == '-':
-			// Most numbers are small integers followed by a comma or a
-			// closing bracket: they are read here, without a call.
-			// readNumber reads on the rest — a sign, a fraction, an
-			// exponent, a digit that may saturate, a number the piece cuts.
-			end, n, ok := i, int64(0), true
-			for end < len(p) && p[end] >= '0' && p[end] <= '9' && n < maxUnsaturated {
-				n = n*10 + int64(p[end]-'0')
-				end++
-			}
-			if end == len(p) || p[end] != ',' && p[end] != '}' && p[end] != ']' {
-				end, n, ok = readNumber(p, end, n, true)
-			}
-			if end == len(p) {
-				break loop // the number may go on in the next piece
-			}
-			s.number(n, ok, depth)
-			i = end
-			if p[i] == ',' {
-				wantKey = l.objects.objectAt(depth)
-				i++ // the comma that most values are followed by
-			}
-		case c == ',':
-			wantKey = l.objects.objectAt(depth)
-			i++
-		case c == '{' || c == '[':
-			depth++
-			l.objects.open(depth, c == '{')
-			wantKey = c == '{' && depth <= maxTrackedDepth
-			s.open(depth, c == '{')
-			i++
-		case c == '}' || c == ']':
-			if depth == 0 {
-				break loop
-			}
-			s.close(depth)
-			depth--
-			wantKey = false
-			i++
-		case c == ':':
-			wantKey = false
-			i++
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
-			i++
-		case c >= 'a' && c <= 'z':
-			end := i + 1
-			for end < len(p) && p[end] >= 'a' && p[end] <= 'z' {
-				end++ // true, false or null: nothing the scanner reads
-			}
-			if end == len(p) {
-				break loop // the literal may go on in the next piece
-			}
-			i = end
-		default:
-			break loop
-		}
-	}
-	l.depth, l.wantKey = depth, wantKey
-	if i < len(p) {
-		// The token at i runs to the end of the piece, or the text breaks
-		// at i: the lexer reads the rest of the piece, and reports no token
-		// whole.
-		l.next(p, i)
 	}
 }
 

@@ -7,12 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -251,6 +254,9 @@ func TestUsageRecordedListed(t *testing.T) {
 }
 
 // usageCases are answers, JSON and event streams, and what they settle.
+// Each JSON answer is valid JSON; FuzzUsageOracle holds the reading of
+// such answers to encoding/json's (usageOracle), and lenientUsageCases
+// lists the answers it does not read alike.
 var usageCases = []struct {
 	name        string
 	contentType string
@@ -278,9 +284,6 @@ var usageCases = []struct {
 	{"json gemini array stream, last wins", jsonType,
 		`[{"usageMetadata":{"totalTokenCount":4}},` + "\n" + `{"usageMetadata":{"totalTokenCount":9}}]`, split(0, 0, 0, 9), true},
 	{"json unknown content type", "", `{"usage":{"total_tokens":2}}`, split(0, 0, 0, 2), true},
-	{"json cut after usage", jsonType, `{"usage":{"total_tokens":5},"choices":[{"mess`, split(0, 0, 0, 5), true},
-	{"json cut inside usage", jsonType, `{"usage":{"total_tokens":5,"prompt_tok`, split(0, 0, 0, 5), true},
-	{"json broken before usage", jsonType, `{"a":#,"usage":{"total_tokens":5}}`, usageReport{}, false},
 
 	{"json openai cached prompt tokens", jsonType,
 		`{"usage":{"prompt_tokens":100,"completion_tokens":20,"total_tokens":120,` +
@@ -346,8 +349,44 @@ var usageCases = []struct {
 	{"sse no usage", streamType, "data: {\"choices\":[]}\n\ndata: [DONE]\n\n", usageReport{}, false},
 }
 
+// lenientUsageCases are the JSON answers whose reading encoding/json does
+// not give: answers cut short or broken, read up to where they end or
+// break; keys with escapes, read as carried (no vendor escapes a key it
+// writes); members repeated, where the last that is a count wins.
+var lenientUsageCases = []struct {
+	name        string
+	contentType string
+	body        string
+	want        usageReport
+	ok          bool
+}{
+	{"json cut after usage", jsonType, `{"usage":{"total_tokens":5},"choices":[{"mess`, split(0, 0, 0, 5), true},
+	{"json cut inside usage", jsonType, `{"usage":{"total_tokens":5,"prompt_tok`, split(0, 0, 0, 5), true},
+	{"json broken before usage", jsonType, `{"a":#,"usage":{"total_tokens":5}}`, usageReport{}, false},
+	{"json cut inside a count", jsonType, `{"usage":{"prompt_tokens":5,"total_tokens":12`, split(5, 0, 0, 5), true},
+	{"json cut inside a string before usage", jsonType, `{"id":"chatcmpl-\"1`, usageReport{}, false},
+	{"json stray byte after usage", jsonType, `{"usage":{"total_tokens":5}}#{"usage":{"total_tokens":9}}`, split(0, 0, 0, 5), true},
+	{"json unmatched close before usage", jsonType, `]{"usage":{"total_tokens":5}}`, usageReport{}, false},
+	{"json sequence of values, last wins", jsonType, `{"usage":{"total_tokens":5}} {"usage":{"total_tokens":9}}`, split(0, 0, 0, 9), true},
+	{"json escaped key read as carried", jsonType, `{"usag\u0065":{"total_tokens":5}}`, usageReport{}, false},
+	{"json escaped member read as carried", jsonType, `{"usage":{"total_tok\u0065ns":5,"prompt_tokens":2}}`, split(2, 0, 0, 2), true},
+	{"json escapes in strings skipped", jsonType, `{"a":"\"usage\":{\"total_tokens\":9}\\","usage":{"total_tokens":5}}`, split(0, 0, 0, 5), true},
+	{"json repeated member, the last count wins", jsonType, `{"usage":{"total_tokens":5,"total_tokens":"x"}}`, split(0, 0, 0, 5), true},
+}
+
+// allUsageCases returns usageCases and lenientUsageCases.
+func allUsageCases() []struct {
+	name        string
+	contentType string
+	body        string
+	want        usageReport
+	ok          bool
+} {
+	return append(slices.Clone(usageCases), lenientUsageCases...)
+}
+
 func TestUsageBody(t *testing.T) {
-	for _, tt := range usageCases {
+	for _, tt := range allUsageCases() {
 		for name, sizes := range chunkings(len(tt.body)) {
 			t.Run(tt.name+"/"+name, func(t *testing.T) {
 				passed, s := readUsage(t, []byte(tt.body), tt.contentType, sizes)
@@ -382,6 +421,14 @@ func TestIsEventStream(t *testing.T) {
 			t.Errorf("isEventStream(%q) = %t, want %t", tt.contentType, got, tt.want)
 		}
 	}
+}
+
+// refIsEventStream is isEventStream without its refusal of a type that
+// starts with another letter: the definition it is held to
+// (FuzzIsEventStream).
+func refIsEventStream(contentType string) bool {
+	mediaType, _, _ := strings.Cut(contentType, ";")
+	return strings.EqualFold(strings.TrimSpace(mediaType), "text/event-stream")
 }
 
 // FuzzIsEventStream holds isEventStream to refIsEventStream, its
@@ -741,7 +788,7 @@ func addUsageSeeds(f *testing.F, ext, contentType string) {
 		require.NoError(f, err)
 		f.Add(data, uint8(len(data)))
 	}
-	for _, tt := range usageCases {
+	for _, tt := range allUsageCases() {
 		if tt.contentType == contentType {
 			f.Add([]byte(tt.body), uint8(len(tt.body)))
 		}
@@ -783,43 +830,91 @@ func newUsageBodyOf(body io.ReadCloser, h http.Header, settle func(u usageReport
 	return b
 }
 
-// FuzzUsageFeed holds usageScanner, which lexes each piece in its own loop,
-// to refScanner, which records every token of jsonLexer, after each piece
-// of a text cut anywhere: the same tally, the same scanner's state, and the
-// same lexer's state carried to the next piece.
-func FuzzUsageFeed(f *testing.F) {
+// FuzzUsageOracle holds usageScanner, fed a valid JSON answer in pieces of
+// any size, to encoding/json's reading of the same answer (usageOracle):
+// the answer as encoding/json writes the value it decoded, whose objects
+// repeat no key and whose members come in the order usageOracle reads
+// them.
+func FuzzUsageOracle(f *testing.F) {
 	addUsageSeeds(f, ".json", jsonType)
-	// An object deeper than the lexer tracks, cut after its brace: its
-	// keys read as strings.
-	f.Add([]byte(strings.Repeat("[", maxTrackedDepth)+`{"a":1}`), uint8(4))
+	f.Add([]byte(`{"message":{"usage":{"input_tokens":3}},"response":{"usage":{"input_tokens":4}},"usage":{"output_tokens":1e2}}`), uint8(5))
+	f.Add([]byte(strings.Repeat("[", maxTrackedDepth)+`{"usage":{"total_tokens":1}}`+strings.Repeat("]", maxTrackedDepth)), uint8(4))
 	f.Fuzz(func(t *testing.T, data []byte, chunk uint8) {
-		n := int(chunk%64) + 1
-		var fast usageScanner
-		var ref refScanner
-		for _, piece := range splitEvery(string(data), n) {
-			fast.feed([]byte(piece))
-			ref.feed([]byte(piece))
-			if got, want := carried(fast), carried(ref.usageScanner); got != want {
-				t.Fatalf("%q in pieces of %d: after %q, feed left %+v, want %+v", data, n, piece, got, want)
+		if !json.Valid(data) {
+			return
+		}
+		d := json.NewDecoder(bytes.NewReader(data))
+		d.UseNumber()
+		var v any
+		require.NoError(t, d.Decode(&v))
+		canon, want := jsonText(v), usageOracle(v)
+		for _, n := range []int{len(canon) + 1, 1, int(chunk%64) + 1} {
+			var s usageScanner
+			for _, piece := range splitEvery(string(canon), n) {
+				s.feed([]byte(piece))
+			}
+			if s.tally != want {
+				t.Fatalf("%s in pieces of %d: tally %+v, want %+v as encoding/json reads it", canon, n, s.tally, want)
 			}
 		}
 	})
 }
 
-// carried returns what of s matters to the next piece: the scanner's state,
-// and of the lexer's what it keeps between tokens and of the token a piece
-// cut.
-func carried(s usageScanner) usageScanner {
-	l := s.lex
-	s.lex = jsonLexer{state: l.state, depth: l.depth, objects: l.objects, wantKey: l.wantKey, escaped: l.escaped}
-	switch l.state {
-	case lexKey:
-		s.lex.keyLen = l.keyLen
-		copy(s.lex.key[:], l.key[:min(l.keyLen, maxKeyLen)])
-	case lexNumber:
-		s.lex.num, s.lex.numOK = l.num, l.numOK
+// usageOracle reads the usage of a JSON answer as encoding/json decoded it
+// into v (numbers as json.Number), each object's members in the order of
+// their keys: the non-negative integer members (usageFieldOf) of a
+// top-level "usage" or "usageMetadata" object, or of the "usage" object of
+// a top-level "message" or "response" object, and the cached_tokens of
+// its input details (isInputDetails); a top-level array's objects read as
+// top-level objects, one after another.
+func usageOracle(v any) usageTally {
+	var t usageTally
+	readUsage := func(u any) {
+		m, _ := u.(map[string]any)
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			if n, ok := nonNegative(m[k]); ok {
+				t.set(usageFieldOf([]byte(k)), n)
+			}
+			if details, ok := m[k].(map[string]any); ok && isInputDetails([]byte(k)) {
+				if n, ok := nonNegative(details["cached_tokens"]); ok {
+					t.set(usageFieldCached, n)
+				}
+			}
+		}
 	}
-	return s
+	readTop := func(top any) {
+		m, _ := top.(map[string]any)
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			switch k {
+			case "usage", "usageMetadata":
+				readUsage(m[k])
+			case "message", "response":
+				if holder, ok := m[k].(map[string]any); ok {
+					readUsage(holder["usage"])
+				}
+			}
+		}
+	}
+	if answers, ok := v.([]any); ok {
+		for _, a := range answers {
+			readTop(a)
+		}
+	}
+	readTop(v)
+	return t
+}
+
+// nonNegative returns v as a count when it is a non-negative integer,
+// saturated at math.MaxInt64.
+func nonNegative(v any) (int64, bool) {
+	n, ok := v.(json.Number)
+	if !ok || strings.Trim(string(n), "0123456789") != "" {
+		return 0, false
+	}
+	if c, err := strconv.ParseInt(string(n), 10, 64); err == nil {
+		return c, true
+	}
+	return math.MaxInt64, true
 }
 
 // TestUsageScanHoldsNoPointers holds the scanners' state free of pointers,
