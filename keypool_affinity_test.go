@@ -104,6 +104,8 @@ func TestAffinityReadsTheStrongestName(t *testing.T) {
 	assert.Zero(t, name(`{"model":"x","messages":[{"user":"u","user_id":"v"}],"other":{"user_id":"w"}}`))
 	assert.Zero(t, name(`{"model":"x","user":"cut`))
 	assert.Zero(t, name(`{"user":""}`), "an empty name is none")
+	assert.Equal(t, conversationOf("u"), name(`{"prompt_cache_key":"","user":"u"}`), "and hides no weaker one")
+	assert.Equal(t, conversationOf("second"), name(`{"user":"first","user":"second"}`), "the last of equal strength, as JSON reads a repeated key")
 	assert.Zero(t, name(`{"user":7}`), "a name is a string")
 	info := scanRequest([]byte(`{"model":"x","user":"u"}`), nil)
 	assert.Equal(t, "x", info.Model)

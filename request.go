@@ -229,7 +229,7 @@ func (s *requestScanner) text(v []byte, done bool) {
 	if d <= maxTrackedDepth {
 		key = s.keys[d]
 	}
-	if key >= keyUser && key >= s.convKey && done {
+	if key >= keyUser && key >= s.convKey && done && len(v) > 0 { // an empty name names nothing, and hides no weaker one
 		s.conv, s.convKey = v, key
 	}
 	switch {

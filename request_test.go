@@ -450,7 +450,7 @@ type requestReading struct {
 // max_completion_tokens, or of a max_output_tokens or maxOutputTokens in
 // any object the lexer tracks (maxTrackedDepth), saturated at
 // math.MaxInt64; and the conversation of the strongest of the top-level
-// prompt_cache_key, metadata.user_id and user that holds a string, named
+// prompt_cache_key, metadata.user_id and user that holds a string not empty, named
 // by that string as JSON writes it (escapes not decoded, conversationOf).
 func requestOracle(v any) requestReading {
 	var r requestReading
@@ -478,7 +478,7 @@ func requestOracle(v any) requestReading {
 	r.model, _ = top["model"].(string)
 	meta, _ := top["metadata"].(map[string]any)
 	for _, name := range []any{top["prompt_cache_key"], meta["user_id"], top["user"]} {
-		if s, ok := name.(string); ok {
+		if s, ok := name.(string); ok && s != "" {
 			r.conv = conversationOf(jsonRaw(s))
 			break
 		}
