@@ -33,19 +33,21 @@
 //  2. request.go: reading the request — its model (JSON escapes decoded),
 //     the tokens it may use (the estimate), its bounds — with the one JSON
 //     lexer of json.go.
-//  3. keypool.go: choosing a key — order and tiers, waiting lines, careful
-//     return — and the Pool's report (Stats).
+//  3. keypool.go: choosing a key — order and tiers (Key.Priority),
+//     conversations kept on their keys (affinity), requests at once
+//     (Limits.InFlight), waiting lines, careful return — and the Pool's
+//     report (Stats).
 //  4. store*.go and window.go: the Store's atomic take of a key's windows
 //     and budget (the memory store unless WithStore gives another), and
 //     the window arithmetic it runs.
-//  5. otel.go: the attempt's span and metrics.
+//  5. otel.go: the attempt's span and metrics, and OnAttempt.
 //  6. reset*.go: reading the answer — headers (reset_headers.go), bodies
 //     (reset_body.go), prose (reset_prose.go), times (reset_value.go), the
 //     vendor catalogue (reset_vendors.go) — into a Kind and a Reset
 //     (Classify, reset.go).
 //  7. cooldown.go: acting on the answer — what it may bench (the rule
-//     below), for how long, the quota ladder, what the store learns, the
-//     events of OnEvict and OnRateLimit.
+//     below), for how long, the quota ladder, early looks, what the store
+//     learns, the events of OnEvict, OnBenchEnd and OnRateLimit.
 //  8. usage.go: metering the answer's usage as its body is read, and
 //     settling the request's tokens and spend.
 //  9. errors.go: what the caller gets when no key serves.
