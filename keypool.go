@@ -78,6 +78,8 @@
 //     the tighter of the configured and the learned.
 //   - quoted: an answer whose kind rests on words the request could have
 //     written (the rule below).
+//   - conversation: the requests a client names as one (WithAffinity),
+//     kept on the key that served them while it can take them.
 //   - reserve, spend: what a request may cost at most, held against a
 //     Budget while it runs; what it cost, settled from its usage.
 //
