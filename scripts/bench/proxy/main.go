@@ -277,10 +277,13 @@ func bench(before string, runs, nSlices, requests, streams int, pin, tsv bool) e
 	}
 	byName := map[string]*target{}
 	for i, v := range variants {
+		// max_pending_conns above the streams held at once: the memory
+		// measurement opens them all in one burst, and the bound (512 by
+		// default) would close the oldest before their headers are read.
 		conf := filepath.Join(tmp, fmt.Sprintf("serve-%d.yaml", i))
-		if err := os.WriteFile(conf, fmt.Appendf(nil, "listen: 127.0.0.1:0\nproxy_tokens: [%s]\nstate: %s\n%supstreams:\n  - name: openai\n    url: http://%s\n"+
+		if err := os.WriteFile(conf, fmt.Appendf(nil, "listen: 127.0.0.1:0\nproxy_tokens: [%s]\nstate: %s\nmax_pending_conns: %d\n%supstreams:\n  - name: openai\n    url: http://%s\n"+
 			"    keys: [{secret: sk-bench-1}, {secret: sk-bench-2}, {secret: sk-bench-3}, {secret: sk-bench-4}]\n",
-			benchToken, filepath.Join(tmp, fmt.Sprintf("state-%d", i)), v.extra, upAddr), 0o600); err != nil {
+			benchToken, filepath.Join(tmp, fmt.Sprintf("state-%d", i)), 2*streams, v.extra, upAddr), 0o600); err != nil {
 			return err
 		}
 		cmd, addr, err := start(filepath.Join(tmp, "keypool-"+v.build), "serve", "-config", conf)
