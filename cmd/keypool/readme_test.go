@@ -611,3 +611,25 @@ func TestDocsLinksResolve(t *testing.T) {
 	}
 	assert.NotZero(t, links, "the docs have relative links")
 }
+
+// TestReadmeFirstCommands: the README's first command runs the demo and its
+// second runs the tests, as a new reader types them.
+func TestReadmeFirstCommands(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+	require.NoError(t, err)
+	var commands []string
+	inShell := false
+	for _, line := range strings.Split(string(data), "\n") {
+		switch {
+		case strings.HasPrefix(line, "```sh"):
+			inShell = true
+		case strings.HasPrefix(line, "```"):
+			inShell = false
+		case inShell && strings.TrimSpace(line) != "":
+			cmd, _, _ := strings.Cut(line, "#")
+			commands = append(commands, strings.TrimSpace(cmd))
+		}
+	}
+	require.GreaterOrEqual(t, len(commands), 2, "the README's shell commands")
+	assert.Equal(t, []string{"go run ./cmd/keypool demo", "go test ./..."}, commands[:2])
+}
