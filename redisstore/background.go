@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -37,11 +36,11 @@ const (
 	// back.
 	probeEvery = time.Second
 	// slotWatch is how often, while Redis is taken as down, a store over
-	// a Redis Cluster reloads the cluster's slot map between probes, and
-	// probes at once when another node holds the slot of a pool it serves:
-	// a failover's new master answers within a watch and a probe, not
-	// within up to two probes (the probe before the election fails, and
-	// so does the one after it that asks a slot map reloaded before it).
+	// a Redis Cluster reloads the cluster's slot map and probes: a
+	// failover's new master answers within a watch or two of its election,
+	// not within up to two probeEvery (the probe before the election
+	// fails, and so does the one after it that asks a slot map reloaded
+	// before it).
 	slotWatch = 200 * time.Millisecond
 	// opTimeout bounds the PING of New and the last send of Close; every
 	// other call is bounded by the store's timeout (WithTimeout).
@@ -525,49 +524,19 @@ func (s *Store) recover() bool {
 	}
 }
 
-// waitProbe waits cfg.probeEvery, or on a Redis Cluster until another
-// node holds the slot of a pool the store serves, reloading the slot map
-// every slotWatch meanwhile; it reports false if the store was closed
-// first.
+// waitProbe waits until the next probe of a Redis taken as down: cfg.probeEvery,
+// or on a Redis Cluster slotWatch, asking meanwhile for the slot map again
+// — a failover's new master is then probed within a watch of the map
+// naming it, whichever node the reload asked (a reload that asked the dead
+// node fails, and the next one asks another). It reports false if the
+// store was closed first.
 func (s *Store) waitProbe() bool {
 	c, ok := s.rdb.(*redis.ClusterClient)
 	if !ok || s.cfg.probeEvery <= slotWatch {
 		return s.sleep(s.cfg.probeEvery)
 	}
-	was := s.slotMasters(c)
-	for end := time.Now().Add(s.cfg.probeEvery); ; {
-		left := time.Until(end)
-		if left <= 0 {
-			return true
-		}
-		if !s.sleep(min(left, slotWatch)) {
-			return false
-		}
-		if now := s.slotMasters(c); now != was {
-			return true
-		}
-		c.ReloadState(s.ctx) // in the background: the next turn reads it
-	}
-}
-
-// slotMasters returns the addresses of the nodes the Cluster client
-// takes as the masters of the slots the store probes, in one string.
-func (s *Store) slotMasters(c *redis.ClusterClient) string {
-	var keys []string
-	if m := s.slots.Load(); m != nil {
-		for _, k := range *m {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		if m, err := c.MasterForKey(s.ctx, k); err == nil {
-			b.WriteString(m.Options().Addr)
-		}
-		b.WriteByte(' ')
-	}
-	return b.String()
+	c.ReloadState(s.ctx) // in the background: the probe after the sleep reads it
+	return s.sleep(slotWatch)
 }
 
 // probe asks Redis whether it answers, within the store's timeout: the

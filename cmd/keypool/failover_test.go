@@ -281,6 +281,11 @@ func storeLog(p *process) string {
 // slot, it serves again within the failover's time and a second.
 func TestFailoverCluster(t *testing.T) {
 	long(t)
+	if raceEnabled {
+		// What it measures is time, which the race detector's build
+		// stretches: .ci/run runs it without (see "timing").
+		t.Skip("a timing test: run it without -race")
+	}
 	for _, tt := range []struct {
 		replicas int
 		base     int // of the ports of the cluster
