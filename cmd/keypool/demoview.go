@@ -105,27 +105,14 @@ func (v *view) progress(d *demo) {
 			elapsed, d.opts.duration, d.sent.Load(), d.served.Load(), d.failed.Load(), d.noKey.Load())
 	}
 	b.WriteString("\n")
-	tw := tabwriter.NewWriter(&b, 2, 4, 2, ' ', 0)
-	if width < compactBelow {
-		fmt.Fprintln(tw, "KEY\tSTATE\tMIN")
-	} else {
-		fmt.Fprintln(tw, "KEY\tTIER\tSTATE\tSENT\tOK\tMINUTE")
+	stats := d.pool.Stats()
+	table, learned := v.keyTable(d, stats, now, width >= compactBelow)
+	if width >= compactBelow && widest(table) > width-1 {
+		// The wide table would be cut at the terminal's edge, its last
+		// columns lost: the compact one fits.
+		table, learned = v.keyTable(d, stats, now, false)
 	}
-	var learned []string // a footnote for each starred limit
-	for i, st := range d.pool.Stats() {
-		k := viewKey(st, now)
-		for _, m := range k.Models {
-			if m.Minute.RequestsLearned {
-				learned = append(learned, fmt.Sprintf("* %s: learned RPM %d from the vendor's headers (configured %d)\n", k.ID, m.Learned.RPM, m.Configured.RPM))
-			}
-		}
-		if width < compactBelow {
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", k.ID, shortState(k, now), minuteUse(k, d.keys[i]))
-		} else {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", k.ID, tier(k.Paid), stateWords(k, now), st.Sent, st.Answers[keypool.KindNone], minuteUse(k, d.keys[i]))
-		}
-	}
-	tw.Flush()
+	b.WriteString(table)
 	for _, l := range learned {
 		b.WriteString(l)
 	}
@@ -147,6 +134,34 @@ func (v *view) progress(d *demo) {
 		fmt.Fprintf(v.out, "\033[K%s\n", clip(l, width-1))
 	}
 	v.drawn = len(lines)
+}
+
+// keyTable returns the live view's table of keys — wide, or compact — and
+// a footnote for each limit it stars as learned.
+func (v *view) keyTable(d *demo, stats []keypool.KeyStats, now time.Time, wide bool) (string, []string) {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 2, 4, 2, ' ', 0)
+	if wide {
+		fmt.Fprintln(tw, "KEY\tTIER\tSTATE\tSENT\tOK\tMINUTE")
+	} else {
+		fmt.Fprintln(tw, "KEY\tSTATE\tMIN")
+	}
+	var learned []string
+	for i, st := range stats {
+		k := viewKey(st, now)
+		for _, m := range k.Models {
+			if m.Minute.RequestsLearned {
+				learned = append(learned, fmt.Sprintf("* %s: learned RPM %d from the vendor's headers (configured %d)\n", k.ID, m.Learned.RPM, m.Configured.RPM))
+			}
+		}
+		if wide {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", k.ID, tier(k.Paid), stateWords(k, now), st.Sent, st.Answers[keypool.KindNone], minuteUse(k, d.keys[i]))
+		} else {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", k.ID, shortState(k, now), minuteUse(k, d.keys[i]))
+		}
+	}
+	tw.Flush()
+	return b.String(), learned
 }
 
 // clip cuts s to at most n runes, ending in … when cut.
