@@ -153,6 +153,8 @@ type demo struct {
 	start   time.Time
 	events  eventLog
 	benches [5]atomic.Int64 // by keypool.Kind
+	// keyBenches counts each key's benches by keypool.Kind, by key ID.
+	keyBenches map[string]*[5]atomic.Int64
 	// learning watches the pool's attempts for what it learns of the
 	// keys' limits from the vendor's headers.
 	learning *learning
@@ -164,7 +166,10 @@ type demo struct {
 }
 
 func newDemo(o demoOptions) (*demo, error) {
-	d := &demo{opts: o, keys: scenario(o.keys)}
+	d := &demo{opts: o, keys: scenario(o.keys), keyBenches: map[string]*[5]atomic.Int64{}}
+	for _, k := range d.keys {
+		d.keyBenches[k.id] = new([5]atomic.Int64)
+	}
 	d.learning = newLearning(d.keys)
 	cfg := vendorsim.Config{Dialect: vendorsim.OpenAI, Seed: 1}
 	var keys []keypool.Key
@@ -203,6 +208,9 @@ func (d *demo) close() {
 // evicted notes a bench.
 func (d *demo) evicted(e keypool.Eviction) {
 	d.benches[e.Kind].Add(1)
+	if b := d.keyBenches[e.KeyID]; b != nil {
+		b[e.Kind].Add(1)
+	}
 	d.events.add(fmt.Sprintf("%5.1fs  benched %s: %s for %s", time.Since(d.start).Seconds(), e.KeyID, e.Kind, span(e.For)))
 }
 

@@ -232,6 +232,9 @@ func (v *view) summary(d *demo, interrupted bool) {
 	}
 	fmt.Fprintf(v.out, "\nSummary after %s%s: %d requests sent by callers.\n\n", v.now().Sub(d.start).Round(100*time.Millisecond), how, d.sent.Load())
 	tw := tabwriter.NewWriter(v.out, 2, 4, 2, ' ', tabwriter.AlignRight)
+	// The last four columns count each key's benches by kind, as the line
+	// below them counts them all: a key benched by a success that said its
+	// day was spent counts a quota bench, though no answer was a 429.
 	fmt.Fprintln(tw, "KEY\tTIER\tSENT\tSERVED\tRATE\tQUOTA\tAUTH\tTRANSIENT\t")
 	var served, paidServed int64
 	for _, st := range d.pool.Stats() {
@@ -240,12 +243,18 @@ func (v *view) summary(d *demo, interrupted bool) {
 		if st.Paid {
 			paidServed += ok
 		}
+		var b [5]int64
+		if kb := d.keyBenches[st.ID]; kb != nil {
+			for k := range b {
+				b[k] = kb[k].Load()
+			}
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t\n", st.ID, tier(st.Paid), st.Sent, ok,
-			st.Answers[keypool.KindRate], st.Answers[keypool.KindQuota], st.Answers[keypool.KindAuth], st.Answers[keypool.KindTransient])
+			b[keypool.KindRate], b[keypool.KindQuota], b[keypool.KindAuth], b[keypool.KindTransient])
 	}
 	tw.Flush()
 	totals := d.sim.Totals()
-	v.say("\nBenches by kind: rate %d, quota %d, auth %d, transient %d.\n",
+	v.say("\nBenches by kind, as the last four columns count them per key: rate %d, quota %d, auth %d, transient %d.\n",
 		d.benches[keypool.KindRate].Load(), d.benches[keypool.KindQuota].Load(),
 		d.benches[keypool.KindAuth].Load(), d.benches[keypool.KindTransient].Load())
 	v.say("The vendor answered %d requests with 429, %d with 401, %d with a server error.\n",

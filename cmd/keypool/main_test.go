@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -50,10 +51,25 @@ func TestDemoPrintsSummary(t *testing.T) {
 	status := run(t.Context(), []string{"demo", "-duration", "1500ms", "-rate", "20"}, &stdout, &stderr)
 	out := stdout.String()
 	assert.Equal(t, 0, status, "stderr: %s", stderr.String())
-	for _, want := range []string{"Summary after", "Benches by kind:", "The vendor answered", "Callers saw", "The paid key served", "free-1", "paid"} {
+	for _, want := range []string{"Summary after", "Benches by kind, as the last four columns count them per key:", "The vendor answered", "Callers saw", "The paid key served", "free-1", "paid"} {
 		assert.Contains(t, out, want)
 	}
 	assert.Contains(t, out, "benched free-5: auth", "the revoked key is benched")
+	// The table's bench columns add up to the line that counts them all.
+	_, table, _ := strings.Cut(out, "TRANSIENT\n")
+	table, rest, _ := strings.Cut(table, "\n\n")
+	var sums [4]int
+	for _, row := range strings.Split(table, "\n") {
+		f := strings.Fields(row)
+		require.Len(t, f, 8, "a row of the summary: %q", row)
+		for i := range sums {
+			n, err := strconv.Atoi(f[4+i])
+			require.NoError(t, err)
+			sums[i] += n
+		}
+	}
+	line := strings.Join(strings.Fields(rest), " ")
+	assert.Contains(t, line, fmt.Sprintf("rate %d, quota %d, auth %d, transient %d.", sums[0], sums[1], sums[2], sums[3]))
 	assert.Regexp(t, `\d+\.\ds  learned free-2's limit from the vendor's headers: 12 a minute \(configured 20\)\n`, out)
 	assert.Regexp(t, `free-2: learned RPM 12 \(configured 20\) from the vendor's headers \d+\.\d s in, and held it there since; the vendor's 429s for it: \d+ before, 0 after\.\n`, out)
 	assert.NotContains(t, out, "sk-demo-", "no secret in the output")
