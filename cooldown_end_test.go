@@ -157,21 +157,30 @@ func TestAlarmRingsInOrder(t *testing.T) {
 	})
 }
 
+// twoRoutes returns a Fallback over two routes of one key each, "first"
+// (key "one", sk-one) and "second" (sk-two), both over base, whose route
+// benches' ends ring, and the first route's pool.
+func twoRoutes(t *testing.T, base http.RoundTripper, ring func(Eviction)) (*Pool, *Fallback) {
+	t.Helper()
+	first, err := New("first", []Key{{Secret: "sk-one", ID: "one"}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = first.Close() })
+	second, err := New("second", []Key{{Secret: "sk-two", ID: "two"}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = second.Close() })
+	u, _ := url.Parse("http://vendor.test")
+	fb, err := NewFallback([]Route{{Name: "first", Pool: first, URL: u, Base: base}, {Name: "second", Pool: second, URL: u, Base: base}}, OnBenchEnd(ring))
+	require.NoError(t, err)
+	return first, fb
+}
+
 // TestOnBenchEndOfARoute: a Fallback's route benched by its own failure is
 // heard when its bench ends, by the route's name.
 func TestOnBenchEndOfARoute(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var got ends
 		base := &scripted{script: map[string][][2]string{"sk-one": {{"503", ""}}}}
-		first, err := New("first", []Key{{Secret: "sk-one", ID: "one"}})
-		require.NoError(t, err)
-		defer first.Close()
-		second, err := New("second", []Key{{Secret: "sk-two", ID: "two"}})
-		require.NoError(t, err)
-		defer second.Close()
-		u, _ := url.Parse("http://vendor.test")
-		fb, err := NewFallback([]Route{{Name: "first", Pool: first, URL: u, Base: base}, {Name: "second", Pool: second, URL: u, Base: base}}, OnBenchEnd(got.add))
-		require.NoError(t, err)
+		_, fb := twoRoutes(t, base, got.add)
 		start := time.Now()
 		sendTo(t, fb)
 		time.Sleep(2 * time.Minute)
@@ -212,15 +221,7 @@ func TestOnBenchEndOfARouteBenchedAgain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var got ends
 		base := &scripted{script: map[string][][2]string{"sk-one": {{"401", ""}, {"503", ""}}}}
-		first, err := New("first", []Key{{Secret: "sk-one", ID: "one"}})
-		require.NoError(t, err)
-		defer first.Close()
-		second, err := New("second", []Key{{Secret: "sk-two", ID: "two"}})
-		require.NoError(t, err)
-		defer second.Close()
-		u, _ := url.Parse("http://vendor.test")
-		fb, err := NewFallback([]Route{{Name: "first", Pool: first, URL: u, Base: base}, {Name: "second", Pool: second, URL: u, Base: base}}, OnBenchEnd(got.add))
-		require.NoError(t, err)
+		first, fb := twoRoutes(t, base, got.add)
 		sendTo(t, fb) // first: 401, the route benched 12 h
 		require.NoError(t, first.Unbench(t.Context(), "one"))
 		start := time.Now()

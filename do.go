@@ -56,14 +56,10 @@ func (p *Pool) Do(ctx context.Context, model string, fn func(ctx context.Context
 		v := verdictOf(err, now)
 		until := p.observe(ctx, &l, &v, now)
 		c.sooner(until)
-		if f := p.cfg.onAttempt; f != nil {
+		if p.cfg.onAttempt != nil {
 			var pe *ProviderError
-			a := Attempt{Provider: p.provider, KeyID: l.key.ID, Model: model, Failover: attempt, Kind: v.kind,
-				Failed: err != nil && !errors.As(err, &pe)} // an error that is no vendor's answer
-			if !until.IsZero() {
-				a.Bench = max(until.Sub(now), 0)
-			}
-			f(ctx, a)
+			p.tellAttempt(ctx, Attempt{KeyID: l.key.ID, Model: model, Failover: attempt, Kind: v.kind, Bench: benchLength(until, now)},
+				err != nil && !errors.As(err, &pe)) // an error that is no vendor's answer
 		}
 		ch := l.charge()
 		switch {

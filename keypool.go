@@ -599,7 +599,7 @@ func (p *Pool) acquire(ctx context.Context, c *call, model string, est usageRepo
 		return err
 	}
 	now := p.cfg.clock()
-	if c.conversation != 0 && p.affinity != nil && !c.looked {
+	if c.conversation != 0 && !c.looked { // a conversation is named only where affinity is on
 		// Once a request: its attempts, and its turns in line, ask no more.
 		c.stay, c.looked = p.affinity.keyOf(ctx, p, c.conversation, now), true
 	}
@@ -613,7 +613,7 @@ func (p *Pool) acquire(ctx context.Context, c *call, model string, est usageRepo
 		if !ok && err == nil {
 			ok, err = p.scan(ctx, c, t.keys, t.next, stay, model, est, now, l)
 		}
-		if ok && c.conversation != 0 && p.affinity != nil {
+		if ok && c.conversation != 0 {
 			p.affinity.served(ctx, p, c.conversation, l.key, now)
 		}
 		if ok || err != nil {

@@ -246,10 +246,26 @@ type Attempt struct {
 // attempted ends an attempt's span with its outcome and tells OnAttempt.
 func (p *Pool) attempted(ctx context.Context, span trace.Span, a Attempt, err error) {
 	endAttempt(span, a.Status, a.Kind, a.Bench, err)
+	p.tellAttempt(ctx, a, err != nil)
+}
+
+// tellAttempt tells OnAttempt of attempt a, which failed with no answer
+// when failed.
+func (p *Pool) tellAttempt(ctx context.Context, a Attempt, failed bool) {
 	if f := p.cfg.onAttempt; f != nil {
-		a.Provider, a.Failed = p.provider, err != nil
+		a.Provider, a.Failed = p.provider, failed
 		f(ctx, a)
 	}
+}
+
+// benchLength returns how long a bench that ends at until holds from now:
+// 0 for none (a zero until). Most answers bench nothing, and time.Sub is no
+// small sum.
+func benchLength(until, now time.Time) time.Duration {
+	if until.IsZero() {
+		return 0
+	}
+	return max(until.Sub(now), 0)
 }
 
 // endAttempt ends an attempt's span with its outcome.

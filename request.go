@@ -125,21 +125,15 @@ type requestScanner struct {
 	convKey requestKey
 }
 
-// scanRequest reads a JSON request body — OpenAI chat completions and
+// readRequest reads a JSON request body — OpenAI chat completions and
 // Responses, Anthropic messages, Gemini generateContent and their kin — in
 // one pass, without decoding it, and returns what the pool needs to know
-// before sending it. The body may be a prefix of a longer one: scanRequest
-// reports what the prefix holds, counting an image whose payload the prefix
-// cuts. Malformed JSON never makes it panic: it returns what it read before
-// the fault. It allocates nothing but the model name, and not that when
-// names already holds it (names may be nil).
-func scanRequest(body []byte, in *names) RequestInfo {
-	info, _ := readRequest(body, in)
-	return info
-}
-
-// readRequest is scanRequest with the conversation the body names (see
-// conversationOf), 0 when it names none.
+// before sending it, and the conversation it names (see conversationOf; 0
+// for none). The body may be a prefix of a longer one: readRequest reports
+// what the prefix holds, counting an image whose payload the prefix cuts.
+// Malformed JSON never makes it panic: it returns what it read before the
+// fault. It allocates nothing but the model name, and not that when names
+// already holds it (names may be nil).
 func readRequest(body []byte, in *names) (RequestInfo, conversation) {
 	var s requestScanner
 	s.scan(body)
@@ -202,10 +196,11 @@ func (s *requestScanner) open(d int) {
 // key records an object key of the container at the current depth.
 func (s *requestScanner) key(k []byte) {
 	if d := s.lex.depth; d <= maxTrackedDepth {
-		s.keys[d] = classifyRequestKey(jsonUnescape(k), d)
-		if s.keys[d] == keyMetadataUser && s.keys[1] != keyMetadata {
-			s.keys[d] = keyOther // a user_id outside the top-level metadata
+		parent := keyOther
+		if d > 1 {
+			parent = s.keys[d-1]
 		}
+		s.keys[d] = classifyRequestKey(jsonUnescape(k), d, parent)
 		if s.keys[d] == keyModel {
 			s.model, s.modelCut = nil, false // the last "model" names the model, as in JSON
 		}
@@ -291,8 +286,9 @@ func (s *requestScanner) close(d int) {
 	}
 }
 
-// classifyRequestKey says what key, read at depth d, means.
-func classifyRequestKey(key []byte, d int) requestKey {
+// classifyRequestKey says what key, read at depth d in a container that is
+// the value of a key meaning parent, means.
+func classifyRequestKey(key []byte, d int, parent requestKey) requestKey {
 	switch string(key) {
 	case "model":
 		if d == 1 {
@@ -309,8 +305,8 @@ func classifyRequestKey(key []byte, d int) requestKey {
 			return keyMetadata
 		}
 	case "user_id":
-		if d == 2 {
-			return keyMetadataUser // when in the top-level metadata (key)
+		if d == 2 && parent == keyMetadata {
+			return keyMetadataUser
 		}
 	case "user":
 		if d == 1 {

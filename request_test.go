@@ -649,3 +649,10 @@ func jsonRaw(s string) []byte {
 	b := jsonText(s)
 	return b[1 : len(b)-1]
 }
+
+// scanRequest is readRequest without the conversation, as most tests read
+// a request.
+func scanRequest(body []byte, in *names) RequestInfo {
+	info, _ := readRequest(body, in)
+	return info
+}

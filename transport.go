@@ -200,11 +200,7 @@ func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again
 	}
 	until := p.observe(ctx, &l, &v, now)
 	r.sooner(until)
-	var benched time.Duration // most answers bench nothing, and time.Sub is no small sum
-	if !until.IsZero() {
-		benched = max(until.Sub(now), 0)
-	}
-	p.attempted(ctx, span, Attempt{KeyID: l.key.ID, Model: r.model, Failover: attempt, Status: resp.StatusCode, Kind: v.kind, Bench: benched}, nil)
+	p.attempted(ctx, span, Attempt{KeyID: l.key.ID, Model: r.model, Failover: attempt, Status: resp.StatusCode, Kind: v.kind, Bench: benchLength(until, now)}, nil)
 	if v.quoted && r.held == nil && !p.single() && r.body.replayable() {
 		// Words the request could have written: one more key tries it,
 		// and this answer is held to return if none can.

@@ -91,12 +91,7 @@ func TestIdlePauseNoticed(t *testing.T) {
 	s, err := redisstore.Open("redis://"+r.addr+"/0", redisstore.WithProbeEvery(probeEvery), redisstore.WithTimeout(200*time.Millisecond),
 		redisstore.WithLogger(slog.New(slog.DiscardHandler)))
 	require.NoError(t, err)
-	defer s.Close()
-	changes := make(chan bool, 4)
-	defer s.NotifyHealth(func() { changes <- s.Health() == nil })()
-	g, err := s.Take(t.Context(), take("k", "m", keypool.Limits{RPM: 10}, 0, time.Now()))
-	require.NoError(t, err)
-	require.True(t, g.OK)
+	changes := servedAndWatched(t, s)
 
 	require.NoError(t, r.cmd.Process.Signal(syscall.SIGSTOP))
 	paused := time.Now()

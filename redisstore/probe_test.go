@@ -114,12 +114,7 @@ func TestDownClusterProbesTheNewMasterAtOnce(t *testing.T) {
 	s, err := redisstore.New(client, redisstore.WithProbeEvery(every), redisstore.WithTimeout(200*time.Millisecond),
 		redisstore.WithLogger(slog.New(slog.DiscardHandler)))
 	require.NoError(t, err)
-	defer s.Close()
-	changes := make(chan bool, 4)
-	defer s.NotifyHealth(func() { changes <- s.Health() == nil })()
-	g, err := s.Take(t.Context(), take("k", "m", keypool.Limits{RPM: 10}, 0, time.Now()))
-	require.NoError(t, err)
-	require.True(t, g.OK)
+	changes := servedAndWatched(t, s)
 
 	a.Close() // the master dies
 	_, err = s.Take(t.Context(), take("k", "m", keypool.Limits{RPM: 10}, 0, time.Now()))
@@ -142,7 +137,21 @@ func TestDownClusterProbesTheNewMasterAtOnce(t *testing.T) {
 	case <-time.After(2 * every):
 		t.Fatal("the store did not hear the new master")
 	}
-	g, err = s.Take(t.Context(), take("k", "m", keypool.Limits{RPM: 10}, 0, time.Now()))
+	g, err := s.Take(t.Context(), take("k", "m", keypool.Limits{RPM: 10}, 0, time.Now()))
 	require.NoError(t, err)
 	assert.True(t, g.OK, "served by the new master")
+}
+
+// servedAndWatched makes s, closed at the end of the test, take one
+// request, so that it knows its pool's slot, and returns what its
+// NotifyHealth tells: whether Health is nil at each change.
+func servedAndWatched(t *testing.T, s *redisstore.Store) <-chan bool {
+	t.Helper()
+	t.Cleanup(func() { _ = s.Close() })
+	changes := make(chan bool, 4)
+	t.Cleanup(s.NotifyHealth(func() { changes <- s.Health() == nil }))
+	g, err := s.Take(t.Context(), take("k", "m", keypool.Limits{RPM: 10}, 0, time.Now()))
+	require.NoError(t, err)
+	require.True(t, g.OK)
+	return changes
 }
