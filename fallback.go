@@ -301,7 +301,7 @@ func (r *fallbackRoute) request(req *http.Request, body *replay) (*http.Request,
 		return out, nil
 	case body.whole:
 		// The route's pool reads a memoryBody without copying it.
-		b := mapModel(body.data, r.Models)
+		b := mapModel(body.first.data, r.Models)
 		out.Body = newMemoryBody(b)
 		out.GetBody = func() (io.ReadCloser, error) { return newMemoryBody(b), nil }
 		out.ContentLength = int64(len(b))

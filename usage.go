@@ -97,9 +97,8 @@ const (
 
 // usageBody is an answer's body read for its usage; see start.
 type usageBody struct {
-	body   io.ReadCloser
-	s      settler
-	events bool // the body is server-sent events
+	body io.ReadCloser
+	s    settler
 
 	// scan is the scanners' state, borrowed from scans until the body
 	// settles. Only the holder of the state's bodyScanning bit, or the call
@@ -107,7 +106,8 @@ type usageBody struct {
 	scan *usageScan
 	// state is 0 (no scan under way, not settled) or a set of the body
 	// states above; once bodySettled, it stays so.
-	state atomic.Uint32
+	state  atomic.Uint32
+	events bool // the body is server-sent events
 }
 
 // Read reads from the wrapped body and scans what it read for usage.
