@@ -574,6 +574,26 @@ func axisOfLength(length time.Duration, requests bool) windowAxis {
 	return axisNone
 }
 
+// bywait returns the axis of a limit stated under a's names whose count
+// resets in wait. A minute's count resets within the minute: a minute's
+// limit whose reset is further off is the day's, as OpenAI's headers state
+// whichever of a key's windows binds under one name — a free key's daily
+// quota of 5, resetting in hours, is RPD 5, not RPM 5 — and one further
+// off than a calendar day (25 hours across a change of daylight saving
+// time) is neither.
+func (a windowAxis) bywait(wait time.Duration) windowAxis {
+	const slack = time.Second // a reset rounded up, or a moment late
+	switch {
+	case a != axisRPM && a != axisTPM, wait <= time.Minute+slack:
+		return a
+	case wait > 25*time.Hour+slack:
+		return axisNone
+	case a == axisRPM:
+		return axisRPD
+	}
+	return axisTPD
+}
+
 // statedWindows is what one answer stated of a key's minute and day
 // windows: each axis's limit (0: not stated) and count used (-1: not
 // stated), and when the minute's and the day's counts reset (a wait from
@@ -588,6 +608,9 @@ type statedWindows struct {
 // note records a limit of axis a with remaining units left of limit (0 or
 // less: the limit is not stated), resetting in wait when hasWait.
 func (s *statedWindows) note(a windowAxis, limit, remaining float64, wait time.Duration, hasWait bool) {
+	if hasWait {
+		a = a.bywait(wait)
+	}
 	if a == axisNone || math.IsNaN(remaining) || remaining < 0 {
 		return
 	}

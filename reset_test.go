@@ -241,3 +241,26 @@ func TestScanHeadersFindsEveryName(t *testing.T) {
 		assert.Equal(t, answerHeaders{groups: p.group}, a, "scanHeaders(%sAnything: 1)", p.prefix)
 	}
 }
+
+// A limit stated under a minute's names whose reset is hours off is the
+// day's: OpenAI states whichever window of a key binds as
+// x-ratelimit-limit-requests, and a free key's daily quota resets in hours.
+func TestStatedLimitByItsReset(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		reset string
+		want  Limits
+	}{
+		{"a minute's reset: RPM", "6s", Limits{RPM: 5}},
+		{"a minute and a rounded second: RPM", "1m0.9s", Limits{RPM: 5}},
+		{"hours: RPD", "11h59m0s", Limits{RPD: 5}},
+		{"a day of daylight saving's 25 hours: RPD", "25h0m0s", Limits{RPD: 5}},
+		{"beyond a day: neither", "72h0m0s", Limits{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := headers("X-Ratelimit-Limit-Requests", "5", "X-Ratelimit-Remaining-Requests", "0", "X-Ratelimit-Reset-Requests", tc.reset)
+			v := classify(200, h, nil, now)
+			assert.Equal(t, tc.want, v.stated.limits)
+		})
+	}
+}
