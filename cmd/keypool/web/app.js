@@ -8,6 +8,7 @@
   const pollEvery = 2000; // ms, while the page is visible
   const pollHidden = 15000; // ms, while it is not
   let report = null; // the last /status
+  let hist = null; // the last /history: each key's hour, minute by minute
   let skew = 0; // the proxy's clock minus ours, ms
   let timer = 0;
   const buttons = new Map(); // unbench buttons by route and key, kept across redraws
@@ -237,6 +238,7 @@
   }
 
   function keyCard(route, k, now) {
+    const hour = keyChart(route.name, k);
     const badge = { serving: "serving", benched: "benched", full: "full" }[k.state] || k.state;
     const card = h("article", { class: `key state-${k.state}`, "data-key": k.id, "data-route": route.name },
       h("div", { class: "key-head" },
@@ -246,6 +248,7 @@
       k.account ? h("p", { class: "account" }, "account ", h("span", { class: "account-name", text: k.account }),
         " · its windows are shared with the account's other keys") : null,
       stateLine(k, route),
+      hour ? h("div", { class: "key-hour" }, h("span", { class: "use-label", text: "requests, the last hour" }), hour) : null,
       k.models.map(modelUse),
       k.spend ? spendBars(k.spend) : null,
       reading(k, now),
@@ -267,7 +270,104 @@
       head.append(h("span", { class: "badge serving", text: "serving" }));
     }
     return h("section", { class: "route", "data-route": r.name, "aria-label": `route ${r.name}` },
-      head, accountsSpend(r), h("div", { class: "keys" }, r.keys.map((k) => keyCard(r, k, now))));
+      head, accountsSpend(r), routeCharts(r), h("div", { class: "keys" }, r.keys.map((k) => keyCard(r, k, now))));
+  }
+
+  // The last hour, drawn from /history: a series is 60 counts, one a
+  // minute, oldest first; the last is the current minute.
+  const svgNS = "http://www.w3.org/2000/svg";
+  function svgEl(tag, attrs, ...children) {
+    const el = document.createElementNS(svgNS, tag);
+    for (const [k, v] of Object.entries(attrs || {})) el.setAttribute(k, String(v));
+    for (const c of children) if (c) el.append(c);
+    return el;
+  }
+  const svgTitle = (text) => {
+    const t = document.createElementNS(svgNS, "title");
+    t.textContent = text;
+    return t;
+  };
+
+  // historyOf returns the hour of a route from the last /history, or null.
+  function historyOf(route) {
+    return (hist && hist.routes.find((r) => r.name === route)) || null;
+  }
+  function keyHistory(route, key) {
+    const r = historyOf(route);
+    return (r && r.keys.find((k) => k.id === key)) || null;
+  }
+  // total adds up series, minute by minute.
+  function total(series) {
+    const out = new Array(hist.minutes).fill(0);
+    for (const one of series) one.forEach((v, i) => { out[i] += v; });
+    return out;
+  }
+  const sumOf = (series) => series.reduce((a, b) => a + b, 0);
+  // minuteAt says the clock time of minute i of the hour.
+  const minuteAt = (i) => parseTime(hist.start) + i * 60000;
+
+  // chart draws one series as bars, one a minute that has any, with a
+  // line at each bench time. kind names the series, for its colour.
+  function chart(kind, label, series, benchTimes, height) {
+    const n = series.length;
+    const top = Math.max(1, ...series);
+    const svg = svgEl("svg", {
+      class: `chart chart-${kind}`, viewBox: `0 0 ${n} ${height}`, preserveAspectRatio: "none",
+      role: "img", "aria-label": `${label}, the last hour, a bar a minute`,
+    });
+    svg.append(svgEl("rect", { class: "chart-bg", x: 0, y: 0, width: n, height }));
+    const now = serverNow();
+    series.forEach((v, i) => {
+      if (!v) return;
+      const bh = Math.max(1, (v / top) * height);
+      svg.append(svgEl("rect", { class: "chart-bar", x: i + 0.1, y: height - bh, width: 0.8, height: bh },
+        svgTitle(`${clock(minuteAt(i), now)} · ${v} ${label}`)));
+    });
+    const start = parseTime(hist.start);
+    for (const t of benchTimes) {
+      const x = (parseTime(t) - start) / 60000;
+      if (x < 0 || x > n) continue;
+      svg.append(svgEl("line", { class: "bench-mark", x1: x, x2: x, y1: 0, y2: height, "vector-effect": "non-scaling-stroke" },
+        svgTitle(`benched ${clock(parseTime(t), now, true)}`)));
+    }
+    return svg;
+  }
+
+  // routeCharts shows a route's hour: requests, the vendor's 429s, benches
+  // and tokens of all its keys, each bench marked.
+  function routeCharts(r) {
+    const rh = historyOf(r.name);
+    if (!rh) return null;
+    const marks = rh.bench_times.concat(...rh.keys.map((k) => k.bench_times));
+    const panels = [
+      ["requests", "requests", total(rh.keys.map((k) => k.requests))],
+      ["rate", "vendor 429s", total(rh.keys.map((k) => k.rate_limited))],
+      ["bench", "benches", total(rh.keys.map((k) => k.benches))],
+      ["tokens", "tokens", total(rh.keys.map((k) => k.tokens))],
+    ].map(([kind, label, series]) => h("figure", { class: "panel", "data-series": kind },
+      h("figcaption", {},
+        h("span", { class: "panel-label", text: label }),
+        h("span", { class: "panel-total", text: `${sumOf(series).toLocaleString("en")} in the hour` })),
+      chart(kind, label, series, marks, 40)));
+    return h("div", { class: "last-hour", "data-route": r.name },
+      h("p", { class: "last-hour-head" }, h("strong", { text: "The last hour" }), " · a bar a minute; a line marks each bench"),
+      h("div", { class: "panels" }, panels),
+      h("div", { class: "axis" }, h("span", { text: "60 min ago" }), h("span", { text: "now" })));
+  }
+
+  // keyChart is a key's hour in small: its requests, its 429s over them,
+  // its benches marked.
+  function keyChart(route, k) {
+    const kh = keyHistory(route, k.id);
+    if (!kh) return null;
+    const svg = chart("requests", "requests", kh.requests, kh.bench_times, 24);
+    svg.classList.add("key-chart");
+    kh.rate_limited.forEach((v, i) => {
+      if (!v) return;
+      svg.append(svgEl("rect", { class: "chart-429", x: i + 0.1, y: 0, width: 0.8, height: 3 },
+        svgTitle(`${clock(minuteAt(i), serverNow())} · ${v} vendor 429s`)));
+    });
+    return svg;
   }
 
   function eventItem(e, now) {
@@ -348,6 +448,7 @@
       }
       if (!res.ok) throw new Error(`/status answered ${res.status}`);
       const data = await res.json();
+      hist = await history();
       skew = parseTime(data.now) - Date.now();
       report = data;
       $("login").hidden = true;
@@ -358,6 +459,17 @@
       problem(`Lost touch with the proxy (${err.message}); trying again.`);
     }
     timer = setTimeout(poll, document.hidden ? pollHidden : pollEvery);
+  }
+
+  // history asks /history; null from a proxy without it, or when it
+  // fails: the page shows what /status says without the charts.
+  async function history() {
+    try {
+      const res = await fetch("history", { credentials: "same-origin", cache: "no-store", headers: { Accept: "application/json" } });
+      return res.ok ? await res.json() : null;
+    } catch {
+      return null;
+    }
   }
 
   async function unbench(route, key, button) {

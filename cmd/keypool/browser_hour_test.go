@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/keypool-go/keypool/internal/vendorsim"
+)
+
+// logInAt opens the page at base and logs in with the proxy token, then
+// waits for sel.
+func logInAt(t *testing.T, ctx context.Context, base, sel string) {
+	t.Helper()
+	inTab(t, ctx, "log in",
+		chromedp.Navigate(base+"/"),
+		chromedp.WaitVisible(chromedp.ID("login")),
+		chromedp.SendKeys(chromedp.ID("token"), proxyToken),
+		chromedp.Submit(chromedp.CSS("#login form")),
+		chromedp.WaitVisible(chromedp.CSS(sel)),
+	)
+}
+
+// countOf returns how many elements the page has that match a CSS selector.
+func countOf(t *testing.T, ctx context.Context, sel string) int {
+	t.Helper()
+	return read(t, ctx, chromedp.Evaluate[int](fmt.Sprintf("document.querySelectorAll(%q).length", sel)))
+}
+
+// pageOverflow returns by how many pixels the page's body is wider than
+// the window.
+func pageOverflow(t *testing.T, ctx context.Context) int {
+	t.Helper()
+	return read(t, ctx, chromedp.Evaluate[int]("document.documentElement.scrollWidth - document.documentElement.clientWidth"))
+}
+
+// hourProxy serves a route of two keys on clock, a of which answers its
+// second request with a 429, and sends it traffic over the last few
+// minutes: 2 requests at 12:00, 1 at 12:02 (a's 429, its bench, b takes
+// it over), 2 at 12:05, the minute of now. It returns the proxy's URL.
+func hourProxy(t *testing.T, clock *testClock) string {
+	t.Helper()
+	sim := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Clock: clock.now, Keys: []vendorsim.Key{
+		{Secret: "sk-hour-a", ID: "a", Script: []vendorsim.Answer{{}, {Status: http.StatusTooManyRequests,
+			Header: http.Header{"Retry-After": {"30"}}, Body: `{"error":{"type":"rate_limit_error","message":"slow down"}}`}}},
+		{Secret: "sk-hour-b", ID: "b"},
+	}})
+	t.Cleanup(sim.Close)
+	addr := serveAt(t, fmt.Sprintf(`
+proxy_tokens: [%q]
+state: %s
+upstreams:
+  - name: openai
+    url: %s
+    limits: {tpm: 1000000}
+    keys:
+      - {id: a, secret: sk-hour-a}
+      - {id: b, secret: sk-hour-b}
+`, proxyToken, t.TempDir(), sim.URL()), clock)
+	base := "http://" + addr
+	send := func(n int) {
+		for range n {
+			resp, err := chat(t, base, false)
+			require.NoError(t, err)
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+		}
+	}
+	day := time.Date(2026, 3, 10, 0, 0, 0, 0, time.UTC)
+	clock.set(day.Add(12*time.Hour + 10*time.Second))
+	send(2) // a, b
+	clock.set(day.Add(12*time.Hour + 2*time.Minute + 20*time.Second))
+	send(1) // a's 429 benches it; b takes it over
+	clock.set(day.Add(12*time.Hour + 5*time.Minute + 30*time.Second))
+	send(2)
+	return base
+}
+
+// The page draws the last hour from /history: a bar for each minute with
+// requests (3 minutes here), one for the minute of the 429 and of the
+// bench, a bench mark on each chart of the route and on the benched key's,
+// in the window's width and a phone's.
+func TestBrowserCharts(t *testing.T) {
+	ctx := browser(t)
+	dir := screenshotDir(t)
+	clock := newTestClock(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))
+	base := hourProxy(t, clock)
+	logInAt(t, ctx, base, `.last-hour[data-route="openai"] svg.chart`)
+
+	route := `.last-hour[data-route="openai"] `
+	assert.Equal(t, 4, countOf(t, ctx, route+"figure.panel svg.chart"), "requests, 429s, benches, tokens")
+	assert.Equal(t, 3, countOf(t, ctx, route+`[data-series="requests"] rect.chart-bar`), "three minutes had requests")
+	assert.Equal(t, 1, countOf(t, ctx, route+`[data-series="rate"] rect.chart-bar`), "one minute had a 429")
+	assert.Equal(t, 1, countOf(t, ctx, route+`[data-series="bench"] rect.chart-bar`), "one minute had a bench")
+	assert.Equal(t, 3, countOf(t, ctx, route+`[data-series="tokens"] rect.chart-bar`), "every answer's tokens")
+	assert.Equal(t, 4, countOf(t, ctx, route+"line.bench-mark"), "the bench marked on each chart")
+	text := strings.ReplaceAll(read(t, ctx, chromedp.Text(chromedp.CSS(route+`[data-series="requests"] figcaption`))), "\u00a0", " ")
+	assert.Contains(t, text, "6 in the hour", "2 + 2 (a's 429 and b's answer) + 2")
+	// The bench's line stands where 12:02:20 is: the hour's first minute
+	// is 11:06, 59 minutes before the minute of now.
+	x := read(t, ctx, chromedp.Evaluate[float64](`Number(document.querySelector('.last-hour line.bench-mark').getAttribute("x1"))`))
+	assert.InDelta(t, 56+20.0/60, x, 0.01, "the bench at 12:02:20, in minutes from 11:06")
+	// Each key's card has its own hour; a's carries its bench and its 429.
+	assert.Equal(t, 1, countOf(t, ctx, `.key[data-key="a"] svg.key-chart line.bench-mark`))
+	assert.Equal(t, 1, countOf(t, ctx, `.key[data-key="a"] svg.key-chart rect.chart-429`))
+	assert.Zero(t, countOf(t, ctx, `.key[data-key="b"] svg.key-chart line.bench-mark`))
+	assert.LessOrEqual(t, pageOverflow(t, ctx), 0)
+	shoot(t, ctx, dir, "charts-1280x800.png")
+
+	inTab(t, ctx, "a phone's width",
+		chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile, chromedp.EmulateScale(2)),
+		chromedp.Reload(),
+		chromedp.WaitVisible(chromedp.CSS(route+"svg.chart")),
+	)
+	assert.Equal(t, 3, countOf(t, ctx, route+`[data-series="requests"] rect.chart-bar`))
+	assert.LessOrEqual(t, pageOverflow(t, ctx), 0, "the page fits a phone's width")
+	shoot(t, ctx, dir, "charts-390x844.png")
+}
