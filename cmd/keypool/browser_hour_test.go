@@ -1,10 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -104,7 +107,7 @@ func TestBrowserCharts(t *testing.T) {
 	assert.Equal(t, 3, countOf(t, ctx, route+`[data-series="tokens"] rect.chart-bar`), "every answer's tokens")
 	assert.Equal(t, 4, countOf(t, ctx, route+"line.bench-mark"), "the bench marked on each chart")
 	text := strings.ReplaceAll(read(t, ctx, chromedp.Text(chromedp.CSS(route+`[data-series="requests"] figcaption`))), "\u00a0", " ")
-	assert.Contains(t, text, "6 in the hour", "2 + 2 (a's 429 and b's answer) + 2")
+	assert.Regexp(t, `^requests\s*6$`, text, "2 + 2 (a's 429 and b's answer) + 2")
 	// The bench's line stands where 12:02:20 is: the hour's first minute
 	// is 11:06, 59 minutes before the minute of now.
 	x := read(t, ctx, chromedp.Evaluate[float64](`Number(document.querySelector('.last-hour line.bench-mark').getAttribute("x1"))`))
@@ -124,4 +127,133 @@ func TestBrowserCharts(t *testing.T) {
 	assert.Equal(t, 3, countOf(t, ctx, route+`[data-series="requests"] rect.chart-bar`))
 	assert.LessOrEqual(t, pageOverflow(t, ctx), 0, "the page fits a phone's width")
 	shoot(t, ctx, dir, "charts-390x844.png")
+}
+
+// manyKeysProxy serves a route of twelve keys, two of them revoked and
+// six with a budget, and a route of one key, and sends the first some
+// requests. It returns the proxy's URL.
+func manyKeysProxy(t *testing.T) string {
+	t.Helper()
+	var simKeys []vendorsim.Key
+	var conf strings.Builder
+	for i := range 12 {
+		id := fmt.Sprintf("key-%02d", i+1)
+		simKeys = append(simKeys, vendorsim.Key{Secret: "sk-many-" + id, ID: id, Revoked: i == 3 || i == 8})
+		budget := ""
+		if i < 6 {
+			budget = ", budget: {per_day: 2}"
+		}
+		fmt.Fprintf(&conf, "      - {id: %s, secret: sk-many-%s%s}\n", id, id, budget)
+	}
+	simKeys = append(simKeys, vendorsim.Key{Secret: "sk-many-few", ID: "few"})
+	sim := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Keys: simKeys})
+	t.Cleanup(sim.Close)
+	base, _ := startProxy(t, fmt.Sprintf(`
+proxy_tokens: [%q]
+state: %s
+upstreams:
+  - name: many
+    url: %s
+    limits: {rpm: 30, rpd: 1000}
+    prices: {gpt-4o-mini: {input: 150, output: 600}}
+    keys:
+%s
+  - name: few
+    url: %s
+    keys:
+      - {id: few-1, secret: sk-many-few}
+`, proxyToken, t.TempDir(), sim.URL(), conf.String(), sim.URL()))
+	for range 17 {
+		resp, err := chat(t, base, false)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	return base
+}
+
+// A route of more than eight keys shows them as a table, one row a key,
+// that sorts by a column at a click on its head and the other way at a
+// second; the cards are a click away; on a phone the table scrolls in its
+// own box and the page does not.
+func TestBrowserKeyTable(t *testing.T) {
+	ctx := browser(t)
+	dir := screenshotDir(t)
+	base := manyKeysProxy(t)
+	logInAt(t, ctx, base, `section[data-route="many"] table.key-table`)
+
+	assert.Equal(t, 12, countOf(t, ctx, `section[data-route="many"] table.key-table tbody tr`), "one row a key")
+	assert.Zero(t, countOf(t, ctx, `section[data-route="many"] .key`), "no cards")
+	assert.Equal(t, 1, countOf(t, ctx, `section[data-route="few"] .key`), "a route of few keys shows cards")
+	assert.Zero(t, countOf(t, ctx, `section[data-route="few"] table`))
+	row := func(id string) string {
+		return strings.ReplaceAll(read(t, ctx, chromedp.Text(chromedp.CSS(`tr[data-key="`+id+`"]`))), "\u00a0", " ")
+	}
+	gone := row("key-04")
+	assert.Contains(t, gone, "benched")
+	assert.Contains(t, gone, "revoked or not authorized (auth)")
+	assert.Regexp(t, `back in 1[12] h \d+ min`, gone)
+	assert.Regexp(t, `\d+ / 30 req`, row("key-01"), "the minute's use against its limit")
+	assert.Regexp(t, `\d+ / 1000 req`, row("key-01"), "the day's")
+	assert.Regexp(t, `\$0\.\d+ / \$2\.00`, row("key-01"), "what it spent today, against its budget")
+	assert.Equal(t, 12, countOf(t, ctx, `section[data-route="many"] td[data-column="hour"] svg.key-chart`), "each key's hour")
+
+	column := func(col string) []string {
+		return read(t, ctx, chromedp.Evaluate[[]string](fmt.Sprintf(
+			`[...document.querySelectorAll('section[data-route="many"] tbody td[data-column=%q]')].map(td => td.textContent)`, col)))
+	}
+	ids := func() []string { return column("key") }
+	sortBy := func(col string) {
+		inTab(t, ctx, "sort by "+col, chromedp.Click(chromedp.CSS(`section[data-route="many"] th[data-column="`+col+`"] button`)))
+	}
+	sortBy("state")
+	states := column("state")
+	assert.Equal(t, []string{"benched", "benched"}, states[:2], "benched first")
+	assert.Equal(t, "ascending", read(t, ctx, chromedp.Evaluate[string](`document.querySelector('section[data-route="many"] th[data-column="state"]').getAttribute("aria-sort")`)))
+	sortBy("key")
+	want := []string{}
+	for i := range 12 {
+		want = append(want, fmt.Sprintf("key-%02d free", i+1))
+	}
+	assert.Equal(t, want, ids(), "by key")
+	sortBy("key")
+	slices.Reverse(want)
+	assert.Equal(t, want, ids(), "by key, the other way")
+	sortBy("sent")
+	sent := column("sent")
+	assert.True(t, slices.IsSortedFunc(sent, func(a, b string) int { return cmp.Compare(atoi(t, a), atoi(t, b)) }), "by sent, ascending: %v", sent)
+	assert.NotEqual(t, sent[0], sent[len(sent)-1], "keys sent different numbers")
+	// The order holds across the page's redraws.
+	before := ids()
+	inTab(t, ctx, "marking the table", chromedp.Evaluate[chromedp.Void](`window.drawn = document.querySelector('section[data-route="many"] table')`))
+	_ = read(t, ctx, chromedp.Poll[bool](`document.querySelector('section[data-route="many"] table') !== window.drawn`,
+		chromedp.WithPollingTimeout(10*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
+	assert.Equal(t, before, ids(), "the order after a redraw")
+	shoot(t, ctx, dir, "table-1280x800.png")
+
+	inTab(t, ctx, "the cards",
+		chromedp.Click(chromedp.CSS(`section[data-route="many"] .view-toggle [data-view="cards"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`section[data-route="many"] .key[data-key="key-04"]`)))
+	assert.Equal(t, 12, countOf(t, ctx, `section[data-route="many"] .key`))
+	assert.Zero(t, countOf(t, ctx, `section[data-route="many"] table`))
+	inTab(t, ctx, "the table again",
+		chromedp.Click(chromedp.CSS(`section[data-route="many"] .view-toggle [data-view="table"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`section[data-route="many"] table.key-table`)))
+
+	inTab(t, ctx, "a phone's width",
+		chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile, chromedp.EmulateScale(2)),
+		chromedp.Reload(),
+		chromedp.WaitVisible(chromedp.CSS(`section[data-route="many"] table.key-table`)),
+	)
+	assert.LessOrEqual(t, pageOverflow(t, ctx), 0, "the page fits a phone's width")
+	inner := read(t, ctx, chromedp.Evaluate[int](`(e => e.scrollWidth - e.clientWidth)(document.querySelector('section[data-route="many"] .table-scroll'))`))
+	assert.Positive(t, inner, "the table scrolls inside its box")
+	shoot(t, ctx, dir, "table-390x844.png")
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	require.NoError(t, err)
+	return n
 }

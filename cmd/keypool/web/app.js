@@ -12,6 +12,13 @@
   let skew = 0; // the proxy's clock minus ours, ms
   let timer = 0;
   const buttons = new Map(); // unbench buttons by route and key, kept across redraws
+  // The operator's choices, by route, kept across redraws: "table" or
+  // "cards", and the table's order.
+  const views = new Map();
+  const orders = new Map(); // {column, descending}
+  // tableFrom is the number of keys from which a route shows as a table
+  // unless the operator chose the cards.
+  const tableFrom = 9;
 
   const $ = (id) => document.getElementById(id);
 
@@ -259,6 +266,131 @@
     return card;
   }
 
+  // The table of keys: one row a key, for a route of many. Each column
+  // says how it sorts: by a number, or by text.
+  const stateOrder = { benched: 0, full: 1, serving: 2 };
+
+  // windowUse is a key's use of one window ("minute" or "day") against its
+  // limits, across its models: the fullest axis of any model decides, and
+  // a model without a limit adds its count. It returns the words and the
+  // fraction used (-1 with no limit).
+  function windowUse(k, which) {
+    let best = null;
+    let count = 0;
+    for (const m of k.models) {
+      const w = m[which];
+      count += w.requests;
+      for (const [used, limit, unit] of [[w.requests, w.requests_limit, "req"], [w.tokens, w.tokens_limit, "tok"]]) {
+        if (!limit) continue;
+        const frac = used / limit;
+        if (!best || frac > best.frac) best = { frac, text: `${used} / ${limit} ${unit}` };
+      }
+    }
+    return best || { frac: -1, text: `${count} req` };
+  }
+
+  // why says in a few words what keeps a key from serving.
+  function why(k, route) {
+    if (k.state === "benched") return `${k.bench.reason} (${k.bench.kind})${k.bench_model ? ` for ${k.bench_model}` : ""}`;
+    if (k.state === "full") {
+      return {
+        day: "day's limit used up", vendor: "vendor window used up", "budget-day": "budget spent today",
+        "budget-month": "budget spent this month",
+      }[k.full] || "minute's limit used up";
+    }
+    return route.benched_until ? "its route is benched" : "";
+  }
+
+  // backAt returns when a key serves again, in ms on the proxy's clock: 0
+  // when it serves now, Infinity when it is not known to the minute.
+  function backAt(k, route) {
+    if (k.state === "benched") return parseTime(k.bench.until);
+    if (k.state === "full" && k.full === "vendor") return parseTime(k.full_until);
+    if (k.state === "full") return Infinity;
+    return route.benched_until ? parseTime(route.benched_until) : 0;
+  }
+  function backCell(k, route) {
+    const t = backAt(k, route);
+    if (t === 0) return "now";
+    if (t !== Infinity) return countdown(t, "back");
+    return {
+      day: "as the day slides", "budget-day": "tomorrow", "budget-month": "next month",
+    }[k.full] || "as the minute slides";
+  }
+
+  const columns = [
+    { id: "key", label: "key", text: true, value: (k) => k.id,
+      cell: (k) => [h("span", { class: "key-id", text: k.id }), " ", h("span", { class: `tier ${k.paid ? "paid" : "free"}`, text: k.paid ? "paid" : "free" })] },
+    { id: "state", label: "state", value: (k) => stateOrder[k.state] ?? 3,
+      cell: (k) => h("span", { class: `badge ${k.state}`, text: k.state }) },
+    { id: "why", label: "why", text: true, value: (k, r) => why(k, r), cell: (k, r) => why(k, r) || "—" },
+    { id: "back", label: "back", value: (k, r) => backAt(k, r), cell: (k, r) => backCell(k, r) },
+    { id: "minute", label: "this minute", value: (k) => windowUse(k, "minute").frac, cell: (k) => windowUse(k, "minute").text, num: true },
+    { id: "day", label: "today", value: (k) => windowUse(k, "day").frac, cell: (k) => windowUse(k, "day").text, num: true },
+    { id: "spend", label: "spent today", value: (k) => (k.spend ? k.spend.today : -1),
+      cell: (k) => (k.spend ? (k.spend.per_day ? `${usd(k.spend.today)} / ${usd(k.spend.per_day)}` : usd(k.spend.today)) : "—"), num: true },
+    { id: "sent", label: "sent", value: (k) => k.sent, cell: (k) => String(k.sent), num: true },
+    { id: "hour", label: "last hour", value: (k, r) => { const kh = keyHistory(r.name, k.id); return kh ? sumOf(kh.requests) : -1; },
+      cell: (k, r) => keyChart(r.name, k) },
+  ];
+
+  // sortedKeys returns a route's keys in the order the operator chose,
+  // the configuration's when none; ties keep it.
+  function sortedKeys(r) {
+    const o = orders.get(r.name);
+    const keys = r.keys.slice();
+    if (!o) return keys;
+    const col = columns.find((c) => c.id === o.column);
+    const sign = o.descending ? -1 : 1;
+    return keys.map((k, i) => ({ k, i, v: col.value(k, r) }))
+      .sort((a, b) => {
+        let c = col.text ? String(a.v).localeCompare(String(b.v)) : (a.v === b.v ? 0 : a.v < b.v ? -1 : 1);
+        return sign * c || a.i - b.i;
+      })
+      .map((x) => x.k);
+  }
+
+  // sortBy orders a route's table by a column, the other way when it is
+  // already ordered by it.
+  function sortBy(route, column) {
+    const o = orders.get(route);
+    orders.set(route, { column, descending: o && o.column === column ? !o.descending : false });
+    render();
+  }
+
+  function keyTable(r, now) {
+    const o = orders.get(r.name);
+    const head = h("tr", {}, columns.map((c) => {
+      const sorted = o && o.column === c.id;
+      return h("th", { scope: "col", class: c.num ? "num" : null, "data-column": c.id,
+        "aria-sort": sorted ? (o.descending ? "descending" : "ascending") : "none" },
+      h("button", { type: "button", class: "sort", onclick: () => sortBy(r.name, c.id) },
+        c.label, h("span", { class: "sort-mark", "aria-hidden": "true", text: sorted ? (o.descending ? " ▼" : " ▲") : "" })));
+    }), h("th", { scope: "col" }, h("span", { class: "visually-hidden", text: "actions" })));
+    const rows = sortedKeys(r).map((k) => h("tr", { class: `state-${k.state}`, "data-key": k.id },
+      columns.map((c) => h("td", { class: c.num ? "num" : null, "data-column": c.id }, c.cell(k, r, now))),
+      h("td", {}, k.state === "benched" || r.benched_until ? unbenchButton(r.name, k.id) : null)));
+    return h("div", { class: "table-scroll", tabindex: "0", role: "region", "aria-label": `keys of ${r.name}` },
+      h("table", { class: "key-table" }, h("thead", {}, head), h("tbody", {}, rows)));
+  }
+
+  // viewOf returns how a route shows its keys: the operator's choice, else
+  // a table from tableFrom keys, else cards.
+  function viewOf(r) {
+    return views.get(r.name) || (r.keys.length >= tableFrom ? "table" : "cards");
+  }
+
+  function viewToggle(r) {
+    const current = viewOf(r);
+    const option = (view, label) => h("button", {
+      type: "button", class: `view-option${current === view ? " current" : ""}`, "data-view": view,
+      "aria-pressed": current === view ? "true" : "false",
+      onclick: () => { views.set(r.name, view); render(); },
+    }, label);
+    return h("div", { class: "view-toggle", role: "group", "aria-label": `how ${r.name} shows its keys` },
+      option("table", "Table"), option("cards", "Cards"));
+  }
+
   function routeSection(r, now) {
     const head = h("div", { class: "route-head" },
       h("h2", { text: r.name }),
@@ -269,8 +401,12 @@
     } else {
       head.append(h("span", { class: "badge serving", text: "serving" }));
     }
-    return h("section", { class: "route", "data-route": r.name, "aria-label": `route ${r.name}` },
-      head, accountsSpend(r), routeCharts(r), h("div", { class: "keys" }, r.keys.map((k) => keyCard(r, k, now))));
+    head.append(viewToggle(r));
+    const keys = viewOf(r) === "table"
+      ? keyTable(r, now)
+      : h("div", { class: "keys" }, r.keys.map((k) => keyCard(r, k, now)));
+    return h("section", { class: "route", "data-route": r.name, "data-view": viewOf(r), "aria-label": `route ${r.name}` },
+      head, accountsSpend(r), routeCharts(r), keys);
   }
 
   // The last hour, drawn from /history: a series is 60 counts, one a
@@ -339,6 +475,10 @@
     const rh = historyOf(r.name);
     if (!rh) return null;
     const marks = rh.bench_times.concat(...rh.keys.map((k) => k.bench_times));
+    if (marks.length === 0 && rh.keys.every((k) => sumOf(k.requests) === 0 && sumOf(k.benches) === 0)) {
+      return h("div", { class: "last-hour quiet", "data-route": r.name },
+        h("p", { class: "last-hour-head" }, h("strong", { text: "The last hour" }), " · no requests and no benches"));
+    }
     const panels = [
       ["requests", "requests", total(rh.keys.map((k) => k.requests))],
       ["rate", "vendor 429s", total(rh.keys.map((k) => k.rate_limited))],
@@ -347,10 +487,10 @@
     ].map(([kind, label, series]) => h("figure", { class: "panel", "data-series": kind },
       h("figcaption", {},
         h("span", { class: "panel-label", text: label }),
-        h("span", { class: "panel-total", text: `${sumOf(series).toLocaleString("en")} in the hour` })),
+        h("span", { class: "panel-total", text: sumOf(series).toLocaleString("en") })),
       chart(kind, label, series, marks, 40)));
     return h("div", { class: "last-hour", "data-route": r.name },
-      h("p", { class: "last-hour-head" }, h("strong", { text: "The last hour" }), " · a bar a minute; a line marks each bench"),
+      h("p", { class: "last-hour-head" }, h("strong", { text: "The last hour" }), " · a bar a minute, the hour's total beside; a line marks each bench"),
       h("div", { class: "panels" }, panels),
       h("div", { class: "axis" }, h("span", { text: "60 min ago" }), h("span", { text: "now" })));
   }
@@ -359,7 +499,7 @@
   // its benches marked.
   function keyChart(route, k) {
     const kh = keyHistory(route, k.id);
-    if (!kh) return null;
+    if (!kh || (sumOf(kh.requests) === 0 && kh.bench_times.length === 0)) return null;
     const svg = chart("requests", "requests", kh.requests, kh.bench_times, 24);
     svg.classList.add("key-chart");
     kh.rate_limited.forEach((v, i) => {
