@@ -257,3 +257,76 @@ func atoi(t *testing.T, s string) int {
 	require.NoError(t, err)
 	return n
 }
+
+// The page's rough edges, each as a user met it: a key at its daily
+// key_cap showed "serving", counted as serving, with no day bar; the
+// requests that name no model made a block with no label; a reading of
+// nothing used said "0% of a window used", and a reset already past
+// showed as if to come.
+func TestBrowserRoughEdges(t *testing.T) {
+	ctx := browser(t)
+	dir := screenshotDir(t)
+	clock := newTestClock(time.Date(2026, 3, 10, 12, 0, 10, 0, time.UTC))
+	sim := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Clock: clock.now, Keys: []vendorsim.Key{
+		{Secret: "sk-edge-a", ID: "a", Script: []vendorsim.Answer{{Status: http.StatusTooManyRequests,
+			Header: http.Header{"Retry-After": {"30"}}, Body: `{"error":{"type":"rate_limit_error","message":"slow down"}}`}}},
+		{Secret: "sk-edge-b", ID: "b"},
+	}})
+	t.Cleanup(sim.Close)
+	addr := serveAt(t, fmt.Sprintf(`
+proxy_tokens: [%q]
+state: %s
+upstreams:
+  - name: openai
+    url: %s
+    key_cap: {rpd: 3}
+    keys:
+      - {id: a, secret: sk-edge-a}
+      - {id: b, secret: sk-edge-b}
+`, proxyToken, t.TempDir(), sim.URL()), clock)
+	base := "http://" + addr
+	send := func(method, path, body string) {
+		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+proxyToken)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	chatBody := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello"}]}`
+	for range 3 { // a's 429 benches it for 30 s, b takes all three: b is at its cap
+		send(http.MethodPost, "/v1/chat/completions", chatBody)
+	}
+	clock.set(time.Date(2026, 3, 10, 12, 2, 0, 0, time.UTC)) // a is back; its reset, 12:00:40, is past
+	send(http.MethodGet, "/v1/models", "")                   // names no model: a takes it
+
+	logInAt(t, ctx, base, `.key[data-key="b"]`)
+	text := func(sel string) string {
+		return strings.ReplaceAll(read(t, ctx, chromedp.Text(chromedp.CSS(sel))), "\u00a0", " ")
+	}
+	b := text(`.key[data-key="b"]`)
+	assert.Contains(t, b, "capped: its daily cap across all models (key_cap) is used up")
+	assert.Equal(t, "capped", text(`.key[data-key="b"] .key-head .badge`))
+	assert.True(t, read(t, ctx, chromedp.Evaluate[bool](`document.querySelector('.key[data-key="b"]').classList.contains("state-full")`)))
+	assert.Regexp(t, `all models together \(key_cap\)\s*requests today\s*3 / 3`, b, "the cap's day bar")
+	assert.Equal(t, 1, countOf(t, ctx, `.key[data-key="b"] .cap-use .at-limit .bar`), "at its limit")
+	assert.Contains(t, text("#summary"), "1 serving, 0 benched, 1 full", "b counts as full")
+
+	a := text(`.key[data-key="a"]`)
+	assert.Contains(t, a, "requests without a model", "the block of requests that name no model has a label")
+	assert.Zero(t, read(t, ctx, chromedp.Evaluate[int](`[...document.querySelectorAll('.model')].filter(e => e.textContent.trim() === "").length`)), "no block without a label")
+	assert.NotContains(t, a, "0% of", "a reading of nothing used says no percentage")
+	assert.NotContains(t, a, "resets 12:00", "a past reset is not shown as to come")
+	assert.NotContains(t, text("body"), "resets 12:00")
+	shoot(t, ctx, dir, "rough-edges-1280x800.png")
+
+	// In the table, too, b shows capped.
+	inTab(t, ctx, "the table",
+		chromedp.Click(chromedp.CSS(`section[data-route="openai"] .view-toggle [data-view="table"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`tr[data-key="b"]`)))
+	row := text(`tr[data-key="b"]`)
+	assert.Contains(t, row, "capped")
+	assert.Contains(t, row, "daily cap used up (key_cap)")
+	assert.Contains(t, row, "3 / 3 req")
+}

@@ -137,11 +137,37 @@
     if (mn.tokens_limit) rows.push(bar("tokens this minute", mn.tokens, mn.tokens_limit, mn.tokens_limit_learned));
     if (dy.requests_limit || !mn.requests_limit) rows.push(bar("requests today", dy.requests, dy.requests_limit, dy.requests_limit_learned));
     if (dy.tokens_limit) rows.push(bar("tokens today", dy.tokens, dy.tokens_limit, dy.tokens_limit_learned));
-    const head = h("div", { class: "model-head" }, h("span", { class: "model", text: m.model }));
+    // A request that names no model (a list of models, a file upload) is
+    // counted under the empty name.
+    const head = h("div", { class: "model-head" }, m.model
+      ? h("span", { class: "model", text: m.model })
+      : h("span", { class: "model no-model", text: "requests without a model" }));
     if (m.bench) {
       head.append(h("span", { class: "badge benched", text: `benched (${m.bench.kind})` }));
     }
     return h("div", { class: "model-use" }, head, rows, limitsList(m));
+  }
+
+  // capped reports whether a key is full because of its cap across
+  // models (key_cap), and which of its windows: "day", "minute" or "".
+  function capped(k) {
+    if (k.state !== "full" || !k.cap) return "";
+    const full = (w) => (w.requests_limit && w.requests >= w.requests_limit) || (w.tokens_limit && w.tokens >= w.tokens_limit);
+    if (k.full === "day" && full(k.cap.day)) return "day";
+    if (k.full === "minute" && full(k.cap.minute)) return "minute";
+    return "";
+  }
+
+  // capUse shows a key's use of its cap, every model together, against
+  // the cap's limits.
+  function capUse(c) {
+    const rows = [];
+    if (c.minute.requests_limit) rows.push(bar("requests this minute", c.minute.requests, c.minute.requests_limit, false));
+    if (c.minute.tokens_limit) rows.push(bar("tokens this minute", c.minute.tokens, c.minute.tokens_limit, false));
+    if (c.day.requests_limit) rows.push(bar("requests today", c.day.requests, c.day.requests_limit, false));
+    if (c.day.tokens_limit) rows.push(bar("tokens today", c.day.tokens, c.day.tokens_limit, false));
+    return h("div", { class: "model-use cap-use" },
+      h("div", { class: "model-head" }, h("span", { class: "model", text: "all models together (key_cap)" })), rows);
   }
 
   // spendBars show what a key or an account spent today and this month
@@ -197,6 +223,12 @@
     if (k.state === "full" && k.full === "vendor") {
       return h("p", { class: "state-line" }, "the vendor says its window is used up · ", countdown(parseTime(k.full_until), "back"));
     }
+    if (capped(k) === "day") {
+      return h("p", { class: "state-line", text: "capped: its daily cap across all models (key_cap) is used up" });
+    }
+    if (capped(k) === "minute") {
+      return h("p", { class: "state-line", text: "capped: its cap a minute across all models (key_cap) is used up; it takes requests again as the minute slides" });
+    }
     if (k.state === "full") {
       const why = {
         day: "its day's limit is used up",
@@ -212,14 +244,27 @@
     return null;
   }
 
+  // reading says what the vendor last said of a key's window: how much of
+  // it is used, when it resets. A reading of nothing used says only when
+  // the window resets, and a reset already past says so, in the past; a
+  // reading that comes to neither is not shown.
   function reading(k, now) {
     const r = k.last;
     if (!r) return null;
-    let what = `${Math.round(r.utilization * 100)}% of ${r.window ? `its ${r.window} window` : "a window"} used`;
-    if (r.model) what += ` (${r.model})`;
-    const p = h("p", { class: "reading" }, `Vendor said ${ago(parseTime(r.at), now)}: ${what}`);
-    if (r.reset_at) p.append(`; resets ${clock(parseTime(r.reset_at), now)}`);
-    return p;
+    const window = r.window ? `its ${r.window} window` : "its window";
+    const pct = r.utilization * 100;
+    const parts = [];
+    if (pct >= 1) parts.push(`${Math.round(pct)}% of ${window} used`);
+    else if (pct > 0) parts.push(`under 1% of ${window} used`);
+    const reset = parseTime(r.reset_at);
+    if (reset > now) {
+      parts.push(`${parts.length ? "it" : window} resets ${clock(reset, now)}`);
+    } else if (reset && parts.length) {
+      parts.push(`it has reset since, at ${clock(reset, now)}`);
+    }
+    if (parts.length === 0) return null;
+    if (r.model) parts[0] += ` (${r.model})`;
+    return h("p", { class: "reading" }, `Vendor said ${ago(parseTime(r.at), now)}: ${parts.join("; ")}`);
   }
 
   function counts(k) {
@@ -246,7 +291,7 @@
 
   function keyCard(route, k, now) {
     const hour = keyChart(route.name, k);
-    const badge = { serving: "serving", benched: "benched", full: "full" }[k.state] || k.state;
+    const badge = capped(k) ? "capped" : ({ serving: "serving", benched: "benched", full: "full" }[k.state] || k.state);
     const card = h("article", { class: `key state-${k.state}`, "data-key": k.id, "data-route": route.name },
       h("div", { class: "key-head" },
         h("span", { class: "key-id", text: k.id }),
@@ -256,6 +301,7 @@
         " · its windows are shared with the account's other keys") : null,
       stateLine(k, route),
       hour ? h("div", { class: "key-hour" }, h("span", { class: "use-label", text: "requests, the last hour" }), hour) : null,
+      k.cap ? capUse(k.cap) : null,
       k.models.map(modelUse),
       k.spend ? spendBars(k.spend) : null,
       reading(k, now),
@@ -277,7 +323,7 @@
   function windowUse(k, which) {
     let best = null;
     let count = 0;
-    for (const m of k.models) {
+    for (const m of k.models.concat(k.cap ? [k.cap] : [])) {
       const w = m[which];
       count += w.requests;
       for (const [used, limit, unit] of [[w.requests, w.requests_limit, "req"], [w.tokens, w.tokens_limit, "tok"]]) {
@@ -291,6 +337,7 @@
 
   // why says in a few words what keeps a key from serving.
   function why(k, route) {
+    if (capped(k)) return capped(k) === "day" ? "daily cap used up (key_cap)" : "cap a minute used up (key_cap)";
     if (k.state === "benched") return `${k.bench.reason} (${k.bench.kind})${k.bench_model ? ` for ${k.bench_model}` : ""}`;
     if (k.state === "full") {
       return {
@@ -322,7 +369,7 @@
     { id: "key", label: "key", text: true, value: (k) => k.id,
       cell: (k) => [h("span", { class: "key-id", text: k.id }), " ", h("span", { class: `tier ${k.paid ? "paid" : "free"}`, text: k.paid ? "paid" : "free" })] },
     { id: "state", label: "state", value: (k) => stateOrder[k.state] ?? 3,
-      cell: (k) => h("span", { class: `badge ${k.state}`, text: k.state }) },
+      cell: (k) => h("span", { class: `badge ${k.state}`, text: capped(k) ? "capped" : k.state }) },
     { id: "why", label: "why", text: true, value: (k, r) => why(k, r), cell: (k, r) => why(k, r) || "—" },
     { id: "back", label: "back", value: (k, r) => backAt(k, r), cell: (k, r) => backCell(k, r) },
     { id: "minute", label: "this minute", value: (k) => windowUse(k, "minute").frac, cell: (k) => windowUse(k, "minute").text, num: true },
