@@ -329,4 +329,12 @@ upstreams:
 	assert.Contains(t, row, "capped")
 	assert.Contains(t, row, "daily cap used up (key_cap)")
 	assert.Contains(t, row, "3 / 3 req")
+
+	inTab(t, ctx, "a phone's width, the cards",
+		chromedp.Click(chromedp.CSS(`section[data-route="openai"] .view-toggle [data-view="cards"]`)),
+		chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile, chromedp.EmulateScale(2)),
+		chromedp.WaitVisible(chromedp.CSS(`.key[data-key="b"]`)),
+	)
+	assert.LessOrEqual(t, pageOverflow(t, ctx), 0, "the page fits a phone's width")
+	shoot(t, ctx, dir, "rough-edges-390x844.png")
 }

@@ -62,8 +62,13 @@ func TestHistoryRing(t *testing.T) {
 	k := h.report(clock.now()).Routes[0].Keys[0]
 	assert.Len(t, k.BenchTimes, historyBenchMarks, "bench times are bounded")
 	assert.Equal(t, int64(3*historyBenchMarks), k.Benches[historyMinutes-1], "though every bench counts")
+	h.routeBench("up")
+	h.routeBench("elsewhere") // a route it does not have
+	assert.Equal(t, []time.Time{clock.now()}, h.report(clock.now()).Routes[0].BenchTimes, "the route's own bench")
 	clock.set(clock.now().Add(historyMinutes * time.Minute))
-	assert.Empty(t, h.report(clock.now()).Routes[0].Keys[0].BenchTimes, "an hour on, no bench is marked")
+	r = h.report(clock.now())
+	assert.Empty(t, r.Routes[0].Keys[0].BenchTimes, "an hour on, no bench is marked")
+	assert.Empty(t, r.Routes[0].BenchTimes)
 }
 
 // /history counts, minute by minute on the proxy's clock, the requests

@@ -533,7 +533,10 @@
       ["tokens", "tokens", total(rh.keys.map((k) => k.tokens))],
     ].map(([kind, label, series]) => h("figure", { class: "panel", "data-series": kind },
       h("figcaption", {},
-        h("span", { class: "panel-label", text: label }),
+        h("span", {
+          class: "panel-label", text: label,
+          title: kind === "tokens" ? "counted where the route has a token limit or a price" : null,
+        }),
         h("span", { class: "panel-total", text: sumOf(series).toLocaleString("en") })),
       chart(kind, label, series, marks, 40)));
     return h("div", { class: "last-hour", "data-route": r.name },
