@@ -73,7 +73,7 @@ func (p *Pool) Do(ctx context.Context, model string, fn func(ctx context.Context
 		case used.settled:
 			u := p.settle(ctx, &ch, used.usageReport)
 			if p.needTokens() {
-				p.tel.used(ctx, l.key, u.total())
+				p.counted(ctx, l.key, ch.model, u.total())
 			}
 		}
 		return err

@@ -1232,8 +1232,11 @@ type KeyStats struct {
 	// Bench is the bench that holds the key for every model; zero when
 	// none does.
 	Bench Bench
-	// Cap is what the key has used across its models.
-	Cap Usage
+	// Cap is what the key has used across its models; CapLimits the
+	// limits on that use (WithKeyCap), zero when there are none. A Store
+	// fills only Cap.
+	Cap       Usage
+	CapLimits Limits
 	// Spent is what the key spent today and this month, in US dollars;
 	// Budget its caps. For a key of an account, AccountSpent and
 	// AccountBudget are the account's.
@@ -1291,6 +1294,7 @@ func (p *Pool) Stats() []KeyStats {
 		ks := p.stored(k, now)
 		ks.ID, ks.Paid, ks.Account, ks.Sent, ks.Answers = k.ID, k.Paid, k.Account, k.sent.Load(), map[Kind]int64{}
 		ks.Conversations = conversations[k.index]
+		ks.CapLimits = p.cfg.keyCap
 		k.lastMu.Lock()
 		ks.Last, ks.LastAt = k.last, k.lastAt
 		k.lastMu.Unlock()

@@ -93,6 +93,7 @@ func TestLimitsPerModelPerKeyAndCap(t *testing.T) {
 	st := pool.Stats()
 	assert.Equal(t, int64(6), st[0].Cap.DayRequests)
 	assert.Equal(t, int64(6), st[1].Cap.DayRequests)
+	assert.Equal(t, int64(6), st[0].CapLimits.RPD, "Stats gives the cap's limits beside its use")
 	assert.Equal(t, Limits{RPM: 3}, st[0].Models[indexOfModel(st[0].Models, "small")].Limits)
 	assert.Equal(t, Limits{RPM: 1}, st[1].Models[indexOfModel(st[1].Models, "small")].Limits)
 }

@@ -77,6 +77,7 @@ type config struct {
 	onStoreError   func(error)
 	onRoute        func(RouteEvent)
 	onAttempt      func(context.Context, Attempt)
+	onSettle       func(Settlement)
 	onBenchEnd     func(Eviction)
 	auth           auth
 	modelFunc      func(*http.Request) string
@@ -418,6 +419,20 @@ type affinityConfig struct {
 func OnAttempt(f func(context.Context, Attempt)) Option {
 	return poolOption("OnAttempt", func(c *config) error {
 		c.onAttempt = f
+		return nil
+	})
+}
+
+// OnSettle sets a function a Pool calls each time it counts the tokens an
+// answer reported it used: as the caller finishes reading a successful
+// body through its Transport, or as Pool.Do's function returns after
+// Settle. A pool counts tokens only when it needs them — a token limit,
+// configured or learned, or a price — so without either it never calls f.
+// It runs on the goroutine that read the body: it must be quick. It never
+// carries a secret.
+func OnSettle(f func(Settlement)) Option {
+	return poolOption("OnSettle", func(c *config) error {
+		c.onSettle = f
 		return nil
 	})
 }

@@ -258,6 +258,23 @@ func (p *Pool) tellAttempt(ctx context.Context, a Attempt, failed bool) {
 	}
 }
 
+// Settlement is what one answer used, as OnSettle hears of it once the
+// pool has counted it: the tokens, input and output together, within what
+// the request could have used.
+type Settlement struct {
+	Provider, KeyID, Model string
+	Tokens                 int64
+}
+
+// counted counts the tokens an answer of key k for model reported, and
+// tells OnSettle.
+func (p *Pool) counted(ctx context.Context, k *poolKey, model string, tokens int64) {
+	p.tel.used(ctx, k, tokens)
+	if f := p.cfg.onSettle; f != nil {
+		f(Settlement{Provider: p.provider, KeyID: k.ID, Model: model, Tokens: tokens})
+	}
+}
+
 // benchLength returns how long a bench that ends at until holds from now:
 // 0 for none (a zero until). Most answers bench nothing, and time.Sub is no
 // small sum.

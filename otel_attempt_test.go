@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -77,4 +79,47 @@ func TestOnAttemptHearsEachAttempt(t *testing.T) {
 	assert.Positive(t, got.list[0].Bench)
 	assert.Equal(t, 1, got.list[1].Failover)
 	assert.Equal(t, "m", got.list[1].Model)
+}
+
+// OnSettle hears the tokens each answer used, once the pool counts them:
+// through the Transport as the body is read, and from Pool.Do's Settle;
+// a pool that counts no tokens never calls it.
+func TestOnSettleHearsTheTokensCounted(t *testing.T) {
+	vendor := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}`)
+	}))
+	t.Cleanup(vendor.Close)
+	var got []Settlement
+	pool, err := New("test", threeKeys(), WithLimits(Limits{TPM: 1000}), OnSettle(func(s Settlement) { got = append(got, s) }))
+	require.NoError(t, err)
+	client := &http.Client{Transport: pool.Transport(nil)}
+	resp, err := client.Post(vendor.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","messages":[]}`))
+	require.NoError(t, err)
+	assert.Empty(t, got, "nothing counted before the body is read")
+	_, _ = io.Copy(io.Discard, resp.Body)
+	require.NoError(t, resp.Body.Close())
+	require.Len(t, got, 1)
+	assert.Equal(t, "test", got[0].Provider)
+	assert.Equal(t, "m", got[0].Model)
+	assert.Equal(t, int64(10), got[0].Tokens)
+	assert.NotEmpty(t, got[0].KeyID)
+
+	got = nil
+	require.NoError(t, pool.Do(t.Context(), "m", func(ctx context.Context, _ Key) error {
+		Settle(ctx, 20, 5)
+		return nil
+	}))
+	require.Len(t, got, 1)
+	assert.Equal(t, int64(25), got[0].Tokens)
+	assert.Equal(t, "m", got[0].Model)
+
+	got = nil
+	plain, err := New("plain", threeKeys(), OnSettle(func(s Settlement) { got = append(got, s) }))
+	require.NoError(t, err)
+	require.NoError(t, plain.Do(t.Context(), "m", func(ctx context.Context, _ Key) error {
+		Settle(ctx, 20, 5)
+		return nil
+	}))
+	assert.Empty(t, got, "a pool without a token limit or a price counts no tokens")
 }

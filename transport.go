@@ -370,7 +370,7 @@ func (m *meteredBody) settle(u usageReport, ok bool) {
 	}
 	ctx := context.Background() // the request's context may be over by now
 	u = m.pool.settle(ctx, &m.charge, u)
-	m.pool.tel.used(ctx, m.charge.key, u.total())
+	m.pool.counted(ctx, m.charge.key, m.charge.model, u.total())
 }
 
 // redact returns err with the key's secret removed from its text, for a key

@@ -181,7 +181,7 @@ upstreams:
 	one := text(`.key[data-key="one"]`)
 	assert.Regexp(t, `requests this minute\s*\d+ / 8`, one)
 	assert.Regexp(t, `requests today\s*\d+ / 200`, one)
-	assert.Regexp(t, `Vendor said (just now|\d+ s ago): \d+% of a window used \(gpt-4o-mini\); resets \d\d:\d\d`, one, "the vendor's last reading")
+	assert.Regexp(t, `Vendor said (just now|\d+ s ago): \d+% of its window used \(gpt-4o-mini\); it resets \d\d:\d\d`, one, "the vendor's last reading")
 	bars := read(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll('.key[data-key="one"] .bar .fill').length`))
 	assert.Equal(t, 2, bars, "a bar for the minute's and the day's requests")
 	assert.Equal(t, 3, read(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll('section.route').length`)), "every route")

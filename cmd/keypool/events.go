@@ -182,6 +182,7 @@ func (s *server) routed(e keypool.RouteEvent) {
 	}
 	if s.events.routed(e) {
 		b := e.Benched
+		s.history.routeBench(b.Route)
 		s.log.Info("route benched", "route", b.Route, "kind", b.Kind.String(), "until", b.Until.Format(time.RFC3339))
 	}
 }

@@ -99,6 +99,7 @@ type server struct {
 	metrics  http.Handler
 	meters   meterProvider
 	events   eventRing // for the status page
+	history  *history  // the last hour, for the status page's charts
 	redact   *redactor
 	tokens   []string // the proxy and operator tokens, to find in what goes upstream
 	inFlight inFlight
@@ -144,11 +145,19 @@ func newServerWith(s *settings, log *slog.Logger, store keypool.Store, closer io
 	}
 	var routes []keypool.Route
 	var secrets []secretKey
+	// The hooks below read srv.history once requests come, after it is
+	// made: it needs the keys' IDs, which the pools give.
+	var names []string
+	keyIDs := map[string][]string{}
 	for i, r := range s.routes {
 		opts := append([]keypool.Option{
 			keypool.WithStore(store),
 			keypool.WithMeterProvider(srv.meters),
-			keypool.OnAttempt(attempted),
+			keypool.OnAttempt(func(ctx context.Context, a keypool.Attempt) {
+				attempted(ctx, a)
+				srv.history.attempted(ctx, a)
+			}),
+			keypool.OnSettle(func(st keypool.Settlement) { srv.history.settled(st) }),
 			keypool.OnEvict(func(e keypool.Eviction) { srv.benched(r.name, e) }),
 			keypool.OnBenchEnd(func(e keypool.Eviction) { srv.back(r.name, e) }),
 		}, r.options...)
@@ -162,10 +171,13 @@ func newServerWith(s *settings, log *slog.Logger, store keypool.Store, closer io
 		}
 		srv.pools = append(srv.pools, pool)
 		routes = append(routes, keypool.Route{Name: r.name, Pool: pool, URL: r.url, Models: r.models, Base: upstreamTransport(r)})
+		names = append(names, r.name)
 		for i, ks := range pool.Stats() { // in the order the keys were given
 			secrets = append(secrets, secretKey{secret: r.keys[i].Secret, id: ks.ID})
+			keyIDs[r.name] = append(keyIDs[r.name], ks.ID)
 		}
 	}
+	srv.history = newHistory(srv.now, names, keyIDs)
 	srv.redact = newRedactor(secrets)
 	srv.fallback, err = keypool.NewFallback(routes, keypool.OnRoute(srv.routed), keypool.OnBenchEnd(srv.routeBack), keypool.WithClock(srv.now))
 	if err != nil {
@@ -199,6 +211,7 @@ func (s *server) benched(route string, e keypool.Eviction) {
 	s.log.Info("benched", "route", route, "key", e.KeyID, "model", e.Model, "kind", e.Kind.String(),
 		"for", e.For.Round(time.Second).String(), "until", e.Until.Format(time.RFC3339))
 	s.events.benched(route, e)
+	s.history.benched(route, e)
 }
 
 // openState opens the pools' store: a Badger directory, or a Redis server

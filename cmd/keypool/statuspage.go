@@ -23,11 +23,12 @@ import (
 //	POST /login                          form field token: sets the page's session cookie
 //	POST /logout                         clears it
 //	GET  /status                         JSON of every route, key and recent event
+//	GET  /history                        JSON of the last hour of every key, minute by minute (history.go)
 //	GET  /metrics                        Prometheus
 //	POST /keys/{route}/{key}/unbench     lifts a key's benches and its route's
 //	POST /keys/{route}/{key}/reset-spend forgets what a key and its account spent
 //
-// /status, /metrics, unbench and reset-spend take an operator token (as
+// /status, /history, /metrics, unbench and reset-spend take an operator token (as
 // the forwarded requests take a proxy token) or the page's session cookie,
 // and the page logs in with an operator token; without operator_tokens, a
 // proxy token serves as one. An operator token never lets a request
@@ -63,6 +64,7 @@ func (s *server) handleOwn(mux *ownMux) {
 	handle("POST /login", cop.Handler(http.HandlerFunc(s.login)))
 	handle("POST /logout", cop.Handler(http.HandlerFunc(s.logout)))
 	handle("GET /status", s.own(s.writeWithin(http.HandlerFunc(s.statusJSON))))
+	handle("GET /history", s.own(s.writeWithin(http.HandlerFunc(s.historyJSON))))
 	handle("GET /metrics", s.own(s.writeWithin(s.metrics)))
 	for _, a := range keyActions {
 		handle("POST /keys/{route}/{key}/"+a.name, cop.Handler(s.own(s.operate(a))))

@@ -115,6 +115,28 @@ type keyView struct {
 	// Spend is what the key spent against its own budget; nil when it has
 	// no budget and has spent nothing. Its account's is the route's.
 	Spend *spendView `json:"spend,omitempty"`
+	// Cap is the key's use across all its models against its cap
+	// (key_cap); nil when it has none. A cap at its limit makes the key
+	// full, as a model's window does.
+	Cap *capView `json:"cap,omitempty"`
+}
+
+// capView is a key's use of its cap: the minute and the day, across its
+// models.
+type capView struct {
+	Minute windowView `json:"minute"`
+	Day    windowView `json:"day"`
+}
+
+// viewCap reads a key's use of its cap; nil without a cap.
+func viewCap(used keypool.Usage, l keypool.Limits) *capView {
+	if l.RPM == 0 && l.RPD == 0 && l.TPM == 0 && l.TPD == 0 {
+		return nil
+	}
+	return &capView{
+		Minute: windowView{Requests: used.MinuteRequests, RequestsLimit: l.RPM, Tokens: used.MinuteTokens, TokensLimit: l.TPM},
+		Day:    windowView{Requests: used.DayRequests, RequestsLimit: l.RPD, Tokens: used.DayTokens, TokensLimit: l.TPD},
+	}
 }
 
 // kindName is a keypool.Kind as /status writes it, by name ("rate"), which
@@ -268,6 +290,16 @@ func viewKey(k keypool.KeyStats, now time.Time) keyView {
 			kv.Full = "minute"
 		}
 		kv.Models = append(kv.Models, mv)
+	}
+	// The cap counts every model together: at its limit, no model of the
+	// key is served, though none is full on its own.
+	if kv.Cap = viewCap(k.Cap, k.CapLimits); kv.Cap != nil {
+		switch {
+		case kv.Cap.Day.full():
+			kv.Full = "day"
+		case kv.Cap.Minute.full() && kv.Full == "":
+			kv.Full = "minute"
+		}
 	}
 	if kv.Full != "day" {
 		// A spent budget passes the key over until the next day or month.

@@ -56,6 +56,12 @@ func TestViewKey(t *testing.T) {
 		{"full this minute", keypool.KeyStats{Models: []keypool.ModelStats{model(20, 30, keypool.Bench{})}}, "full this minute"},
 		{"full today", keypool.KeyStats{Models: []keypool.ModelStats{model(20, 100, keypool.Bench{})}}, "full today"},
 		{"full at the vendor", keypool.KeyStats{LastAt: now, Last: keypool.Reading{Utilization: 1, ResetAt: now.Add(30 * time.Second)}}, "full at the vendor, back in 30 s"},
+		{"at its daily cap", keypool.KeyStats{Models: []keypool.ModelStats{model(1, 5, keypool.Bench{})},
+			Cap: keypool.Usage{MinuteRequests: 1, DayRequests: 5}, CapLimits: keypool.Limits{RPD: 5}}, "full today"},
+		{"at its minute cap", keypool.KeyStats{Models: []keypool.ModelStats{model(2, 5, keypool.Bench{})},
+			Cap: keypool.Usage{MinuteRequests: 2, DayRequests: 5}, CapLimits: keypool.Limits{RPM: 2, RPD: 50}}, "full this minute"},
+		{"under its cap", keypool.KeyStats{Models: []keypool.ModelStats{model(2, 5, keypool.Bench{})},
+			Cap: keypool.Usage{MinuteRequests: 2, DayRequests: 5}, CapLimits: keypool.Limits{RPM: 3, RPD: 50}}, "serving"},
 		{"the vendor's window reset", keypool.KeyStats{LastAt: now, Last: keypool.Reading{Utilization: 1, ResetAt: now.Add(-time.Second)}}, "serving"},
 	}
 	for _, tt := range tests {
@@ -67,6 +73,21 @@ func TestViewKey(t *testing.T) {
 			assert.NotContains(t, string(b), "0001-01-01", "no zero time in %s", b)
 		})
 	}
+}
+
+// A key at its cap across models (key_cap) is full, with its cap's use
+// beside its limit; a key without a cap has none in its JSON.
+func TestViewKeyCap(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	k := viewKey(keypool.KeyStats{Models: []keypool.ModelStats{{Model: "m", Usage: keypool.Usage{DayRequests: 5}}},
+		Cap: keypool.Usage{DayRequests: 5, DayTokens: 900}, CapLimits: keypool.Limits{RPD: 5}}, now)
+	assert.Equal(t, "full", k.State)
+	assert.Equal(t, "day", k.Full)
+	require.NotNil(t, k.Cap)
+	assert.Equal(t, windowView{Requests: 5, RequestsLimit: 5, Tokens: 900}, k.Cap.Day)
+	b, err := json.Marshal(viewKey(keypool.KeyStats{ID: "plain"}, now))
+	require.NoError(t, err)
+	assert.NotContains(t, string(b), `"cap"`)
 }
 
 func TestDisplayURL(t *testing.T) {

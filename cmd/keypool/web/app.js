@@ -8,9 +8,17 @@
   const pollEvery = 2000; // ms, while the page is visible
   const pollHidden = 15000; // ms, while it is not
   let report = null; // the last /status
+  let hist = null; // the last /history: each key's hour, minute by minute
   let skew = 0; // the proxy's clock minus ours, ms
   let timer = 0;
   const buttons = new Map(); // unbench buttons by route and key, kept across redraws
+  // The operator's choices, by route, kept across redraws: "table" or
+  // "cards", and the table's order.
+  const views = new Map();
+  const orders = new Map(); // {column, descending}
+  // tableFrom is the number of keys from which a route shows as a table
+  // unless the operator chose the cards.
+  const tableFrom = 9;
 
   const $ = (id) => document.getElementById(id);
 
@@ -129,11 +137,37 @@
     if (mn.tokens_limit) rows.push(bar("tokens this minute", mn.tokens, mn.tokens_limit, mn.tokens_limit_learned));
     if (dy.requests_limit || !mn.requests_limit) rows.push(bar("requests today", dy.requests, dy.requests_limit, dy.requests_limit_learned));
     if (dy.tokens_limit) rows.push(bar("tokens today", dy.tokens, dy.tokens_limit, dy.tokens_limit_learned));
-    const head = h("div", { class: "model-head" }, h("span", { class: "model", text: m.model }));
+    // A request that names no model (a list of models, a file upload) is
+    // counted under the empty name.
+    const head = h("div", { class: "model-head" }, m.model
+      ? h("span", { class: "model", text: m.model })
+      : h("span", { class: "model no-model", text: "requests without a model" }));
     if (m.bench) {
       head.append(h("span", { class: "badge benched", text: `benched (${m.bench.kind})` }));
     }
     return h("div", { class: "model-use" }, head, rows, limitsList(m));
+  }
+
+  // capped reports whether a key is full because of its cap across
+  // models (key_cap), and which of its windows: "day", "minute" or "".
+  function capped(k) {
+    if (k.state !== "full" || !k.cap) return "";
+    const full = (w) => (w.requests_limit && w.requests >= w.requests_limit) || (w.tokens_limit && w.tokens >= w.tokens_limit);
+    if (k.full === "day" && full(k.cap.day)) return "day";
+    if (k.full === "minute" && full(k.cap.minute)) return "minute";
+    return "";
+  }
+
+  // capUse shows a key's use of its cap, every model together, against
+  // the cap's limits.
+  function capUse(c) {
+    const rows = [];
+    if (c.minute.requests_limit) rows.push(bar("requests this minute", c.minute.requests, c.minute.requests_limit, false));
+    if (c.minute.tokens_limit) rows.push(bar("tokens this minute", c.minute.tokens, c.minute.tokens_limit, false));
+    if (c.day.requests_limit) rows.push(bar("requests today", c.day.requests, c.day.requests_limit, false));
+    if (c.day.tokens_limit) rows.push(bar("tokens today", c.day.tokens, c.day.tokens_limit, false));
+    return h("div", { class: "model-use cap-use" },
+      h("div", { class: "model-head" }, h("span", { class: "model", text: "all models together (key_cap)" })), rows);
   }
 
   // spendBars show what a key or an account spent today and this month
@@ -189,6 +223,12 @@
     if (k.state === "full" && k.full === "vendor") {
       return h("p", { class: "state-line" }, "the vendor says its window is used up · ", countdown(parseTime(k.full_until), "back"));
     }
+    if (capped(k) === "day") {
+      return h("p", { class: "state-line", text: "capped: its daily cap across all models (key_cap) is used up" });
+    }
+    if (capped(k) === "minute") {
+      return h("p", { class: "state-line", text: "capped: its cap a minute across all models (key_cap) is used up; it takes requests again as the minute slides" });
+    }
     if (k.state === "full") {
       const why = {
         day: "its day's limit is used up",
@@ -204,14 +244,27 @@
     return null;
   }
 
+  // reading says what the vendor last said of a key's window: how much of
+  // it is used, when it resets. A reading of nothing used says only when
+  // the window resets, and a reset already past says so, in the past; a
+  // reading that comes to neither is not shown.
   function reading(k, now) {
     const r = k.last;
     if (!r) return null;
-    let what = `${Math.round(r.utilization * 100)}% of ${r.window ? `its ${r.window} window` : "a window"} used`;
-    if (r.model) what += ` (${r.model})`;
-    const p = h("p", { class: "reading" }, `Vendor said ${ago(parseTime(r.at), now)}: ${what}`);
-    if (r.reset_at) p.append(`; resets ${clock(parseTime(r.reset_at), now)}`);
-    return p;
+    const window = r.window ? `its ${r.window} window` : "its window";
+    const pct = r.utilization * 100;
+    const parts = [];
+    if (pct >= 1) parts.push(`${Math.round(pct)}% of ${window} used`);
+    else if (pct > 0) parts.push(`under 1% of ${window} used`);
+    const reset = parseTime(r.reset_at);
+    if (reset > now) {
+      parts.push(`${parts.length ? "it" : window} resets ${clock(reset, now)}`);
+    } else if (reset && parts.length) {
+      parts.push(`it has reset since, at ${clock(reset, now)}`);
+    }
+    if (parts.length === 0) return null;
+    if (r.model) parts[0] += ` (${r.model})`;
+    return h("p", { class: "reading" }, `Vendor said ${ago(parseTime(r.at), now)}: ${parts.join("; ")}`);
   }
 
   function counts(k) {
@@ -237,7 +290,8 @@
   }
 
   function keyCard(route, k, now) {
-    const badge = { serving: "serving", benched: "benched", full: "full" }[k.state] || k.state;
+    const hour = keyChart(route.name, k);
+    const badge = capped(k) ? "capped" : ({ serving: "serving", benched: "benched", full: "full" }[k.state] || k.state);
     const card = h("article", { class: `key state-${k.state}`, "data-key": k.id, "data-route": route.name },
       h("div", { class: "key-head" },
         h("span", { class: "key-id", text: k.id }),
@@ -246,6 +300,8 @@
       k.account ? h("p", { class: "account" }, "account ", h("span", { class: "account-name", text: k.account }),
         " · its windows are shared with the account's other keys") : null,
       stateLine(k, route),
+      hour ? h("div", { class: "key-hour" }, h("span", { class: "use-label", text: "requests, the last hour" }), hour) : null,
+      k.cap ? capUse(k.cap) : null,
       k.models.map(modelUse),
       k.spend ? spendBars(k.spend) : null,
       reading(k, now),
@@ -254,6 +310,132 @@
       card.append(unbenchButton(route.name, k.id));
     }
     return card;
+  }
+
+  // The table of keys: one row a key, for a route of many. Each column
+  // says how it sorts: by a number, or by text.
+  const stateOrder = { benched: 0, full: 1, serving: 2 };
+
+  // windowUse is a key's use of one window ("minute" or "day") against its
+  // limits, across its models: the fullest axis of any model decides, and
+  // a model without a limit adds its count. It returns the words and the
+  // fraction used (-1 with no limit).
+  function windowUse(k, which) {
+    let best = null;
+    let count = 0;
+    for (const m of k.models.concat(k.cap ? [k.cap] : [])) {
+      const w = m[which];
+      count += w.requests;
+      for (const [used, limit, unit] of [[w.requests, w.requests_limit, "req"], [w.tokens, w.tokens_limit, "tok"]]) {
+        if (!limit) continue;
+        const frac = used / limit;
+        if (!best || frac > best.frac) best = { frac, text: `${used} / ${limit} ${unit}` };
+      }
+    }
+    return best || { frac: -1, text: `${count} req` };
+  }
+
+  // why says in a few words what keeps a key from serving.
+  function why(k, route) {
+    if (capped(k)) return capped(k) === "day" ? "daily cap used up (key_cap)" : "cap a minute used up (key_cap)";
+    if (k.state === "benched") return `${k.bench.reason} (${k.bench.kind})${k.bench_model ? ` for ${k.bench_model}` : ""}`;
+    if (k.state === "full") {
+      return {
+        day: "day's limit used up", vendor: "vendor window used up", "budget-day": "budget spent today",
+        "budget-month": "budget spent this month",
+      }[k.full] || "minute's limit used up";
+    }
+    return route.benched_until ? "its route is benched" : "";
+  }
+
+  // backAt returns when a key serves again, in ms on the proxy's clock: 0
+  // when it serves now, Infinity when it is not known to the minute.
+  function backAt(k, route) {
+    if (k.state === "benched") return parseTime(k.bench.until);
+    if (k.state === "full" && k.full === "vendor") return parseTime(k.full_until);
+    if (k.state === "full") return Infinity;
+    return route.benched_until ? parseTime(route.benched_until) : 0;
+  }
+  function backCell(k, route) {
+    const t = backAt(k, route);
+    if (t === 0) return "now";
+    if (t !== Infinity) return countdown(t, "back");
+    return {
+      day: "as the day slides", "budget-day": "tomorrow", "budget-month": "next month",
+    }[k.full] || "as the minute slides";
+  }
+
+  const columns = [
+    { id: "key", label: "key", text: true, value: (k) => k.id,
+      cell: (k) => [h("span", { class: "key-id", text: k.id }), " ", h("span", { class: `tier ${k.paid ? "paid" : "free"}`, text: k.paid ? "paid" : "free" })] },
+    { id: "state", label: "state", value: (k) => stateOrder[k.state] ?? 3,
+      cell: (k) => h("span", { class: `badge ${k.state}`, text: capped(k) ? "capped" : k.state }) },
+    { id: "why", label: "why", text: true, value: (k, r) => why(k, r), cell: (k, r) => why(k, r) || "—" },
+    { id: "back", label: "back", value: (k, r) => backAt(k, r), cell: (k, r) => backCell(k, r) },
+    { id: "minute", label: "this minute", value: (k) => windowUse(k, "minute").frac, cell: (k) => windowUse(k, "minute").text, num: true },
+    { id: "day", label: "today", value: (k) => windowUse(k, "day").frac, cell: (k) => windowUse(k, "day").text, num: true },
+    { id: "spend", label: "spent today", value: (k) => (k.spend ? k.spend.today : -1),
+      cell: (k) => (k.spend ? (k.spend.per_day ? `${usd(k.spend.today)} / ${usd(k.spend.per_day)}` : usd(k.spend.today)) : "—"), num: true },
+    { id: "sent", label: "sent", value: (k) => k.sent, cell: (k) => String(k.sent), num: true },
+    { id: "hour", label: "last hour", value: (k, r) => { const kh = keyHistory(r.name, k.id); return kh ? sumOf(kh.requests) : -1; },
+      cell: (k, r) => keyChart(r.name, k) },
+  ];
+
+  // sortedKeys returns a route's keys in the order the operator chose,
+  // the configuration's when none; ties keep it.
+  function sortedKeys(r) {
+    const o = orders.get(r.name);
+    const keys = r.keys.slice();
+    if (!o) return keys;
+    const col = columns.find((c) => c.id === o.column);
+    const sign = o.descending ? -1 : 1;
+    return keys.map((k, i) => ({ k, i, v: col.value(k, r) }))
+      .sort((a, b) => {
+        let c = col.text ? String(a.v).localeCompare(String(b.v)) : (a.v === b.v ? 0 : a.v < b.v ? -1 : 1);
+        return sign * c || a.i - b.i;
+      })
+      .map((x) => x.k);
+  }
+
+  // sortBy orders a route's table by a column, the other way when it is
+  // already ordered by it.
+  function sortBy(route, column) {
+    const o = orders.get(route);
+    orders.set(route, { column, descending: o && o.column === column ? !o.descending : false });
+    render();
+  }
+
+  function keyTable(r, now) {
+    const o = orders.get(r.name);
+    const head = h("tr", {}, columns.map((c) => {
+      const sorted = o && o.column === c.id;
+      return h("th", { scope: "col", class: c.num ? "num" : null, "data-column": c.id,
+        "aria-sort": sorted ? (o.descending ? "descending" : "ascending") : "none" },
+      h("button", { type: "button", class: "sort", onclick: () => sortBy(r.name, c.id) },
+        c.label, h("span", { class: "sort-mark", "aria-hidden": "true", text: sorted ? (o.descending ? " ▼" : " ▲") : "" })));
+    }), h("th", { scope: "col" }, h("span", { class: "visually-hidden", text: "actions" })));
+    const rows = sortedKeys(r).map((k) => h("tr", { class: `state-${k.state}`, "data-key": k.id },
+      columns.map((c) => h("td", { class: c.num ? "num" : null, "data-column": c.id }, c.cell(k, r, now))),
+      h("td", {}, k.state === "benched" || r.benched_until ? unbenchButton(r.name, k.id) : null)));
+    return h("div", { class: "table-scroll", tabindex: "0", role: "region", "aria-label": `keys of ${r.name}` },
+      h("table", { class: "key-table" }, h("thead", {}, head), h("tbody", {}, rows)));
+  }
+
+  // viewOf returns how a route shows its keys: the operator's choice, else
+  // a table from tableFrom keys, else cards.
+  function viewOf(r) {
+    return views.get(r.name) || (r.keys.length >= tableFrom ? "table" : "cards");
+  }
+
+  function viewToggle(r) {
+    const current = viewOf(r);
+    const option = (view, label) => h("button", {
+      type: "button", class: `view-option${current === view ? " current" : ""}`, "data-view": view,
+      "aria-pressed": current === view ? "true" : "false",
+      onclick: () => { views.set(r.name, view); render(); },
+    }, label);
+    return h("div", { class: "view-toggle", role: "group", "aria-label": `how ${r.name} shows its keys` },
+      option("table", "Table"), option("cards", "Cards"));
   }
 
   function routeSection(r, now) {
@@ -266,8 +448,116 @@
     } else {
       head.append(h("span", { class: "badge serving", text: "serving" }));
     }
-    return h("section", { class: "route", "data-route": r.name, "aria-label": `route ${r.name}` },
-      head, accountsSpend(r), h("div", { class: "keys" }, r.keys.map((k) => keyCard(r, k, now))));
+    head.append(viewToggle(r));
+    const keys = viewOf(r) === "table"
+      ? keyTable(r, now)
+      : h("div", { class: "keys" }, r.keys.map((k) => keyCard(r, k, now)));
+    return h("section", { class: "route", "data-route": r.name, "data-view": viewOf(r), "aria-label": `route ${r.name}` },
+      head, accountsSpend(r), routeCharts(r), keys);
+  }
+
+  // The last hour, drawn from /history: a series is 60 counts, one a
+  // minute, oldest first; the last is the current minute.
+  const svgNS = "http://www.w3.org/2000/svg";
+  function svgEl(tag, attrs, ...children) {
+    const el = document.createElementNS(svgNS, tag);
+    for (const [k, v] of Object.entries(attrs || {})) el.setAttribute(k, String(v));
+    for (const c of children) if (c) el.append(c);
+    return el;
+  }
+  const svgTitle = (text) => {
+    const t = document.createElementNS(svgNS, "title");
+    t.textContent = text;
+    return t;
+  };
+
+  // historyOf returns the hour of a route from the last /history, or null.
+  function historyOf(route) {
+    return (hist && hist.routes.find((r) => r.name === route)) || null;
+  }
+  function keyHistory(route, key) {
+    const r = historyOf(route);
+    return (r && r.keys.find((k) => k.id === key)) || null;
+  }
+  // total adds up series, minute by minute.
+  function total(series) {
+    const out = new Array(hist.minutes).fill(0);
+    for (const one of series) one.forEach((v, i) => { out[i] += v; });
+    return out;
+  }
+  const sumOf = (series) => series.reduce((a, b) => a + b, 0);
+  // minuteAt says the clock time of minute i of the hour.
+  const minuteAt = (i) => parseTime(hist.start) + i * 60000;
+
+  // chart draws one series as bars, one a minute that has any, with a
+  // line at each bench time. kind names the series, for its colour.
+  function chart(kind, label, series, benchTimes, height) {
+    const n = series.length;
+    const top = Math.max(1, ...series);
+    const svg = svgEl("svg", {
+      class: `chart chart-${kind}`, viewBox: `0 0 ${n} ${height}`, preserveAspectRatio: "none",
+      role: "img", "aria-label": `${label}, the last hour, a bar a minute`,
+    });
+    svg.append(svgEl("rect", { class: "chart-bg", x: 0, y: 0, width: n, height }));
+    const now = serverNow();
+    series.forEach((v, i) => {
+      if (!v) return;
+      const bh = Math.max(1, (v / top) * height);
+      svg.append(svgEl("rect", { class: "chart-bar", x: i + 0.1, y: height - bh, width: 0.8, height: bh },
+        svgTitle(`${clock(minuteAt(i), now)} · ${v} ${label}`)));
+    });
+    const start = parseTime(hist.start);
+    for (const t of benchTimes) {
+      const x = (parseTime(t) - start) / 60000;
+      if (x < 0 || x > n) continue;
+      svg.append(svgEl("line", { class: "bench-mark", x1: x, x2: x, y1: 0, y2: height, "vector-effect": "non-scaling-stroke" },
+        svgTitle(`benched ${clock(parseTime(t), now, true)}`)));
+    }
+    return svg;
+  }
+
+  // routeCharts shows a route's hour: requests, the vendor's 429s, benches
+  // and tokens of all its keys, each bench marked.
+  function routeCharts(r) {
+    const rh = historyOf(r.name);
+    if (!rh) return null;
+    const marks = rh.bench_times.concat(...rh.keys.map((k) => k.bench_times));
+    if (marks.length === 0 && rh.keys.every((k) => sumOf(k.requests) === 0 && sumOf(k.benches) === 0)) {
+      return h("div", { class: "last-hour quiet", "data-route": r.name },
+        h("p", { class: "last-hour-head" }, h("strong", { text: "The last hour" }), " · no requests and no benches"));
+    }
+    const panels = [
+      ["requests", "requests", total(rh.keys.map((k) => k.requests))],
+      ["rate", "vendor 429s", total(rh.keys.map((k) => k.rate_limited))],
+      ["bench", "benches", total(rh.keys.map((k) => k.benches))],
+      ["tokens", "tokens", total(rh.keys.map((k) => k.tokens))],
+    ].map(([kind, label, series]) => h("figure", { class: "panel", "data-series": kind },
+      h("figcaption", {},
+        h("span", {
+          class: "panel-label", text: label,
+          title: kind === "tokens" ? "counted where the route has a token limit or a price" : null,
+        }),
+        h("span", { class: "panel-total", text: sumOf(series).toLocaleString("en") })),
+      chart(kind, label, series, marks, 40)));
+    return h("div", { class: "last-hour", "data-route": r.name },
+      h("p", { class: "last-hour-head" }, h("strong", { text: "The last hour" }), " · a bar a minute, the hour's total beside; a line marks each bench"),
+      h("div", { class: "panels" }, panels),
+      h("div", { class: "axis" }, h("span", { text: "60 min ago" }), h("span", { text: "now" })));
+  }
+
+  // keyChart is a key's hour in small: its requests, its 429s over them,
+  // its benches marked.
+  function keyChart(route, k) {
+    const kh = keyHistory(route, k.id);
+    if (!kh || (sumOf(kh.requests) === 0 && kh.bench_times.length === 0)) return null;
+    const svg = chart("requests", "requests", kh.requests, kh.bench_times, 24);
+    svg.classList.add("key-chart");
+    kh.rate_limited.forEach((v, i) => {
+      if (!v) return;
+      svg.append(svgEl("rect", { class: "chart-429", x: i + 0.1, y: 0, width: 0.8, height: 3 },
+        svgTitle(`${clock(minuteAt(i), serverNow())} · ${v} vendor 429s`)));
+    });
+    return svg;
   }
 
   function eventItem(e, now) {
@@ -348,6 +638,7 @@
       }
       if (!res.ok) throw new Error(`/status answered ${res.status}`);
       const data = await res.json();
+      hist = await history();
       skew = parseTime(data.now) - Date.now();
       report = data;
       $("login").hidden = true;
@@ -358,6 +649,17 @@
       problem(`Lost touch with the proxy (${err.message}); trying again.`);
     }
     timer = setTimeout(poll, document.hidden ? pollHidden : pollEvery);
+  }
+
+  // history asks /history; null from a proxy without it, or when it
+  // fails: the page shows what /status says without the charts.
+  async function history() {
+    try {
+      const res = await fetch("history", { credentials: "same-origin", cache: "no-store", headers: { Accept: "application/json" } });
+      return res.ok ? await res.json() : null;
+    } catch {
+      return null;
+    }
   }
 
   async function unbench(route, key, button) {
