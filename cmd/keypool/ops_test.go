@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -162,6 +163,40 @@ func TestUnbenchCommand(t *testing.T) {
 			assert.Contains(t, stdout+stderr, tt.want)
 		})
 	}
+}
+
+func TestHealth(t *testing.T) {
+	base, _, store, _ := failingStoreProxy(t)
+	status, stdout, stderr := runKeypool(t, "health", "-url", base+"/v1")
+	assert.Equal(t, 0, status, stderr)
+	assert.Equal(t, "ok\n", stdout)
+
+	store.fail(errors.New("redisstore: redis unavailable"))
+	status, stdout, stderr = runKeypool(t, "health", "-url", base)
+	assert.Equal(t, 0, status, "a degraded proxy serves on: %s", stderr)
+	assert.Equal(t, "degraded: state store: redisstore: redis unavailable\n", stdout)
+
+	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		assert.Equal(t, "/healthz", r.URL.Path)
+		assert.Equal(t, "healthz", r.Header.Get(ownEndpointHeader), "marked as the proxy's own")
+		http.Error(w, "down\nfor good", http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(failing.Close)
+	status, stdout, stderr = runKeypool(t, "health", "-url", failing.URL)
+	assert.Equal(t, 1, status)
+	assert.Empty(t, stdout)
+	assert.Equal(t, "keypool health: "+failing.URL+"/healthz answered 503 Service Unavailable: down\n", stderr)
+
+	failing.Close()
+	status, _, stderr = runKeypool(t, "health", "-url", failing.URL, "-timeout", "2s")
+	assert.Equal(t, 1, status)
+	assert.Contains(t, stderr, "no answer from "+failing.URL+"/healthz")
+
+	status, _, stderr = runKeypool(t, "health", "-timeout", "0s")
+	assert.Equal(t, exitUsage, status)
+	assert.Contains(t, stderr, "-timeout 0s is not positive")
+	status, _, _ = runKeypool(t, "health", "-url", "127.0.0.1:8787")
+	assert.Equal(t, exitUsage, status)
 }
 
 func TestVersion(t *testing.T) {

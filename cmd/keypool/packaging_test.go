@@ -1,9 +1,14 @@
 package main
 
 import (
+	"debug/elf"
+	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -80,4 +85,180 @@ func yamlFieldNames(v any) []string {
 	}
 	walk(reflect.TypeOf(v))
 	return names
+}
+
+// instruction is one instruction of a Dockerfile: its keyword, in upper
+// case, and the rest of it, continuation lines joined.
+type instruction struct {
+	keyword, args string
+	stage         int // the build stage it is in, from 0
+}
+
+// dockerfile reads the repository's Dockerfile into its instructions.
+func dockerfile(t *testing.T) []instruction {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), "Dockerfile"))
+	require.NoError(t, err)
+	var all []instruction
+	stage, held := -1, ""
+	for line := range strings.Lines(string(data)) {
+		line = strings.TrimSpace(line)
+		if held == "" && (line == "" || strings.HasPrefix(line, "#")) {
+			continue
+		}
+		if more, ok := strings.CutSuffix(line, `\`); ok {
+			held += more + " "
+			continue
+		}
+		line, held = held+line, ""
+		keyword, args, _ := strings.Cut(line, " ")
+		keyword = strings.ToUpper(keyword)
+		if keyword == "FROM" {
+			stage++
+		}
+		all = append(all, instruction{keyword, strings.Join(strings.Fields(args), " "), stage})
+	}
+	return all
+}
+
+// releaseBuild is the go build that makes the released binary, with its
+// output left out: the Dockerfile's build stage and .ci/run run it.
+const releaseBuild = "CGO_ENABLED=0 go build -trimpath -o OUT ./cmd/keypool"
+
+// goBuilds returns the go build commands of text — a RUN's, a script's
+// lines — each with the path after -o as OUT.
+func goBuilds(text string) []string {
+	var builds []string
+	for line := range strings.Lines(text) {
+		if strings.HasPrefix(strings.TrimSpace(line), "#") || !strings.Contains(line, "go build") {
+			continue
+		}
+		f := strings.Fields(line)
+		for i := range f {
+			if f[i] == "-o" && i+1 < len(f) {
+				f[i+1] = "OUT"
+			}
+		}
+		builds = append(builds, strings.Join(f, " "))
+	}
+	return builds
+}
+
+// TestDockerfile holds the Dockerfile to what the issue asks of the image
+// and to the command: it builds in a stage of its own with the go build CI
+// runs, its last stage is a minimal base (distroless static, or scratch),
+// runs as a user who is not root, keeps /var/lib/keypool as a volume,
+// exposes the port its health check asks, and its HEALTHCHECK and CMD are
+// commands keypool has, whose flags parse. The health check is run, with
+// its -url moved to a proxy the test starts, and answers 0.
+func TestDockerfile(t *testing.T) {
+	all := dockerfile(t)
+	last := all[len(all)-1].stage
+	require.GreaterOrEqual(t, last, 1, "a multi-stage build")
+	of := func(keyword string) []instruction {
+		var got []instruction
+		for _, in := range all {
+			if in.keyword == keyword && in.stage == last {
+				got = append(got, in)
+			}
+		}
+		return got
+	}
+
+	var builds []string
+	for _, in := range all {
+		if in.keyword == "RUN" && in.stage < last {
+			builds = append(builds, goBuilds(in.args)...)
+		}
+	}
+	assert.Equal(t, []string{releaseBuild}, builds, "the build stage's go build")
+	ci, err := os.ReadFile(filepath.Join(repoRoot(t), ".ci", "run"))
+	require.NoError(t, err)
+	assert.Contains(t, goBuilds(string(ci)), releaseBuild, ".ci/run runs the Dockerfile's go build")
+
+	from := of("FROM")[0].args
+	assert.True(t, strings.HasPrefix(from, "gcr.io/distroless/static") || from == "scratch", "the image's base %q: distroless static or scratch", from)
+	for _, in := range all {
+		if in.keyword == "COPY" && in.stage == last {
+			assert.Contains(t, in.args, "--from=", "the last stage copies only what a build stage made: %s", in.args)
+		}
+	}
+
+	users := of("USER")
+	require.NotEmpty(t, users, "a USER in the last stage")
+	user, _, _ := strings.Cut(users[len(users)-1].args, ":")
+	assert.NotContains(t, []string{"root", "0"}, user, "the image's user")
+
+	require.Len(t, of("VOLUME"), 1)
+	assert.Contains(t, of("VOLUME")[0].args, "/var/lib/keypool")
+	require.Len(t, of("EXPOSE"), 1)
+	port := of("EXPOSE")[0].args
+
+	require.Len(t, of("ENTRYPOINT"), 1)
+	entry := execForm(t, of("ENTRYPOINT")[0].args)
+	require.Len(t, entry, 1)
+	require.Len(t, of("CMD"), 1)
+	serveArgs := execForm(t, of("CMD")[0].args)
+	require.NotEmpty(t, serveArgs)
+	assert.Equal(t, "serve", serveArgs[0])
+	assert.Contains(t, serveArgs, "-config")
+
+	require.Len(t, of("HEALTHCHECK"), 1)
+	_, check, ok := strings.Cut(of("HEALTHCHECK")[0].args, " CMD ")
+	require.True(t, ok, "HEALTHCHECK … CMD [...]")
+	args := execForm(t, check)
+	require.Equal(t, entry[0], args[0], "the health check runs the image's binary")
+	args = args[1:]
+	require.Contains(t, commandNames(), args[0], "the health check's command")
+	i := slices.Index(args, "-url")
+	require.Positive(t, i)
+	assert.Equal(t, "http://127.0.0.1:"+port, args[i+1], "the health check asks the port the image exposes")
+
+	base, _ := startProxy(t, oneUpstream(t, "http://127.0.0.1:1", "keys: [{secret: sk-docker}]"))
+	args[i+1] = base
+	status, stdout, stderr := runKeypool(t, args...)
+	assert.Equal(t, 0, status, stderr)
+	assert.Equal(t, "ok\n", stdout)
+}
+
+// execForm reads the JSON array of an instruction's exec form.
+func execForm(t *testing.T, args string) []string {
+	t.Helper()
+	var v []string
+	require.NoError(t, json.Unmarshal([]byte(args), &v), "the exec form of %s", args)
+	return v
+}
+
+// commandNames are the names of keypool's commands.
+func commandNames() []string {
+	var names []string
+	for _, c := range commands() {
+		names = append(names, c.name)
+	}
+	return names
+}
+
+// TestReleaseBuildIsStatic runs the Dockerfile's go build and holds its
+// binary to one a scratch or distroless image can run: no interpreter, no
+// shared library.
+func TestReleaseBuildIsStatic(t *testing.T) {
+	long(t)
+	out := filepath.Join(t.TempDir(), "keypool")
+	f := strings.Fields(strings.Replace(releaseBuild, "OUT", out, 1))
+	cmd := exec.Command(f[1], f[2:]...)
+	cmd.Dir = repoRoot(t)
+	cmd.Env = append(os.Environ(), f[0])
+	b, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", b)
+	bin, err := elf.Open(out)
+	if err != nil {
+		t.Skipf("not an ELF binary on %s: %v", runtime.GOOS, err)
+	}
+	defer bin.Close()
+	for _, p := range bin.Progs {
+		assert.NotEqual(t, elf.PT_INTERP, p.Type, "the binary names a dynamic loader")
+	}
+	libs, err := bin.ImportedLibraries()
+	require.NoError(t, err)
+	assert.Empty(t, libs)
 }
