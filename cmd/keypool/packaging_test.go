@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
 )
 
 // The files that package and deploy the command — the example
@@ -261,4 +262,92 @@ func TestReleaseBuildIsStatic(t *testing.T) {
 	libs, err := bin.ImportedLibraries()
 	require.NoError(t, err)
 	assert.Empty(t, libs)
+}
+
+// composeFile is what TestCompose reads of compose.yaml.
+type composeFile struct {
+	Services map[string]struct {
+		Build       string   `yaml:"build"`
+		Image       string   `yaml:"image"`
+		Volumes     []string `yaml:"volumes"`
+		Environment []string `yaml:"environment"`
+		Ports       []string `yaml:"ports"`
+		DependsOn   map[string]struct {
+			Condition string `yaml:"condition"`
+		} `yaml:"depends_on"`
+	} `yaml:"services"`
+}
+
+// TestCompose holds compose.yaml to a Redis and two replicas of the
+// Dockerfile's image that share it: each mounts the configuration where
+// the image's CMD reads it, passes every variable it names, publishes the
+// port it listens on, and waits for Redis; the configuration is one check
+// finds no mistake in (its Redis aside), whose state is the redis
+// service and whose replicas are the replicas compose runs.
+func TestCompose(t *testing.T) {
+	root := repoRoot(t)
+	data, err := os.ReadFile(filepath.Join(root, "compose.yaml"))
+	require.NoError(t, err)
+	var c composeFile
+	require.NoError(t, yaml.Unmarshal(data, &c))
+	require.Contains(t, c.Services, "redis")
+
+	cmd := execForm(t, dockerInstruction(t, "CMD"))
+	configAt := cmd[slices.Index(cmd, "-config")+1]
+	port := dockerInstruction(t, "EXPOSE")
+
+	var replicas []string
+	var shared []int // each replica's configuration's replicas
+	mounted := ""
+	for name, s := range c.Services {
+		if s.Build != "." {
+			continue
+		}
+		replicas = append(replicas, name)
+		assert.Equal(t, "service_healthy", s.DependsOn["redis"].Condition, "%s waits for Redis", name)
+		var config string
+		for _, v := range s.Volumes {
+			if parts := strings.Split(v, ":"); len(parts) >= 2 && parts[1] == configAt {
+				config = parts[0]
+			}
+		}
+		require.NotEmpty(t, config, "%s mounts a configuration at %s", name, configAt)
+		if mounted == "" {
+			mounted = config
+		}
+		assert.Equal(t, mounted, config, "the replicas read one configuration")
+		require.Len(t, s.Ports, 1)
+		assert.True(t, strings.HasSuffix(s.Ports[0], ":"+port), "%s publishes the port %s: %s", name, port, s.Ports[0])
+
+		env := map[string]string{}
+		for _, v := range s.Environment {
+			env[v] = "compose-test-value-of-" + v
+		}
+		settings, err := loadConfig(filepath.Join(root, mounted), func(k string) (string, bool) {
+			v, ok := env[k]
+			return v, ok
+		})
+		require.NoError(t, err, "%s: the variables it passes are those the configuration names", name)
+		assert.Equal(t, "redis://redis:6379/0", settings.state)
+		assert.Equal(t, "0.0.0.0:"+port, settings.listen)
+		shared = append(shared, settings.replicas)
+	}
+	assert.Len(t, replicas, 2)
+	for _, n := range shared {
+		assert.Equal(t, len(replicas), n, "replicas: the replicas compose runs")
+	}
+}
+
+// dockerInstruction returns the arguments of the Dockerfile's last
+// instruction keyword.
+func dockerInstruction(t *testing.T, keyword string) string {
+	t.Helper()
+	all := dockerfile(t)
+	for i := len(all) - 1; i >= 0; i-- {
+		if all[i].keyword == keyword {
+			return all[i].args
+		}
+	}
+	t.Fatalf("the Dockerfile has no %s", keyword)
+	return ""
 }
