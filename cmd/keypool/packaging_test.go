@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -350,4 +351,79 @@ func dockerInstruction(t *testing.T, keyword string) string {
 	}
 	t.Fatalf("the Dockerfile has no %s", keyword)
 	return ""
+}
+
+// systemdUnit reads deploy/keypool.service: each directive's values, in
+// order, by section and name.
+func systemdUnit(t *testing.T) (text string, directives map[string][]string) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "keypool.service"))
+	require.NoError(t, err)
+	directives = map[string][]string{}
+	section := ""
+	for line := range strings.Lines(string(data)) {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || strings.HasPrefix(line, "#"):
+		case strings.HasPrefix(line, "["):
+			section = strings.Trim(line, "[]")
+		default:
+			name, value, ok := strings.Cut(line, "=")
+			require.True(t, ok, "not a directive: %s", line)
+			directives[section+"."+name] = append(directives[section+"."+name], value)
+		}
+	}
+	return string(data), directives
+}
+
+// TestSystemdUnit holds deploy/keypool.service to the command and to what
+// the issue asks of a unit: it starts keypool serve on a configuration,
+// as a user who is not root, in its state directory; restarts it when it
+// fails; gives a stop more than the shutdown timeout; has no ExecReload,
+// for serve has no reload (SIGHUP stops it); and is hardened. Where
+// systemd-analyze is on the PATH, it verifies the unit with ExecStart
+// naming the built command.
+func TestSystemdUnit(t *testing.T) {
+	text, d := systemdUnit(t)
+	one := func(name string) string {
+		t.Helper()
+		require.Len(t, d[name], 1, name)
+		return d[name][0]
+	}
+	start := strings.Fields(one("Service.ExecStart"))
+	require.GreaterOrEqual(t, len(start), 4)
+	assert.Equal(t, []string{"serve", "-config"}, start[1:3])
+	assert.Contains(t, commandNames(), start[1])
+
+	assert.Empty(t, d["Service.ExecReload"], "keypool serve has no reload: SIGHUP stops it")
+	assert.Equal(t, "on-failure", one("Service.Restart"))
+	stop, err := time.ParseDuration(one("Service.TimeoutStopSec"))
+	require.NoError(t, err)
+	assert.Greater(t, stop, defaultShutdownTimeout, "a stop is given more than shutdown_timeout's default")
+
+	if user := d["Service.User"]; len(user) > 0 {
+		assert.NotContains(t, []string{"root", "0"}, user[0])
+	} else {
+		assert.Equal(t, "yes", one("Service.DynamicUser"), "a user of its own")
+	}
+	assert.Equal(t, "keypool", one("Service.StateDirectory"))
+	assert.Equal(t, "%S/keypool", one("Service.WorkingDirectory"), "a relative state lands in the state directory")
+	for name, want := range map[string]string{
+		"NoNewPrivileges": "yes", "ProtectSystem": "strict", "ProtectHome": "yes", "PrivateTmp": "yes",
+		"PrivateDevices": "yes", "RestrictSUIDSGID": "yes", "CapabilityBoundingSet": "",
+	} {
+		assert.Equal(t, want, one("Service."+name), name)
+	}
+
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Log("systemd-analyze is not on the PATH: the unit is not verified by systemd")
+		return
+	}
+	dir := t.TempDir()
+	unit := filepath.Join(dir, "keypool.service")
+	require.NoError(t, os.WriteFile(unit, []byte(strings.ReplaceAll(text, start[0], keypoolBinary(t))), 0o644))
+	out, err := exec.Command(analyze, "verify", unit).CombinedOutput()
+	assert.NoError(t, err, "systemd-analyze verify: %s", out)
+	assert.Empty(t, strings.TrimSpace(string(out)), "systemd-analyze verify")
 }
