@@ -3,19 +3,26 @@ package main
 import (
 	"debug/elf"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/keypool-go/keypool/internal/vendorsim"
 )
 
 // The files that package and deploy the command — the example
@@ -426,4 +433,191 @@ func TestSystemdUnit(t *testing.T) {
 	out, err := exec.Command(analyze, "verify", unit).CombinedOutput()
 	assert.NoError(t, err, "systemd-analyze verify: %s", out)
 	assert.Empty(t, strings.TrimSpace(string(out)), "systemd-analyze verify")
+}
+
+// dashboardQueries returns every PromQL query of deploy/grafana-dashboard.json:
+// each panel's targets' expr and each query variable's query.
+func dashboardQueries(t *testing.T) []string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "grafana-dashboard.json"))
+	require.NoError(t, err)
+	var d struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+		Templating struct {
+			List []struct {
+				Type  string          `json:"type"`
+				Query json.RawMessage `json:"query"`
+			} `json:"list"`
+		} `json:"templating"`
+	}
+	require.NoError(t, json.Unmarshal(data, &d))
+	var queries []string
+	for _, p := range d.Panels {
+		require.NotEmpty(t, p.Targets, "panel %q has no query", p.Title)
+		for _, target := range p.Targets {
+			require.NotEmpty(t, target.Expr, "panel %q", p.Title)
+			queries = append(queries, target.Expr)
+		}
+	}
+	for _, v := range d.Templating.List {
+		if v.Type != "query" {
+			continue
+		}
+		var q struct {
+			Query string `json:"query"`
+		}
+		require.NoError(t, json.Unmarshal(v.Query, &q))
+		queries = append(queries, q.Query)
+	}
+	return queries
+}
+
+// The parts of a PromQL query that name no metric: strings, label
+// matchers, ranges, and the labels of a grouping.
+var (
+	promStrings   = regexp.MustCompile(`"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|` + "`[^`]*`")
+	promMatchers  = regexp.MustCompile(`\{[^}]*\}`)
+	promRanges    = regexp.MustCompile(`\[[^\]]*\]`)
+	promGroupings = regexp.MustCompile(`\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)`)
+	promName      = regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*`)
+)
+
+// promKeywords are PromQL's words that are neither metrics nor functions.
+var promKeywords = map[string]bool{"and": true, "or": true, "unless": true, "offset": true, "bool": true,
+	"by": true, "without": true, "on": true, "ignoring": true, "group_left": true, "group_right": true, "inf": true, "nan": true}
+
+// promMetrics returns the metric names a PromQL query (or a Grafana
+// label_values query) selects: each name that is not a function's (one
+// followed by a parenthesis), a keyword or a label.
+func promMetrics(query string) []string {
+	q := promStrings.ReplaceAllString(query, `""`)
+	q = promMatchers.ReplaceAllString(q, " ")
+	q = promRanges.ReplaceAllString(q, " ")
+	q = promGroupings.ReplaceAllString(q, " ")
+	if inner, ok := strings.CutPrefix(strings.TrimSpace(q), "label_values("); ok {
+		inner, _, _ = strings.Cut(inner, ",") // label_values(metric, label)
+		q = inner
+	}
+	var names []string
+	for _, at := range promName.FindAllStringIndex(q, -1) {
+		name, rest := q[at[0]:at[1]], strings.TrimSpace(q[at[1]:])
+		if at[0] > 0 && (q[at[0]-1] == '$' || q[at[0]-1] >= '0' && q[at[0]-1] <= '9' || q[at[0]-1] == '.') {
+			continue // a variable, or a number's exponent or unit
+		}
+		if strings.HasPrefix(rest, "(") || promKeywords[strings.ToLower(name)] {
+			continue
+		}
+		names = append(names, name)
+	}
+	return names
+}
+
+// scrapedNames returns the names of the series in a Prometheus text
+// exposition: a histogram's as its _bucket, _sum and _count series.
+func scrapedNames(exposition string) map[string]bool {
+	names := map[string]bool{}
+	for line := range strings.Lines(exposition) {
+		if line = strings.TrimSpace(line); line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		end := strings.IndexAny(line, "{ ")
+		if end > 0 {
+			names[line[:end]] = true
+		}
+	}
+	return names
+}
+
+// missingMetrics returns, for each query that names a metric not in
+// served, the query and the metric.
+func missingMetrics(queries []string, served map[string]bool) []string {
+	var missing []string
+	for _, q := range queries {
+		for _, name := range promMetrics(q) {
+			if !served[name] {
+				missing = append(missing, name+" in "+q)
+			}
+		}
+	}
+	return missing
+}
+
+// TestPromMetrics holds the reading of a query's metric names to a table.
+func TestPromMetrics(t *testing.T) {
+	tests := []struct {
+		query string
+		want  []string
+	}{
+		{`min(keypool_store_healthy)`, []string{"keypool_store_healthy"}},
+		{`sum by (keypool_outcome) (rate(keypool_requests_total{keypool_provider=~"$provider",keypool_outcome="rate"}[$__rate_interval]))`, []string{"keypool_requests_total"}},
+		{`histogram_quantile(0.95, sum by (le) (rate(keypool_wait_duration_seconds_bucket[5m])))`, []string{"keypool_wait_duration_seconds_bucket"}},
+		{`60 * sum(rate(keypool_tokens_total[1m])) / on(keypool_key_id) group_left keypool_limit_learned{keypool_limit_axis="tpm"}`, []string{"keypool_tokens_total", "keypool_limit_learned"}},
+		{`label_values(keypool_requests_total, keypool_provider)`, []string{"keypool_requests_total"}},
+		{`up == 1 and keypool_keys_available > 1e3`, []string{"up", "keypool_keys_available"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.query, func(t *testing.T) {
+			assert.Equal(t, tt.want, promMetrics(tt.query))
+		})
+	}
+}
+
+// TestGrafanaDashboardMetricsExist starts keypool serve, the built
+// command, in front of the fake vendor, sends it requests that make every
+// kind of metric — answers, a revoked key's bench, tokens, spend by
+// prices, a vendor's stated limits and use, a wait for a key — scrapes
+// /metrics, and finds each metric every query of
+// deploy/grafana-dashboard.json names among the series served. A query
+// naming a metric the proxy does not serve fails it.
+func TestGrafanaDashboardMetricsExist(t *testing.T) {
+	queries := dashboardQueries(t)
+	require.NotEmpty(t, queries)
+
+	sim := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Keys: []vendorsim.Key{
+		{Secret: "sk-dash-a", ID: "a", Limits: vendorsim.Limits{RPM: 1000, TPM: 1000000}, Latency: 200 * time.Millisecond},
+		{Secret: "sk-dash-gone", ID: "gone", Revoked: true},
+	}})
+	t.Cleanup(sim.Close)
+	const operator = "kp-operator-token-of-the-dashboard"
+	p := startServe(t, fmt.Sprintf(`proxy_tokens: [%q]
+operator_tokens: [%q]
+state: %s
+upstreams:
+  - name: openai
+    url: %s
+    wait: 5s
+    limits: {in_flight: 1}
+    prices: {gpt-4o-mini: {input: 0.15, output: 0.60, max_output: 1000}}
+    keys:
+      - {id: a, secret: sk-dash-a, budget: {per_day: 100}}
+      - {id: gone, secret: sk-dash-gone}
+`, proxyToken, operator, t.TempDir(), sim.URL()))
+	base := "http://" + p.addr
+	// One key, at most one request on it at once, and 200 ms an answer: of
+	// requests sent together, all but one wait for it.
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Go(func() {
+			resp, err := chat(t, base, false)
+			if assert.NoError(t, err) {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				assert.Equal(t, http.StatusOK, resp.StatusCode)
+			}
+		})
+	}
+	wg.Wait()
+
+	status, body := get(t, base+"/metrics", nil, http.Header{"Authorization": {"Bearer " + operator}})
+	require.Equal(t, http.StatusOK, status, body)
+	served := scrapedNames(body)
+	assert.Empty(t, missingMetrics(queries, served), "metrics the dashboard names that /metrics does not serve")
+	// The check can fail: a name one suffix off is missing.
+	assert.Equal(t, []string{"keypool_wait_duration_bucket in rate(keypool_wait_duration_bucket[5m])"},
+		missingMetrics([]string{"rate(keypool_wait_duration_bucket[5m])"}, served))
 }
