@@ -12,6 +12,8 @@
 # default keypool-state, lands there too: it is the working directory).
 
 # The build: the same go build as .ci/run's, a static binary without cgo.
+# From a clone, the context's .git lets it stamp the commit and the tag
+# that keypool version prints.
 FROM golang:1.26 AS build
 WORKDIR /src
 COPY go.mod go.sum ./

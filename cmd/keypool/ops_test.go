@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
@@ -211,6 +212,35 @@ func TestVersion(t *testing.T) {
 	info = &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"}}
 	assert.Equal(t, "keypool (devel) go1.26.8 "+runtime.GOOS+"/"+runtime.GOARCH, versionText(info, true))
 	assert.Contains(t, versionText(nil, false), "no build information")
+}
+
+// TestVersionOfBuild builds the command from the repository with VCS
+// stamping and holds what keypool version prints to git's word: the
+// revision checked out, "(modified)" exactly when git status lists a
+// change, and the module version go build derives from them (v0.0.0-…,
+// or the tag at the revision). go build stamps nothing in a git worktree,
+// whose .git is a file, so there the test is skipped.
+func TestVersionOfBuild(t *testing.T) {
+	bin := keypoolBinary(t)
+	root := repoRoot(t)
+	if st, err := os.Stat(filepath.Join(root, ".git")); err != nil || !st.IsDir() {
+		t.Skip("not a git clone (a worktree's .git is a file): go build stamps no VCS information")
+	}
+	git := func(args ...string) string {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = root
+		out, err := cmd.Output()
+		require.NoError(t, err, "git %v", args)
+		return strings.TrimSpace(string(out))
+	}
+	rev, modified := git("rev-parse", "HEAD"), git("status", "--porcelain") != ""
+
+	out, err := exec.Command(bin, "version").Output()
+	require.NoError(t, err)
+	got := string(out)
+	assert.True(t, strings.HasPrefix(got, "keypool v"), "a module version from the VCS: %s", got)
+	assert.Contains(t, got, " commit "+rev[:12]+" ")
+	assert.Equal(t, modified, strings.Contains(got, " (modified) "), "modified: %s", got)
 }
 
 // benchedAccountProxy is a proxy whose keys, of an account and not, have
