@@ -6,6 +6,7 @@
 //	keypool status   each key's benches and window use
 //	keypool unbench  lift a key's benches on a running proxy
 //	keypool reset-spend  forget what a key spent on a running proxy
+//	keypool health   whether a running proxy answers /healthz (a container's HEALTHCHECK)
 //	keypool version  which keypool this is
 //
 // Run "keypool help" for the commands and "keypool <command> -h" for their
@@ -62,6 +63,7 @@ func commands() []command {
 		{"status", "show each key's benches and window use, from a proxy or a state directory", runStatus},
 		{"unbench", "lift a key's benches on a running proxy", runUnbench},
 		{"reset-spend", "forget what a key spent on a running proxy", runResetSpend},
+		{"health", "ask a running proxy's /healthz: exit status 0 when it answers 200", runHealth},
 		{"version", "show keypool's version and how it was built", runVersion},
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"time"
 
 	"github.com/keypool-go/keypool"
 )
@@ -85,6 +86,54 @@ func (a keyAction) run(ctx context.Context, args []string, stdout, stderr io.Wri
 		return err
 	}
 	fmt.Fprintf(stdout, a.done+"\n", res.Key, res.Route)
+	return nil
+}
+
+// maxHealthAnswer bounds what health reads of /healthz's answer: a line.
+const maxHealthAnswer = 4 << 10
+
+func runHealth(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("health", "keypool health [-url URL] [-timeout 5s]",
+		"Asks a running proxy's /healthz, as a container's HEALTHCHECK does, and prints its answer. The exit\n"+
+			"status is 0 when it answers 200 — \"ok\", or \"degraded: …\" while its state store fails and it serves\n"+
+			"on, as a load balancer keeps it in rotation — and 1 when it answers otherwise or not at all.")
+	addr := fs.String("url", "http://127.0.0.1:8787", "a running proxy's base URL, as its clients use it")
+	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for the answer")
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return err
+	}
+	if *timeout <= 0 {
+		return usageError{fmt.Errorf("-timeout %v is not positive", *timeout)}
+	}
+	u, err := endpointURL(*addr, "healthz")
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return usageError{fmt.Errorf("-url: %v", err)}
+	}
+	// Marked as the proxy's own, a request to a base URL that does not
+	// reach the endpoint is refused, never forwarded upstream.
+	req.Header.Set(ownEndpointHeader, "healthz")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("no answer from %s (is keypool serve running there?): %v", u, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxHealthAnswer))
+	line, _, _ := strings.Cut(string(body), "\n")
+	line = strings.TrimSpace(oneLine.Replace(line))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s answered %s: %s", u, resp.Status, line)
+	}
+	fmt.Fprintln(stdout, line)
 	return nil
 }
 

@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
@@ -164,6 +166,40 @@ func TestUnbenchCommand(t *testing.T) {
 	}
 }
 
+func TestHealth(t *testing.T) {
+	base, _, store, _ := failingStoreProxy(t)
+	status, stdout, stderr := runKeypool(t, "health", "-url", base+"/v1")
+	assert.Equal(t, 0, status, stderr)
+	assert.Equal(t, "ok\n", stdout)
+
+	store.fail(errors.New("redisstore: redis unavailable"))
+	status, stdout, stderr = runKeypool(t, "health", "-url", base)
+	assert.Equal(t, 0, status, "a degraded proxy serves on: %s", stderr)
+	assert.Equal(t, "degraded: state store: redisstore: redis unavailable\n", stdout)
+
+	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		assert.Equal(t, "/healthz", r.URL.Path)
+		assert.Equal(t, "healthz", r.Header.Get(ownEndpointHeader), "marked as the proxy's own")
+		http.Error(w, "down\nfor good", http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(failing.Close)
+	status, stdout, stderr = runKeypool(t, "health", "-url", failing.URL)
+	assert.Equal(t, 1, status)
+	assert.Empty(t, stdout)
+	assert.Equal(t, "keypool health: "+failing.URL+"/healthz answered 503 Service Unavailable: down\n", stderr)
+
+	failing.Close()
+	status, _, stderr = runKeypool(t, "health", "-url", failing.URL, "-timeout", "2s")
+	assert.Equal(t, 1, status)
+	assert.Contains(t, stderr, "no answer from "+failing.URL+"/healthz")
+
+	status, _, stderr = runKeypool(t, "health", "-timeout", "0s")
+	assert.Equal(t, exitUsage, status)
+	assert.Contains(t, stderr, "-timeout 0s is not positive")
+	status, _, _ = runKeypool(t, "health", "-url", "127.0.0.1:8787")
+	assert.Equal(t, exitUsage, status)
+}
+
 func TestVersion(t *testing.T) {
 	status, stdout, _ := runKeypool(t, "version")
 	assert.Equal(t, 0, status)
@@ -176,6 +212,35 @@ func TestVersion(t *testing.T) {
 	info = &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"}}
 	assert.Equal(t, "keypool (devel) go1.26.8 "+runtime.GOOS+"/"+runtime.GOARCH, versionText(info, true))
 	assert.Contains(t, versionText(nil, false), "no build information")
+}
+
+// TestVersionOfBuild builds the command from the repository with VCS
+// stamping and holds what keypool version prints to git's word: the
+// revision checked out, "(modified)" exactly when git status lists a
+// change, and the module version go build derives from them (v0.0.0-…,
+// or the tag at the revision). go build stamps nothing in a git worktree,
+// whose .git is a file, so there the test is skipped.
+func TestVersionOfBuild(t *testing.T) {
+	bin := keypoolBinary(t)
+	root := repoRoot(t)
+	if st, err := os.Stat(filepath.Join(root, ".git")); err != nil || !st.IsDir() {
+		t.Skip("not a git clone (a worktree's .git is a file): go build stamps no VCS information")
+	}
+	git := func(args ...string) string {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = root
+		out, err := cmd.Output()
+		require.NoError(t, err, "git %v", args)
+		return strings.TrimSpace(string(out))
+	}
+	rev, modified := git("rev-parse", "HEAD"), git("status", "--porcelain") != ""
+
+	out, err := exec.Command(bin, "version").Output()
+	require.NoError(t, err)
+	got := string(out)
+	assert.True(t, strings.HasPrefix(got, "keypool v"), "a module version from the VCS: %s", got)
+	assert.Contains(t, got, " commit "+rev[:12]+" ")
+	assert.Equal(t, modified, strings.Contains(got, " (modified) "), "modified: %s", got)
 }
 
 // benchedAccountProxy is a proxy whose keys, of an account and not, have

@@ -49,7 +49,9 @@ var (
 	buildErr  error
 )
 
-// keypoolBinary builds the command once, for the tests that need it.
+// keypoolBinary builds the command once, for the tests that need it, with
+// VCS stamping whatever GOFLAGS says, as TestVersionOfBuild reads it (go
+// build stamps nothing in a git worktree, and does not fail there).
 func keypoolBinary(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
@@ -61,7 +63,7 @@ func keypoolBinary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(binDir, "keypool")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		out, err := exec.Command("go", "build", "-buildvcs=true", "-o", binPath, ".").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
