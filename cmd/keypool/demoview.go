@@ -153,6 +153,9 @@ func (v *view) keyTable(d *demo, stats []keypool.KeyStats, now time.Time, wide b
 			if m.Minute.RequestsLearned {
 				learned = append(learned, fmt.Sprintf("* %s: learned RPM %d from the vendor's headers (configured %d)\n", k.ID, m.Learned.RPM, m.Configured.RPM))
 			}
+			if m.Learned.RPD != 0 && (m.Configured.RPD == 0 || m.Learned.RPD < m.Configured.RPD) {
+				learned = append(learned, fmt.Sprintf("* %s: learned a daily quota of %d from the vendor's headers\n", k.ID, m.Learned.RPD))
+			}
 		}
 		if wide {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", k.ID, tier(k.Paid), stateWords(k, now), st.Sent, st.Answers[keypool.KindNone], minuteUse(k, d.keys[i]))

@@ -140,6 +140,8 @@ func TestDemoLearnsAKeysLimit(t *testing.T) {
 	assert.Regexp(t, `free-2\s+free\s+serving\s+\d+\s+\d+\s+\d+/12\*\n`, live, "the minute against the learned limit, starred")
 	assert.Contains(t, live, "* free-2: learned RPM 12 from the vendor's headers (configured 20)\n")
 	assert.Contains(t, live, "learned free-2's limit from the vendor's headers: 12 a minute (configured 20)", "an event")
+	assert.Contains(t, live, "free-4: learned a daily quota of 5 from the vendor's headers\n", "free-4's quota is the day's")
+	assert.NotContains(t, live, "free-4: learned RPM", "a quota resetting in hours is no minute's limit")
 
 	ll, ok, before, after := d.learning.learnedOf("free-2")
 	require.True(t, ok, "the pool learned free-2's limit")
