@@ -135,7 +135,9 @@
     const dy = m.day;
     const rows = [bar("requests this minute", mn.requests, mn.requests_limit, mn.requests_limit_learned)];
     if (mn.tokens_limit) rows.push(bar("tokens this minute", mn.tokens, mn.tokens_limit, mn.tokens_limit_learned));
-    if (dy.requests_limit || !mn.requests_limit) rows.push(bar("requests today", dy.requests, dy.requests_limit, dy.requests_limit_learned));
+    // Without a daily limit the pool counts no day: a 0 there would be
+    // a count it never kept.
+    if (dy.requests_limit || dy.requests) rows.push(bar("requests today", dy.requests, dy.requests_limit, dy.requests_limit_learned));
     if (dy.tokens_limit) rows.push(bar("tokens today", dy.tokens, dy.tokens_limit, dy.tokens_limit_learned));
     // A request that names no model (a list of models, a file upload) is
     // counted under the empty name.
