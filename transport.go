@@ -324,7 +324,16 @@ func (p *Pool) release(ctx context.Context, l *lease) {
 // and returns what it counted: u within what the request could have used
 // (usageReport.clamp).
 func (p *Pool) settle(ctx context.Context, c *charge, u usageReport) usageReport {
+	return p.settleFor(ctx, c, u, usedOf(ctx))
+}
+
+// settleFor is settle, telling used (NotifyUsed; nil: no one) what it
+// counted.
+func (p *Pool) settleFor(ctx context.Context, c *charge, u usageReport, used func(Used)) usageReport {
 	if !p.needTokens() && c.price == nil {
+		if used != nil {
+			used(Used{Provider: p.provider, KeyID: c.key.ID, Model: c.model, Tokens: u.clamp(c.bound).total()})
+		}
 		return u
 	}
 	u = u.clamp(c.bound)
@@ -334,6 +343,9 @@ func (p *Pool) settle(ctx context.Context, c *charge, u usageReport) usageReport
 		p.tel.spent(ctx, c.key, c.model, cost)
 	}
 	p.storeResult(opSettle, c.reservation.Settle(ctx, u.total(), cost))
+	if used != nil {
+		used(Used{Provider: p.provider, KeyID: c.key.ID, Model: c.model, Tokens: u.total(), Cost: cost})
+	}
 	return u
 }
 
@@ -341,7 +353,8 @@ func (p *Pool) settle(ctx context.Context, c *charge, u usageReport) usageReport
 // estimate of its lease: as the caller reads a successful body, through m,
 // or at once (nothing used) for an answer that is not a success.
 func (p *Pool) meter(l *lease, resp *http.Response, m *meteredBody) {
-	if !p.needTokens() && l.price == nil {
+	used := usedOf(resp.Request.Context())
+	if !p.needTokens() && l.price == nil && used == nil {
 		return
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
@@ -351,7 +364,7 @@ func (p *Pool) meter(l *lease, resp *http.Response, m *meteredBody) {
 	}
 	// Fields set one by one, m being zero: a struct written whole into the
 	// heap goes through the collector's bulk barrier while it marks.
-	m.pool, m.charge = p, l.charge()
+	m.pool, m.charge, m.used = p, l.charge(), used
 	m.start(resp.Body, resp.Header, m)
 	resp.Body = m
 }
@@ -362,6 +375,7 @@ type meteredBody struct {
 	usageBody
 	pool   *Pool
 	charge charge
+	used   func(Used) // NotifyUsed's, from the request's context; nil: none
 }
 
 func (m *meteredBody) settle(u usageReport, ok bool) {
@@ -369,8 +383,11 @@ func (m *meteredBody) settle(u usageReport, ok bool) {
 		return // the estimate stands
 	}
 	ctx := context.Background() // the request's context may be over by now
-	u = m.pool.settle(ctx, &m.charge, u)
-	m.pool.counted(ctx, m.charge.key, m.charge.model, u.total())
+	u = m.pool.settleFor(ctx, &m.charge, u, m.used)
+	if m.pool.needTokens() || m.charge.price != nil {
+		// Metered for the pool's own count, not only for NotifySettle's.
+		m.pool.counted(ctx, m.charge.key, m.charge.model, u.total())
+	}
 }
 
 // redact returns err with the key's secret removed from its text, for a key
