@@ -26,6 +26,8 @@ type requestRecord struct {
 	mu        sync.Mutex // guards the fields below
 	forwarded bool       // the request was for an upstream, not an own endpoint
 	refused   string     // why the proxy answered itself: "no_key", "refused"
+	client    string     // the client whose token the request presented
+	tag       string     // its tag, as counted (clients.go)
 	route     string     // of the last attempt
 	key       string
 	model     string
@@ -89,6 +91,8 @@ func (s *server) logRequest(r *http.Request, rec *requestRecord, status int, too
 	s.log.LogAttrs(r.Context(), level, "request",
 		slog.String("method", r.Method),
 		slog.String("path", boundedPath(r.URL.Path)),
+		slog.String("client", rec.client),
+		slog.String("tag", rec.tag),
 		slog.String("route", rec.route),
 		slog.String("key", rec.key),
 		slog.String("model", rec.model),
