@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -390,4 +391,64 @@ func TestConfigClients(t *testing.T) {
 		assert.Equal(t, time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC), got.expires)
 		assert.True(t, bytes.Equal([]byte("kp-client-token-1"), got.token))
 	})
+}
+
+// Two replicas sharing one Redis hold one client budget between them: a
+// client sending through both at once, eight requests at a time, spends
+// no more than its budget by the overruns of the answers in flight when
+// it filled (each answer's use beyond its reserve), the bound a key's
+// budget keeps; and either replica's /status shows the spend both made.
+func TestClientBudgetAcrossReplicas(t *testing.T) {
+	mr := miniredis.RunT(t)
+	sim := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Keys: []vendorsim.Key{{Secret: "sk-alpha-1", ID: "a1"}}})
+	t.Cleanup(sim.Close)
+	conf := fmt.Sprintf(`
+proxy_tokens: [%q]
+operator_tokens: [%q]
+state: redis://%s/0
+replicas: 2
+clients:
+  - {name: spender, token: %s, budget: {per_day: 0.45}}
+upstreams:
+  - name: alpha
+    url: %s
+    prices: {gpt-4o-mini: {input: 1000, output: 2000}}
+    keys: [{id: a1, secret: sk-alpha-1}]
+`, proxyToken, operatorToken, mr.Addr(), clientTokens["spender"], sim.URL())
+	first, _ := startProxy(t, conf)
+	second, _ := startProxy(t, conf)
+	body := `{"model":"gpt-4o-mini","max_tokens":64,"messages":[{"role":"user","content":"Say hello."}]}`
+	info := keypool.ReadRequest("/v1/chat/completions", []byte(body))
+	reserve, _ := keypool.Price{Input: 1000, Output: 2000}.Reserve(info, keypool.DefaultEstimate(info))
+	const senders = 8
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	statuses := map[int]int{}
+	for i := range senders {
+		wg.Go(func() {
+			addr := strings.TrimPrefix(first, "http://")
+			if i%2 == 1 {
+				addr = strings.TrimPrefix(second, "http://")
+			}
+			for range 5 {
+				a := clientSend(t, addr, clientTokens["spender"], "gpt-4o-mini", "")
+				mu.Lock()
+				statuses[a.status]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	ok := statuses[http.StatusOK]
+	assert.Equal(t, senders*5, ok+statuses[http.StatusTooManyRequests], "answers other than 200 and 429: %v", statuses)
+	assert.GreaterOrEqual(t, ok, 2, "the budget holds two requests' reserves at once")
+	spent := float64(ok) * spendCost
+	overrun := spendCost - float64(reserve)/1e6
+	assert.LessOrEqual(t, spent, 0.45+senders*overrun+1e-9, "%d served: spend %.3f over the budget by more than %d overruns", ok, spent, senders)
+	assert.Equal(t, int64(ok), sim.Totals().Served)
+	for _, base := range []string{first, second} {
+		c := clientsOf(t, strings.TrimPrefix(base, "http://"))["spender"]
+		require.NotNil(t, c.Spent)
+		assert.InDelta(t, spent, c.Spent.PerDay, 1e-6, "the shared spend, as %s shows it", base)
+	}
 }
