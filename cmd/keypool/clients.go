@@ -142,7 +142,8 @@ func (s *server) admit(w http.ResponseWriter, r *http.Request, cl *client) (_ *h
 	call := &clientCall{client: cl, tag: cl.use.bounded(tag, now)}
 	recordOf(r.Context()).set(func(rec *requestRecord) { rec.client, rec.tag = cl.name, call.tag })
 	var info keypool.RequestInfo
-	if cl.models != nil || cl.limited() {
+	if cl.models != nil || cl.limits.TPM > 0 || cl.limits.TPD > 0 || cl.budget != (keypool.Budget{}) {
+		// Only these need the body: a request's model, or its estimate.
 		if info, ok = s.readForClient(w, r); !ok {
 			return nil, nil, false
 		}
@@ -153,7 +154,7 @@ func (s *server) admit(w http.ResponseWriter, r *http.Request, cl *client) (_ *h
 		if info.Model == "" {
 			msg = fmt.Sprintf("keypool: the request names no model, and client %s may use only the models %q", cl.name, cl.models)
 		}
-		writeError(w, http.StatusForbidden, "permission_error", msg, nil)
+		writeError(w, http.StatusForbidden, "permission_error", s.redact.String(msg), nil)
 		return nil, nil, false
 	}
 	var res keypool.Reservation
@@ -228,7 +229,7 @@ func (s *server) takeForClient(w http.ResponseWriter, r *http.Request, cl *clien
 		if !ok {
 			refused(r, "refused")
 			writeError(w, http.StatusBadRequest, "invalid_request_error",
-				fmt.Sprintf("keypool: the model %q has no price in the upstreams client %s reaches, and the client has a budget", cut(info.Model, 64), cl.name), nil)
+				s.redact.String(fmt.Sprintf("keypool: the model %q has no price in the upstreams client %s reaches, and the client has a budget", cut(info.Model, 64), cl.name)), nil)
 			return nil, false
 		}
 		claim.Cost, claim.Unbounded = price.Reserve(info, estimate)

@@ -390,6 +390,7 @@ func TestConfigClients(t *testing.T) {
 		assert.Equal(t, []string{"priced"}, got.routes)
 		assert.Equal(t, time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC), got.expires)
 		assert.True(t, bytes.Equal([]byte("kp-client-token-1"), got.token))
+		assert.Contains(t, s.warnings, "operator_tokens is not set, nor proxy_tokens: no token may read /status, /metrics and the status page, nor unbench keys (a client's never does); give operators tokens of their own in operator_tokens")
 	})
 }
 

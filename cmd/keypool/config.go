@@ -473,7 +473,10 @@ func (c *config) resolve(env func(string) (string, bool)) (*settings, error) {
 			m.addf(fmt.Sprintf("operator_tokens[%d]", i), "the same token as proxy_tokens[%d]: an operator's token is its own, apart from the clients'", j)
 		}
 	}
-	if len(c.OperatorTokens) == 0 {
+	switch {
+	case len(c.OperatorTokens) == 0 && len(c.ProxyTokens) == 0:
+		s.warnings = append(s.warnings, "operator_tokens is not set, nor proxy_tokens: no token may read /status, /metrics and the status page, nor unbench keys (a client's never does); give operators tokens of their own in operator_tokens")
+	case len(c.OperatorTokens) == 0:
 		s.warnings = append(s.warnings, "operator_tokens is not set: every proxy token may read /status, /metrics and the status page, and unbench keys; give operators tokens of their own in operator_tokens")
 	}
 	if len(c.Upstreams) == 0 {
