@@ -90,7 +90,8 @@ func (s *server) clientFor(presented []string) *client {
 // clientCall is what the proxy knows of one client's request as it goes.
 type clientCall struct {
 	client *client
-	tag    string // as counted: "" for none, otherTag beyond the bound
+	tag    string              // as counted: "" for none, otherTag beyond the bound
+	res    keypool.Reservation // what its windows and budget recorded; nil: none
 
 	mu       sync.Mutex // guards the fields below
 	used     keypool.Used
@@ -121,31 +122,33 @@ func (c *clientCall) unanswered() {
 	}
 }
 
-// admit holds a client's rules for r before it goes on. It returns the
-// request to forward and a function to call once its answer is written,
-// or ok false when it answered r itself.
-func (s *server) admit(w http.ResponseWriter, r *http.Request, cl *client) (_ *http.Request, done func(), ok bool) {
+// admit holds the rules of the client of call, which r's context
+// carries, for r before it goes on. It returns the request to forward, on
+// whose answer settleClient is to be called once it is written, or ok
+// false when it answered r itself.
+func (s *server) admit(w http.ResponseWriter, r *http.Request, call *clientCall) (_ *http.Request, ok bool) {
+	cl := call.client
 	now := s.now()
 	if !cl.expires.IsZero() && !now.Before(cl.expires) {
 		refused(r, "expired")
 		writeError(w, http.StatusUnauthorized, "authentication_error",
 			fmt.Sprintf("keypool: the token of client %s expired at %s", cl.name, cl.expires.UTC().Format(time.RFC3339)), nil)
-		return nil, nil, false
+		return nil, false
 	}
 	tag, err := readTag(r.Header)
 	if err != nil {
 		refused(r, "refused")
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "keypool: "+err.Error(), nil)
-		return nil, nil, false
+		return nil, false
 	}
 	r.Header.Del(tagHeader)
-	call := &clientCall{client: cl, tag: cl.use.bounded(tag, now)}
+	call.tag = cl.use.bounded(tag, now)
 	recordOf(r.Context()).set(func(rec *requestRecord) { rec.client, rec.tag = cl.name, call.tag })
 	var info keypool.RequestInfo
 	if cl.models != nil || cl.limits.TPM > 0 || cl.limits.TPD > 0 || cl.budget != (keypool.Budget{}) {
 		// Only these need the body: a request's model, or its estimate.
 		if info, ok = s.readForClient(w, r); !ok {
-			return nil, nil, false
+			return nil, false
 		}
 	}
 	if cl.models != nil && !slices.Contains(cl.models, info.Model) {
@@ -155,18 +158,16 @@ func (s *server) admit(w http.ResponseWriter, r *http.Request, cl *client) (_ *h
 			msg = fmt.Sprintf("keypool: the request names no model, and client %s may use only the models %q", cl.name, cl.models)
 		}
 		writeError(w, http.StatusForbidden, "permission_error", s.redact.String(msg), nil)
-		return nil, nil, false
+		return nil, false
 	}
-	var res keypool.Reservation
 	if cl.limited() {
-		if res, ok = s.takeForClient(w, r, cl, info, now); !ok {
-			return nil, nil, false
+		if call.res, ok = s.takeForClient(w, r, cl, info, now); !ok {
+			return nil, false
 		}
 	}
-	ctx := context.WithValue(r.Context(), callKey{}, call)
-	ctx = keypool.NotifyUsed(ctx, call.settled)
+	ctx := keypool.NotifyUsed(r.Context(), call.settled)
 	ctx = keypool.OnlyRoutes(ctx, cl.routes...)
-	return r.WithContext(ctx), func() { s.settleClient(call, res) }, true
+	return r.WithContext(ctx), true
 }
 
 // readTag returns the tag a request's header names, "" for none, or an
@@ -293,7 +294,8 @@ func (s *server) overClientLimit(w http.ResponseWriter, r *http.Request, cl *cli
 // what a pool settled it (tokens, cost), or nothing when no upstream
 // answered; else its estimate stands, as a key's does. It counts the
 // request in the client's use.
-func (s *server) settleClient(call *clientCall, res keypool.Reservation) {
+func (s *server) settleClient(call *clientCall) {
+	res := call.res
 	call.mu.Lock()
 	used, heard, noAnswer := call.used, call.heard, call.noAnswer
 	call.mu.Unlock()
@@ -313,8 +315,8 @@ func (s *server) settleClient(call *clientCall, res keypool.Reservation) {
 	if noAnswer && !heard {
 		return // never reached an upstream: not the client's use
 	}
-	call.client.use.add(call.tag, s.now(), used.Tokens, used.Cost)
-	s.clientMeters.add(call.client.name, call.tag, used)
+	attrs := call.client.use.add(call.client.name, call.tag, s.now(), used.Tokens, used.Cost)
+	s.clientMeters.add(attrs, used)
 }
 
 // useCount is what a client used in a period: requests, the tokens their
@@ -332,6 +334,9 @@ type clientUse struct {
 	day, month time.Time  // the starts of the periods counted
 	today      map[string]*useCount
 	thisMonth  map[string]*useCount // its keys are the tags counted apart this month
+	// attrs are the metrics' attributes of each tag of thisMonth, made
+	// once: the client's name and the tag.
+	attrs map[string]metric.MeasurementOption
 }
 
 // roll starts new periods when now is past the ones counted. The caller
@@ -343,8 +348,19 @@ func (u *clientUse) roll(now time.Time) {
 		u.day, u.today = day, map[string]*useCount{}
 	}
 	if !month.Equal(u.month) || u.thisMonth == nil {
-		u.month, u.thisMonth = month, map[string]*useCount{}
+		u.month, u.thisMonth, u.attrs = month, map[string]*useCount{}, map[string]metric.MeasurementOption{}
 	}
+}
+
+// attributes returns the metrics' attributes of client's tag. The caller
+// holds u.mu, and has rolled it.
+func (u *clientUse) attributes(client, tag string) metric.MeasurementOption {
+	a, ok := u.attrs[tag]
+	if !ok {
+		a = metric.WithAttributeSet(attribute.NewSet(attribute.String("client", client), attribute.String("tag", tag)))
+		u.attrs[tag] = a
+	}
+	return a
 }
 
 // bounded returns tag, or otherTag when the client already counts
@@ -373,8 +389,9 @@ func (u *clientUse) bounded(tag string, now time.Time) string {
 	return tag
 }
 
-// add counts one request of tag at now.
-func (u *clientUse) add(tag string, now time.Time, tokens, micros int64) {
+// add counts one request of client's tag at now, and returns the
+// metrics' attributes of the tag.
+func (u *clientUse) add(client, tag string, now time.Time, tokens, micros int64) metric.MeasurementOption {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.roll(now)
@@ -388,6 +405,7 @@ func (u *clientUse) add(tag string, now time.Time, tokens, micros int64) {
 		c.Tokens += tokens
 		c.micros += micros
 	}
+	return u.attributes(client, tag)
 }
 
 // clientReport is a client in /status: its rules, and what it used today
@@ -485,13 +503,13 @@ func newClientMeters(m metric.Meter) (clientMeters, error) {
 	return c, err
 }
 
-// add counts one request of client under tag ("" for none).
-func (c clientMeters) add(client, tag string, u keypool.Used) {
+// add counts one request that used u, under attrs: its client and its tag
+// ("" for none).
+func (c clientMeters) add(attrs metric.MeasurementOption, u keypool.Used) {
 	if c.requests == nil {
 		return
 	}
 	ctx := context.Background()
-	attrs := metric.WithAttributes(attribute.String("client", client), attribute.String("tag", tag))
 	c.requests.Add(ctx, 1, attrs)
 	if u.Tokens > 0 {
 		c.tokens.Add(ctx, u.Tokens, attrs)

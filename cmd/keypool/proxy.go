@@ -78,10 +78,10 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request) {
 		aw.body = &requestBody{ReadCloser: http.MaxBytesReader(w, r.Body, s.settings.maxBody), rc: rc}
 		r.Body = aw.body
 	}
-	var done func() // the client's, once the answer is written
-	if cl, _ := r.Context().Value(clientKey{}).(*client); cl != nil {
+	call := callOf(r.Context())
+	if call != nil {
 		var ok bool
-		if r, done, ok = s.admit(aw, r, cl); !ok {
+		if r, ok = s.admit(aw, r, call); !ok {
 			if aw.body != nil {
 				_ = aw.body.Close()
 			}
@@ -89,8 +89,8 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.proxy.ServeHTTP(aw, r)
-	if done != nil {
-		defer done() // after the body's close below
+	if call != nil {
+		defer s.settleClient(call) // once the answer is written, after the body's close below
 	}
 	if aw.body != nil {
 		// Closed here, not after the handler returns: net/http, in full
@@ -113,8 +113,8 @@ func (s *server) tooLarge(w http.ResponseWriter) {
 
 // guard lets through requests that present a proxy token or a client's
 // token — as a bearer token, an x-api-key or x-goog-api-key header, or a
-// key query parameter, whichever the client's SDK sends — with the client
-// it names in their context (clients.go).
+// key query parameter, whichever the client's SDK sends — with the call of
+// the client it names in their context (clients.go).
 func (s *server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		presented := []string{
@@ -124,7 +124,7 @@ func (s *server) guard(next http.Handler) http.Handler {
 			queryKey(r.URL.RawQuery),
 		}
 		if c := s.clientFor(presented); c != nil {
-			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), clientKey{}, c)))
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callKey{}, &clientCall{client: c})))
 			return
 		}
 		// A client without the token gets nothing more on this connection.
@@ -133,9 +133,6 @@ func (s *server) guard(next http.Handler) http.Handler {
 		writeError(w, http.StatusUnauthorized, "authentication_error", "keypool: this proxy needs its proxy token, not an upstream key (nor an operator token, which does not forward)", nil)
 	})
 }
-
-// clientKey is the context key of the client a request's token names.
-type clientKey struct{}
 
 // queryKey returns the value of the first key parameter of a raw query,
 // without parsing the rest.
