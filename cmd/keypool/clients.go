@@ -90,7 +90,7 @@ func (s *server) clientFor(presented []string) *client {
 // clientCall is what the proxy knows of one client's request as it goes.
 type clientCall struct {
 	client *client
-	tag    string              // as counted: "" for none, otherTag beyond the bound
+	tag    string              // as the request gave it: "" for none
 	res    keypool.Reservation // what its windows and budget recorded; nil: none
 
 	mu       sync.Mutex // guards the fields below
@@ -142,8 +142,8 @@ func (s *server) admit(w http.ResponseWriter, r *http.Request, call *clientCall)
 		return nil, false
 	}
 	r.Header.Del(tagHeader)
-	call.tag = cl.use.bounded(tag, now)
-	recordOf(r.Context()).set(func(rec *requestRecord) { rec.client, rec.tag = cl.name, call.tag })
+	call.tag = tag
+	recordOf(r.Context()).set(func(rec *requestRecord) { rec.client, rec.tag = cl.name, tag })
 	var info keypool.RequestInfo
 	if cl.models != nil || cl.limits.TPM > 0 || cl.limits.TPD > 0 || cl.budget != (keypool.Budget{}) {
 		// Only these need the body: a request's model, or its estimate.
@@ -364,14 +364,12 @@ func (u *clientUse) attributes(client, tag string) metric.MeasurementOption {
 }
 
 // bounded returns tag, or otherTag when the client already counts
-// maxTagsPerClient others apart this month.
-func (u *clientUse) bounded(tag string, now time.Time) string {
+// maxTagsPerClient others apart this month. The caller holds u.mu, and
+// has rolled it.
+func (u *clientUse) bounded(tag string) string {
 	if tag == "" {
 		return ""
 	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	u.roll(now)
 	if _, ok := u.thisMonth[tag]; ok {
 		return tag
 	}
@@ -385,16 +383,17 @@ func (u *clientUse) bounded(tag string, now time.Time) string {
 	if tags >= maxTagsPerClient {
 		return otherTag
 	}
-	u.thisMonth[tag] = &useCount{}
 	return tag
 }
 
-// add counts one request of client's tag at now, and returns the
-// metrics' attributes of the tag.
+// add counts one request of client's tag at now — under otherTag when
+// the client counts as many others apart this month as it may — and
+// returns the metrics' attributes of the tag it counted under.
 func (u *clientUse) add(client, tag string, now time.Time, tokens, micros int64) metric.MeasurementOption {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.roll(now)
+	tag = u.bounded(tag)
 	for _, m := range []map[string]*useCount{u.today, u.thisMonth} {
 		c := m[tag]
 		if c == nil {
