@@ -327,12 +327,12 @@ func (p *Pool) settle(ctx context.Context, c *charge, u usageReport) usageReport
 	return p.settleFor(ctx, c, u, usedOf(ctx))
 }
 
-// settleFor is settle, telling used (NotifyUsed; nil: no one) what it
+// settleFor is settle, telling used (NotifySettle; nil: no one) what it
 // counted.
-func (p *Pool) settleFor(ctx context.Context, c *charge, u usageReport, used func(Used)) usageReport {
+func (p *Pool) settleFor(ctx context.Context, c *charge, u usageReport, used func(Settlement)) usageReport {
 	if !p.needTokens() && c.price == nil {
 		if used != nil {
-			used(Used{Provider: p.provider, KeyID: c.key.ID, Model: c.model, Tokens: u.clamp(c.bound).total()})
+			used(Settlement{Provider: p.provider, KeyID: c.key.ID, Model: c.model, Tokens: u.clamp(c.bound).total()})
 		}
 		return u
 	}
@@ -344,7 +344,7 @@ func (p *Pool) settleFor(ctx context.Context, c *charge, u usageReport, used fun
 	}
 	p.storeResult(opSettle, c.reservation.Settle(ctx, u.total(), cost))
 	if used != nil {
-		used(Used{Provider: p.provider, KeyID: c.key.ID, Model: c.model, Tokens: u.total(), Cost: cost})
+		used(Settlement{Provider: p.provider, KeyID: c.key.ID, Model: c.model, Tokens: u.total(), Cost: cost})
 	}
 	return u
 }
@@ -364,8 +364,14 @@ func (p *Pool) meter(l *lease, resp *http.Response, m *meteredBody) {
 	}
 	// Fields set one by one, m being zero: a struct written whole into the
 	// heap goes through the collector's bulk barrier while it marks.
-	m.pool, m.charge, m.used = p, l.charge(), used
-	m.start(resp.Body, resp.Header, m)
+	m.pool, m.charge = p, l.charge()
+	var s settler = m
+	if used != nil {
+		// Apart from m, which fits the exchange in its size class: only a
+		// request with NotifySettle pays for it.
+		s = &notifiedBody{m: m, used: used}
+	}
+	m.start(resp.Body, resp.Header, s)
 	resp.Body = m
 }
 
@@ -375,15 +381,26 @@ type meteredBody struct {
 	usageBody
 	pool   *Pool
 	charge charge
-	used   func(Used) // NotifyUsed's, from the request's context; nil: none
 }
 
-func (m *meteredBody) settle(u usageReport, ok bool) {
+func (m *meteredBody) settle(u usageReport, ok bool) { m.settleFor(u, ok, nil) }
+
+// notifiedBody is the settler of a metered body whose request's context
+// carries a NotifySettle function.
+type notifiedBody struct {
+	m    *meteredBody
+	used func(Settlement)
+}
+
+func (n *notifiedBody) settle(u usageReport, ok bool) { n.m.settleFor(u, ok, n.used) }
+
+// settleFor settles the body's charge at u, telling used (nil: no one).
+func (m *meteredBody) settleFor(u usageReport, ok bool, used func(Settlement)) {
 	if !ok {
 		return // the estimate stands
 	}
 	ctx := context.Background() // the request's context may be over by now
-	u = m.pool.settleFor(ctx, &m.charge, u, m.used)
+	u = m.pool.settleFor(ctx, &m.charge, u, used)
 	if m.pool.needTokens() || m.charge.price != nil {
 		// Metered for the pool's own count, not only for NotifySettle's.
 		m.pool.counted(ctx, m.charge.key, m.charge.model, u.total())

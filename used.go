@@ -7,39 +7,31 @@ import (
 
 // A request's context may carry what the caller wants of it beyond the
 // pool's own rules: the routes a Fallback may send it to (OnlyRoutes), and
-// a function told what it used once its answer settles (NotifyUsed). A
+// a function told what it used once its answer settles (NotifySettle). A
 // proxy that serves several clients — each with its own windows, budget
 // and routes — holds them with these, the windows in the pool's Store.
 
-// Used is what one request used, as a Pool settled it: the route's provider,
-// the key and model that answered, the tokens the token windows count, and
-// what they cost at the model's price (WithPrices), in millionths of a US
-// dollar — 0 without a price.
-type Used struct {
-	Provider, KeyID, Model string
-	Tokens, Cost           int64
-}
-
 type usedKey struct{}
 
-// NotifyUsed returns a copy of ctx under which a Pool's Transport (and so a
-// Fallback) tells f what a request sent with it used, each time the pool
-// settles it: at zero when a key refused it or its answer was not a success,
-// and at what the vendor reported once a success's body is read (or closed).
-// The last call counts; an answer that reports no usage settles nothing, so
-// f may not be called for it. f runs on the goroutine that reads the body
-// or sends the request, and must be quick; it never receives a secret. A
-// nil f changes nothing.
-func NotifyUsed(ctx context.Context, f func(Used)) context.Context {
+// NotifySettle returns a copy of ctx under which a Pool's Transport (and so
+// a Fallback) tells f what a request sent with it used, each time the pool
+// settles it: at zero when a key refused it or its answer was not a
+// success, and at what the vendor reported once a success's body is read
+// (or closed) — with its Cost, unlike OnSettle, and whether or not the
+// pool counts tokens itself. The last call counts; an answer that reports
+// no usage settles nothing, so f may not be called for it. f runs on the
+// goroutine that reads the body or sends the request, and must be quick;
+// it never receives a secret. A nil f changes nothing.
+func NotifySettle(ctx context.Context, f func(Settlement)) context.Context {
 	if f == nil {
 		return ctx
 	}
 	return context.WithValue(ctx, usedKey{}, f)
 }
 
-// usedOf returns the function NotifyUsed put in ctx, or nil.
-func usedOf(ctx context.Context) func(Used) {
-	f, _ := ctx.Value(usedKey{}).(func(Used))
+// usedOf returns the function NotifySettle put in ctx, or nil.
+func usedOf(ctx context.Context) func(Settlement) {
+	f, _ := ctx.Value(usedKey{}).(func(Settlement))
 	return f
 }
 

@@ -37,10 +37,10 @@ func TestOnlyRoutesKeepsARequestOffOtherRoutes(t *testing.T) {
 	assert.Equal(t, int64(1), simA.Totals().Requests, "requests free-a received with no names")
 }
 
-// NotifyUsed hears what a request used once its answer's body is read,
+// NotifySettle hears what a request used once its answer's body is read,
 // with the cost at the model's price, even when the pool counts neither
 // tokens nor spend itself.
-func TestNotifyUsedHearsTheSettledUse(t *testing.T) {
+func TestNotifySettleHearsTheSettledUse(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		opts     []Option
@@ -57,14 +57,14 @@ func TestNotifyUsedHearsTheSettledUse(t *testing.T) {
 			route.Pool = pool
 			fb, err := NewFallback([]Route{route}, WithClock(clock.Now))
 			require.NoError(t, err)
-			var got []Used
+			var got []Settlement
 			req := chatRequest(t, "gpt-4o-mini")
-			req = req.WithContext(NotifyUsed(req.Context(), func(u Used) { got = append(got, u) }))
+			req = req.WithContext(NotifySettle(req.Context(), func(u Settlement) { got = append(got, u) }))
 			resp, err := fb.RoundTrip(req)
 			require.NoError(t, err)
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
-			require.Len(t, got, 1, "NotifyUsed calls")
+			require.Len(t, got, 1, "NotifySettle calls")
 			assert.Equal(t, "sim", got[0].Provider)
 			assert.Equal(t, "k1", got[0].KeyID)
 			assert.Positive(t, got[0].Tokens, "tokens the answer reported")

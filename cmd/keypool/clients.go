@@ -94,8 +94,8 @@ type clientCall struct {
 	res    keypool.Reservation // what its windows and budget recorded; nil: none
 
 	mu       sync.Mutex // guards the fields below
-	used     keypool.Used
-	heard    bool // a pool settled the request (NotifyUsed)
+	used     keypool.Settlement
+	heard    bool // a pool settled the request (NotifySettle)
 	noAnswer bool // the proxy answered it itself: no upstream's answer came
 }
 
@@ -107,7 +107,7 @@ func callOf(ctx context.Context) *clientCall {
 	return c
 }
 
-func (c *clientCall) settled(u keypool.Used) {
+func (c *clientCall) settled(u keypool.Settlement) {
 	c.mu.Lock()
 	c.used, c.heard = u, true
 	c.mu.Unlock()
@@ -165,7 +165,7 @@ func (s *server) admit(w http.ResponseWriter, r *http.Request, call *clientCall)
 			return nil, false
 		}
 	}
-	ctx := keypool.NotifyUsed(r.Context(), call.settled)
+	ctx := keypool.NotifySettle(r.Context(), call.settled)
 	ctx = keypool.OnlyRoutes(ctx, cl.routes...)
 	return r.WithContext(ctx), true
 }
@@ -504,7 +504,7 @@ func newClientMeters(m metric.Meter) (clientMeters, error) {
 
 // add counts one request that used u, under attrs: its client and its tag
 // ("" for none).
-func (c clientMeters) add(attrs metric.MeasurementOption, u keypool.Used) {
+func (c clientMeters) add(attrs metric.MeasurementOption, u keypool.Settlement) {
 	if c.requests == nil {
 		return
 	}

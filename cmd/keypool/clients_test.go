@@ -100,8 +100,8 @@ func clientSend(t *testing.T, addr, token, model, tag string) clientAnswer {
 	return clientAnswer{resp.StatusCode, resp.Header.Get("Retry-After"), string(b)}
 }
 
-// served returns the requests the vendors served.
-func served(sims ...*vendorsim.Server) int64 {
+// servedBy returns the requests the vendors served, together.
+func servedBy(sims ...*vendorsim.Server) int64 {
 	var n int64
 	for _, s := range sims {
 		n += s.Totals().Served
@@ -150,7 +150,7 @@ func TestClientOwnLimitRefusesBeforeAnyKey(t *testing.T) {
 	}
 	assert.Equal(t, 5, ok, "served")
 	assert.Equal(t, 3, refused, "refused by the client's limit")
-	assert.Equal(t, int64(5), served(alpha, beta), "what the vendors served")
+	assert.Equal(t, int64(5), servedBy(alpha, beta), "what the vendors served")
 	assert.Equal(t, http.StatusOK, clientSend(t, addr, proxyToken, "gpt-4o-mini", "").status, "a proxy token is a client without limits")
 
 	clock.set(clock.now().Add(61 * time.Second))
@@ -245,7 +245,7 @@ func TestClientBudgetPerDay(t *testing.T) {
 		ok++
 	}
 	assert.Equal(t, want, ok, "requests the budget admitted")
-	assert.Equal(t, int64(want), served(alpha, beta))
+	assert.Equal(t, int64(want), servedBy(alpha, beta))
 	require.Equal(t, http.StatusTooManyRequests, last.status, last.body)
 	assert.Equal(t, "3600", last.retryAfter, "Retry-After: to midnight UTC")
 	assert.Contains(t, last.body, "client spender has reached its daily limit or its budget")
@@ -273,7 +273,7 @@ func TestClientTokenWindowSettles(t *testing.T) {
 	a := clientSend(t, addr, clientTokens["metered"], "gpt-4o-mini", "")
 	assert.Equal(t, http.StatusTooManyRequests, a.status, a.body)
 	assert.Contains(t, a.body, "client metered has reached its per-minute limit")
-	assert.Equal(t, int64(1), served(alpha, beta))
+	assert.Equal(t, int64(1), servedBy(alpha, beta))
 	assert.Equal(t, int64(len(body)/4+64), clientsOf(t, addr)["metered"].Today.Tokens, "what the answer reported: its body's length / 4 and max_tokens")
 }
 
