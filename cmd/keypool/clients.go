@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"text/tabwriter"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -516,4 +517,42 @@ func (c clientMeters) add(attrs metric.MeasurementOption, u keypool.Settlement) 
 	if u.Cost > 0 {
 		c.spend.Add(ctx, float64(u.Cost)/1e6, attrs)
 	}
+}
+
+// printClients writes, for keypool status, what each client used today
+// and this month, and under each of its tags: a client without rules
+// that used nothing this month is left out.
+func printClients(w io.Writer, clients []clientReport) {
+	var shown []clientReport
+	for _, c := range clients {
+		if c.Month.Requests > 0 || c.Limits != nil || c.Budget != nil || c.Models != nil || c.Routes != nil || !c.Expires.IsZero() {
+			shown = append(shown, c)
+		}
+	}
+	if len(shown) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CLIENT\tTODAY\tTHIS MONTH")
+	for _, c := range shown {
+		today, month := c.Today.Spend, c.Month.Spend
+		var perDay, perMonth float64
+		if c.Spent != nil { // the store's, across replicas, against the budget
+			today, month = max(today, c.Spent.PerDay), max(month, c.Spent.PerMonth)
+		}
+		if c.Budget != nil {
+			perDay, perMonth = c.Budget.PerDay, c.Budget.PerMonth
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Name, useLine(c.Today, today, perDay), useLine(c.Month, month, perMonth))
+		for _, t := range c.Tags {
+			fmt.Fprintf(tw, "  tag %s\t%s\t%s\n", t.Tag, useLine(t.Today, t.Today.Spend, 0), useLine(t.Month, t.Month.Spend, 0))
+		}
+	}
+	tw.Flush()
+}
+
+// useLine says what was used: "12 requests, 3400 tokens, 0.12 of 2.00 USD".
+func useLine(u useReport, spend, limit float64) string {
+	return fmt.Sprintf("%s, %s, %s USD", count(int(u.Requests), "request"), count(int(u.Tokens), "token"), spentOf(spend, limit))
 }

@@ -259,6 +259,22 @@ func TestClientBudgetPerDay(t *testing.T) {
 	assert.Equal(t, http.StatusOK, clientSend(t, addr, clientTokens["spender"], "gpt-4o-mini", "").status, "the next day")
 }
 
+// keypool status shows each client with rules, or with use this month,
+// and its tags: requests, tokens and spend today and this month, a
+// budget's spend against it.
+func TestClientStatusCommand(t *testing.T) {
+	clock := newTestClock(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))
+	addr, _, _, _ := clientsProxy(t, clock)
+	require.Equal(t, http.StatusOK, clientSend(t, addr, clientTokens["spender"], "gpt-4o-mini", "nightly").status)
+	var out strings.Builder
+	require.NoError(t, runStatus(t.Context(), []string{"-url", "http://" + addr, "-token", operatorToken}, &out, io.Discard))
+	spend := strconv.FormatFloat(spendCost, 'f', 2, 64)
+	assert.Regexp(t, `\nCLIENT\s+TODAY\s+THIS MONTH\n`, out.String())
+	assert.Regexp(t, `\nspender\s+1 request, \d+ tokens, `+spend+` of 0\.45 USD\s+1 request, \d+ tokens, `+spend+` USD\n  tag nightly\s+1 request`, out.String())
+	assert.Regexp(t, `\ncapped\s+0 requests, 0 tokens, 0\.00 USD`, out.String(), "a client with rules, unused")
+	assert.NotContains(t, out.String(), "proxy_tokens[0]", "a proxy token unused this month")
+}
+
 // A client's token windows take each request's estimate, then settle it
 // at what the answer reported, as a key's do: at tpm 150, a request
 // estimated at 68 tokens that used 86 leaves no room for a second (the
