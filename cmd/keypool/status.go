@@ -45,6 +45,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			fmt.Fprintf(stdout, "The state store is failing: %s\n\n", st.Reason)
 		}
 		printStatus(stdout, report.Routes, time.Now(), false, *wide, statusWidth(stdout))
+		printClients(stdout, report.Clients)
 		return nil
 	}
 	return printState(ctx, stdout, *state, *wide, statusWidth(stdout))
