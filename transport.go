@@ -827,8 +827,9 @@ func (a auth) outgoing(ctx context.Context, req *http.Request, value []string, i
 func cloneHeader(h http.Header, name string, value []string) http.Header {
 	// One pass over h, the values copied into an array sized for one a
 	// name (most have one) and grown when a name has more: a map's
-	// iteration costs more than the copy (BenchmarkCloneHeader: a third
-	// faster than counting the values first, as Header.Clone does).
+	// iteration costs more than the copy (BenchmarkCloneHeader, medians
+	// of six runs: 6% faster for one header, 2% for an SDK's ten, than
+	// counting the values first, as Header.Clone does).
 	values := make([]string, 0, len(h)+len(value))
 	out := make(http.Header, len(h)+1)
 	for k, v := range h {
