@@ -30,6 +30,9 @@ type statusReport struct {
 	Store  *storeView  `json:"store,omitempty"`
 	Routes []routeView `json:"routes"`
 	Events []eventView `json:"events"`
+	// Reload is the outcome of the last reload of the configuration;
+	// absent before any.
+	Reload *reloadView `json:"reload,omitempty"`
 }
 
 // routeView is one upstream route.
