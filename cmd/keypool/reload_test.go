@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -388,4 +389,35 @@ func settledGoroutines(t *testing.T, want int) int {
 		}
 	}
 	return n
+}
+
+func TestReloadRefusedShowsOnTheStatusPage(t *testing.T) {
+	ctx := browser(t)
+	dir := screenshotDir(t)
+	up := newKeyCounter(t)
+	state := t.TempDir()
+	conf := reloadConf(state, up.url, "{id: a, secret: sk-page-a}")
+	srv, base, path := reloadServer(t, conf)
+	broken := strings.Replace(reloadConf(state, up.url, "{id: a, secret: sk-page-a}, {id: b, secret: sk-page-b, limits: {rpm: -1}}"),
+		"listen: 127.0.0.1:0", "listen: 127.0.0.1:1", 1)
+	require.NoError(t, os.WriteFile(path, []byte(broken), 0o600))
+	require.False(t, srv.reloads.reload("SIGHUP").OK)
+	inTab(t, ctx, "log in",
+		chromedp.Navigate(base+"/"),
+		chromedp.WaitVisible(chromedp.ID("login")),
+		chromedp.SendKeys(chromedp.ID("token"), operatorToken),
+		chromedp.Submit(chromedp.CSS("#login form")),
+		chromedp.WaitVisible(chromedp.ID("reload-banner")),
+	)
+	banner := strings.ReplaceAll(read(t, ctx, chromedp.Text(chromedp.ID("reload-banner"))), "\u00a0", " ")
+	assert.Regexp(t, `^The configuration was not reloaded at \d\d:\d\d:\d\d \(SIGHUP\): nothing changed, and the proxy serves on as before\. Its mistakes:`, banner)
+	assert.Equal(t, 2, read(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll("#reload-banner li").length`)), "a mistake an item: %s", banner)
+	assert.Contains(t, banner, "listen: changes need a restart")
+	assert.Contains(t, banner, "upstreams[0].keys[1].limits.rpm")
+	shoot(t, ctx, dir, "status-reload-refused.png")
+
+	require.NoError(t, os.WriteFile(path, []byte(conf), 0o600))
+	require.True(t, srv.reloads.reload("SIGHUP").OK)
+	inTab(t, ctx, "the banner goes once a reload is done",
+		chromedp.WaitNotVisible(chromedp.ID("reload-banner")))
 }
