@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -166,6 +167,10 @@ func TestReloadProcessAddsAKeyOnSIGHUP(t *testing.T) {
 	assert.Equal(t, "SIGHUP", report.Reload.By)
 	require.Len(t, report.Routes, 1)
 	assert.Len(t, report.Routes[0].Keys, 2)
+	require.Eventually(t, func() bool {
+		status, body := get(t, "http://"+p.addr+"/metrics", nil, http.Header{"Authorization": {"Bearer " + operatorToken}})
+		return status == http.StatusOK && regexp.MustCompile(`(?m)^keypool_keys_available\{.*keypool_provider="up".*\} 2$`).MatchString(body)
+	}, 5*time.Second, 20*time.Millisecond, "/metrics counts the keys of the new configuration")
 	assert.NotContains(t, p.stderr.String(), "sk-reload-", "no secret in the log")
 }
 
