@@ -300,6 +300,7 @@ func (r *reloads) successor(cur *generation) mistakes {
 		next.log.Warn(w)
 	}
 	next.history.keep(cur.srv.history)
+	next.renewed(cur.srv)
 	r.poolsMu.Lock()
 	r.draining[cur] = true
 	r.poolsMu.Unlock()
@@ -307,6 +308,39 @@ func (r *reloads) successor(cur *generation) mistakes {
 	cur.retire()
 	return nil
 }
+
+// renewed lifts the benches of each key whose ID prev has too, under the
+// same route, with another secret: a key renewed in place, which is not
+// the key its benches were set on — a revoked one, most often. The rest of
+// what the store keeps by ID stays, as for any key the file leaves as it
+// was.
+func (s *server) renewed(prev *server) {
+	secrets := map[[2]string]string{}
+	for _, r := range prev.settings.routes {
+		for _, k := range r.keys {
+			secrets[[2]string{r.name, k.ID}] = k.Secret
+		}
+	}
+	for i, r := range s.settings.routes {
+		for _, k := range r.keys {
+			old, ok := secrets[[2]string{r.name, k.ID}]
+			if !ok || old == k.Secret {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), renewTimeout)
+			err := s.pools[i].Unbench(ctx, k.ID)
+			cancel()
+			if err != nil {
+				s.log.Warn("a renewed key's benches could not be lifted", "route", r.name, "key", k.ID, "err", s.redact.String(err.Error()))
+				continue
+			}
+			s.milestoneLog().Info("renewed: its benches lifted", "route", r.name, "key", k.ID)
+		}
+	}
+}
+
+// renewTimeout bounds lifting a renewed key's benches in the store.
+const renewTimeout = 5 * time.Second
 
 // view returns the outcome of the last reload; nil before any, or for a
 // proxy that does not reload.

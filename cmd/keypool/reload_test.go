@@ -199,6 +199,26 @@ func TestReloadKeepsAnUnchangedKeysBench(t *testing.T) {
 	assert.Equal(t, "benched", stateWords(keys["a"], time.Now())[:len("benched")], "a's bench on the page: %+v", keys["a"])
 }
 
+func TestReloadLiftsTheBenchOfAKeyRenewedInPlace(t *testing.T) {
+	up := newKeyCounter(t, "sk-renew-old")
+	state := t.TempDir()
+	p, path := startServeFile(t, reloadConf(state, up.url, "{id: a, secret: sk-renew-old}, {id: b, secret: sk-renew-b}"))
+	for range 3 {
+		require.Equal(t, http.StatusOK, send(t, http.MethodPost, "http://"+p.addr+"/v1/chat/completions", proxyToken))
+	}
+	require.Equal(t, 1, up.count("sk-renew-old"), "a answered 401 once, and was benched")
+
+	// a gets a new secret under its ID; b stays as it was.
+	p.hangUp(t, path, reloadConf(state, up.url, "{id: a, secret: sk-renew-new}, {id: b, secret: sk-renew-b}"))
+	assert.Contains(t, p.stderr.String(), `msg="renewed: its benches lifted" route=up key=a`)
+	for range 4 {
+		require.Equal(t, http.StatusOK, send(t, http.MethodPost, "http://"+p.addr+"/v1/chat/completions", proxyToken))
+	}
+	assert.Positive(t, up.count("sk-renew-new"), "the renewed key is back in rotation")
+	assert.Equal(t, 1, up.count("sk-renew-old"))
+	assert.NotContains(t, p.stderr.String(), "sk-renew-", "no secret in the log")
+}
+
 func TestReloadRefusesABrokenFileAndServesOn(t *testing.T) {
 	up := newKeyCounter(t)
 	state := t.TempDir()
