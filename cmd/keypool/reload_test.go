@@ -232,8 +232,12 @@ func TestReloadRefusesABrokenFileAndServesOn(t *testing.T) {
 		"listen: 127.0.0.1:0", "listen: 127.0.0.1:1\nlog_levl: debug", 1)
 	p.hangUp(t, path, broken)
 	p.running(t)
+	mistakes := []string{"listen: changes need a restart", "log_levl", "upstreams[0].keys[1].limits.rpm"}
+	require.Eventually(t, func() bool {
+		return strings.Count(p.stderr.String(), `msg="reload mistake"`) == len(mistakes)
+	}, 5*time.Second, 10*time.Millisecond, "a line a mistake: %s", p.stderr.String())
 	log := p.stderr.String()
-	for _, mistake := range []string{"listen: changes need a restart", "log_levl", "upstreams[0].keys[1].limits.rpm"} {
+	for _, mistake := range mistakes {
 		assert.Equal(t, 1, strings.Count(log, mistake), "mistake %q logged once: %s", mistake, log)
 	}
 	for range 3 {
@@ -280,7 +284,8 @@ func TestReloadEndpointTakesOnlyAnOperatorToken(t *testing.T) {
 	status, body := sendWith(t, http.MethodPost, "http://"+p.addr+"/reload", nil, http.Header{"Authorization": {"Bearer " + operatorToken}})
 	require.Equal(t, http.StatusOK, status, body)
 	assert.Contains(t, body, `"ok": true`)
-	assert.Contains(t, p.stderr.String(), "by=operator_tokens[0]")
+	assert.Eventually(t, func() bool { return strings.Contains(p.stderr.String(), "by=operator_tokens[0]") }, 5*time.Second, 10*time.Millisecond,
+		"the log says who reloaded: %s", p.stderr.String())
 	assert.Len(t, statusOf(t, p.addr).Routes[0].Keys, 2)
 }
 
