@@ -401,6 +401,45 @@ func TestReloadClosesReplacedPoolsAndLeaksNoGoroutine(t *testing.T) {
 	assert.Empty(t, srv.reloads.draining, "every replaced configuration closed")
 }
 
+func TestReloadUnderLoadFailsNoRequest(t *testing.T) {
+	up := newKeyCounter(t)
+	state := t.TempDir()
+	confs := []string{
+		reloadConf(state, up.url, "{id: a, secret: sk-load-a}, {id: b, secret: sk-load-b}"),
+		reloadConf(state, up.url, "{id: b, secret: sk-load-b}, {id: c, secret: sk-load-c}"),
+	}
+	srv, base, path := reloadServer(t, confs[0])
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	statuses := map[int]int{}
+	for range 6 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				status := send(t, http.MethodPost, base+"/v1/chat/completions", proxyToken)
+				mu.Lock()
+				statuses[status]++
+				mu.Unlock()
+			}
+		})
+	}
+	for i := range 30 {
+		require.NoError(t, os.WriteFile(path, []byte(confs[(i+1)%2]), 0o600))
+		require.True(t, srv.reloads.reload("test").OK)
+	}
+	close(stop)
+	wg.Wait()
+	assert.Len(t, statuses, 1, "every request answered 200 across 30 reloads: %v", statuses)
+	assert.Positive(t, statuses[http.StatusOK])
+	assert.Positive(t, up.count("sk-load-a"))
+	assert.Positive(t, up.count("sk-load-c"))
+}
+
 // settledGoroutines waits until the count of goroutines is at most want
 // (any, when want < 0) and stops changing, and returns it.
 func settledGoroutines(t *testing.T, want int) int {
