@@ -155,6 +155,9 @@ func (fb *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 	var held *http.Response
 	heldAt := 0
 	for _, r := range fb.routes {
+		if !allowsRoute(req.Context(), r.Name) {
+			continue // the caller's context names routes, and not this one (OnlyRoutes)
+		}
 		now := fb.clock()
 		if until := r.benchedAt(); until > now.UnixNano() {
 			skip(r, RouteSkip{Kind: Kind(r.benchKind.Load()), Earlier: true, Until: time.Unix(0, until).UTC()})

@@ -258,12 +258,15 @@ func (p *Pool) tellAttempt(ctx context.Context, a Attempt, failed bool) {
 	}
 }
 
-// Settlement is what one answer used, as OnSettle hears of it once the
-// pool has counted it: the tokens, input and output together, within what
-// the request could have used.
+// Settlement is what one answer used, as OnSettle (and NotifySettle) hear
+// of it once the pool has counted it: the tokens, input and output
+// together, within what the request could have used, and, for
+// NotifySettle, what they cost at the model's price (WithPrices), in
+// millionths of a US dollar — 0 without a price (OnSettle leaves it 0).
 type Settlement struct {
 	Provider, KeyID, Model string
 	Tokens                 int64
+	Cost                   int64
 }
 
 // counted counts the tokens an answer of key k for model reported, and

@@ -324,7 +324,16 @@ func (p *Pool) release(ctx context.Context, l *lease) {
 // and returns what it counted: u within what the request could have used
 // (usageReport.clamp).
 func (p *Pool) settle(ctx context.Context, c *charge, u usageReport) usageReport {
+	return p.settleFor(ctx, c, u, usedOf(ctx))
+}
+
+// settleFor is settle, telling used (NotifySettle; nil: no one) what it
+// counted.
+func (p *Pool) settleFor(ctx context.Context, c *charge, u usageReport, used func(Settlement)) usageReport {
 	if !p.needTokens() && c.price == nil {
+		if used != nil {
+			used(Settlement{Provider: p.provider, KeyID: c.key.ID, Model: c.model, Tokens: u.clamp(c.bound).total()})
+		}
 		return u
 	}
 	u = u.clamp(c.bound)
@@ -334,6 +343,9 @@ func (p *Pool) settle(ctx context.Context, c *charge, u usageReport) usageReport
 		p.tel.spent(ctx, c.key, c.model, cost)
 	}
 	p.storeResult(opSettle, c.reservation.Settle(ctx, u.total(), cost))
+	if used != nil {
+		used(Settlement{Provider: p.provider, KeyID: c.key.ID, Model: c.model, Tokens: u.total(), Cost: cost})
+	}
 	return u
 }
 
@@ -341,7 +353,8 @@ func (p *Pool) settle(ctx context.Context, c *charge, u usageReport) usageReport
 // estimate of its lease: as the caller reads a successful body, through m,
 // or at once (nothing used) for an answer that is not a success.
 func (p *Pool) meter(l *lease, resp *http.Response, m *meteredBody) {
-	if !p.needTokens() && l.price == nil {
+	used := usedOf(resp.Request.Context())
+	if !p.needTokens() && l.price == nil && used == nil {
 		return
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
@@ -352,7 +365,13 @@ func (p *Pool) meter(l *lease, resp *http.Response, m *meteredBody) {
 	// Fields set one by one, m being zero: a struct written whole into the
 	// heap goes through the collector's bulk barrier while it marks.
 	m.pool, m.charge = p, l.charge()
-	m.start(resp.Body, resp.Header, m)
+	var s settler = m
+	if used != nil {
+		// Apart from m, which fits the exchange in its size class: only a
+		// request with NotifySettle pays for it.
+		s = &notifiedBody{m: m, used: used}
+	}
+	m.start(resp.Body, resp.Header, s)
 	resp.Body = m
 }
 
@@ -364,13 +383,28 @@ type meteredBody struct {
 	charge charge
 }
 
-func (m *meteredBody) settle(u usageReport, ok bool) {
+func (m *meteredBody) settle(u usageReport, ok bool) { m.settleFor(u, ok, nil) }
+
+// notifiedBody is the settler of a metered body whose request's context
+// carries a NotifySettle function.
+type notifiedBody struct {
+	m    *meteredBody
+	used func(Settlement)
+}
+
+func (n *notifiedBody) settle(u usageReport, ok bool) { n.m.settleFor(u, ok, n.used) }
+
+// settleFor settles the body's charge at u, telling used (nil: no one).
+func (m *meteredBody) settleFor(u usageReport, ok bool, used func(Settlement)) {
 	if !ok {
 		return // the estimate stands
 	}
 	ctx := context.Background() // the request's context may be over by now
-	u = m.pool.settle(ctx, &m.charge, u)
-	m.pool.counted(ctx, m.charge.key, m.charge.model, u.total())
+	u = m.pool.settleFor(ctx, &m.charge, u, used)
+	if m.pool.needTokens() || m.charge.price != nil {
+		// Metered for the pool's own count, not only for NotifySettle's.
+		m.pool.counted(ctx, m.charge.key, m.charge.model, u.total())
+	}
 }
 
 // redact returns err with the key's secret removed from its text, for a key

@@ -116,6 +116,8 @@ func TestBrowserCharts(t *testing.T) {
 	assert.Equal(t, 1, countOf(t, ctx, `.key[data-key="a"] svg.key-chart line.bench-mark`))
 	assert.Equal(t, 1, countOf(t, ctx, `.key[data-key="a"] svg.key-chart rect.chart-429`))
 	assert.Zero(t, countOf(t, ctx, `.key[data-key="b"] svg.key-chart line.bench-mark`))
+	card := read(t, ctx, chromedp.Text(chromedp.CSS(`.key[data-key="b"]`)))
+	assert.NotContains(t, card, "requests today", "no daily limit: the pool counts no day, and shows no 0 for it")
 	assert.LessOrEqual(t, pageOverflow(t, ctx), 0)
 	shoot(t, ctx, dir, "charts-1280x800.png")
 

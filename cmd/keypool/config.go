@@ -35,6 +35,10 @@ type config struct {
 	// keys, which a proxy token then may not; without them a proxy token
 	// may, and serve warns of it.
 	OperatorTokens []secretRef `yaml:"operator_tokens"`
+	// Clients are the proxy's clients, each with a token of its own and,
+	// optionally, its own limits, budget, models, routes and expiry
+	// (clientsconfig.go).
+	Clients []clientRef `yaml:"clients"`
 	// State is where the pools keep their state: a directory (Badger), or
 	// a redis:// URL that replicas of the proxy share; default
 	// keypool-state, in the directory serve runs in.
@@ -187,6 +191,7 @@ type settings struct {
 	stateTimeout   time.Duration // 0: redisstore's default
 	logLevel       slog.Level
 	routes         []routeSettings
+	clients        []clientSettings // those of clients:, in order
 	warnings       []string
 	inlineKey      bool // some secret is written in the file itself
 	secureCookies  bool
@@ -211,6 +216,7 @@ type routeSettings struct {
 	keys    []keypool.Key // each with its ID: where it came from, unless the file names it
 	options []keypool.Option
 	models  map[string]string
+	prices  map[string]keypool.Price // by the route's name of a model; what a client's budget counts
 
 	idleConns     int
 	dialTimeout   time.Duration
@@ -412,7 +418,7 @@ func parseConfig(data []byte, name string) (*config, error) {
 }
 
 func (c *config) isZero() bool {
-	return c.Listen == "" && c.ProxyTokens == nil && c.OperatorTokens == nil && c.State == "" && c.Upstreams == nil
+	return c.Listen == "" && c.ProxyTokens == nil && c.OperatorTokens == nil && c.Clients == nil && c.State == "" && c.Upstreams == nil
 }
 
 // resolve checks c and reads its secrets, looking environment variables up
@@ -457,8 +463,8 @@ func (c *config) resolve(env func(string) (string, bool)) (*settings, error) {
 		}
 	}
 	c.resolveLimits(s, &m)
-	if len(c.ProxyTokens) == 0 {
-		m.addf("proxy_tokens", "at least one token is required: clients present it instead of an upstream key")
+	if len(c.ProxyTokens) == 0 && len(c.Clients) == 0 {
+		m.addf("proxy_tokens", "at least one token is required (here or in clients): clients present it instead of an upstream key")
 	}
 	s.tokens = s.readTokens("proxy_tokens", c.ProxyTokens, env, &m)
 	s.operatorTokens = s.readTokens("operator_tokens", c.OperatorTokens, env, &m)
@@ -467,7 +473,10 @@ func (c *config) resolve(env func(string) (string, bool)) (*settings, error) {
 			m.addf(fmt.Sprintf("operator_tokens[%d]", i), "the same token as proxy_tokens[%d]: an operator's token is its own, apart from the clients'", j)
 		}
 	}
-	if len(c.OperatorTokens) == 0 {
+	switch {
+	case len(c.OperatorTokens) == 0 && len(c.ProxyTokens) == 0:
+		s.warnings = append(s.warnings, "operator_tokens is not set, nor proxy_tokens: no token may read /status, /metrics and the status page, nor unbench keys (a client's never does); give operators tokens of their own in operator_tokens")
+	case len(c.OperatorTokens) == 0:
 		s.warnings = append(s.warnings, "operator_tokens is not set: every proxy token may read /status, /metrics and the status page, and unbench keys; give operators tokens of their own in operator_tokens")
 	}
 	if len(c.Upstreams) == 0 {
@@ -484,6 +493,7 @@ func (c *config) resolve(env func(string) (string, bool)) (*settings, error) {
 		}
 	}
 	judgeRoutes(s.routes, fields, &m)
+	c.resolveClients(s, env, &m)
 	return s, m.err()
 }
 
@@ -535,20 +545,28 @@ const minTokenLength = 16
 func (s *settings) readTokens(field string, refs []secretRef, env func(string) (string, bool), m *mistakes) [][]byte {
 	var tokens [][]byte
 	for i, t := range refs {
-		at := fmt.Sprintf("%s[%d]", field, i)
-		v, inline, err := t.value(env)
-		if err != nil {
-			m.add(&configError{at, err})
-			continue
+		if v, ok := s.readToken(fmt.Sprintf("%s[%d]", field, i), t, env, m); ok {
+			tokens = append(tokens, v)
 		}
-		if n := utf8.RuneCountInString(v); n < minTokenLength {
-			s.warnings = append(s.warnings, fmt.Sprintf("%s is %s long: a token shorter than %d may be guessed; use a long random one (openssl rand -hex 32)",
-				at, count(n, "character"), minTokenLength))
-		}
-		s.inlineKey = s.inlineKey || inline
-		tokens = append(tokens, []byte(v))
 	}
 	return tokens
+}
+
+// readToken reads the token at field, noting its mistake in m and
+// warning in s when it is shorter than minTokenLength; ok is false when
+// it could not be read.
+func (s *settings) readToken(field string, t secretRef, env func(string) (string, bool), m *mistakes) (_ []byte, ok bool) {
+	v, inline, err := t.value(env)
+	if err != nil {
+		m.add(&configError{field, err})
+		return nil, false
+	}
+	if n := utf8.RuneCountInString(v); n < minTokenLength {
+		s.warnings = append(s.warnings, fmt.Sprintf("%s is %s long: a token shorter than %d may be guessed; use a long random one (openssl rand -hex 32)",
+			field, count(n, "character"), minTokenLength))
+	}
+	s.inlineKey = s.inlineKey || inline
+	return []byte(v), true
 }
 
 // operators returns the tokens that may read the proxy's own endpoints
@@ -684,6 +702,12 @@ func checkToken(token string) error {
 // is none.
 func (u upstream) resolve(field string, env func(string) (string, bool), m *mistakes) (r routeSettings, inline bool) {
 	r = routeSettings{name: u.Name, models: u.Models}
+	for model, p := range u.Prices {
+		if r.prices == nil {
+			r.prices = map[string]keypool.Price{}
+		}
+		r.prices[model] = p.pool()
+	}
 	switch target, err := url.Parse(u.URL); {
 	case u.URL == "":
 		m.addf(field+".url", "missing")

@@ -115,16 +115,9 @@ func runHealth(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return usageError{fmt.Errorf("-url: %v", err)}
 	}
-	// Marked as the proxy's own, a request to a base URL that does not
-	// reach the endpoint is refused, never forwarded upstream.
-	req.Header.Set(ownEndpointHeader, "healthz")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := askOwn(req, "healthz")
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return fmt.Errorf("no answer from %s (is keypool serve running there?): %v", u, err)
+		return err
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxHealthAnswer))

@@ -2,7 +2,7 @@ package main
 
 import (
 	"bytes"
-	"crypto/subtle"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -78,7 +78,20 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request) {
 		aw.body = &requestBody{ReadCloser: http.MaxBytesReader(w, r.Body, s.settings.maxBody), rc: rc}
 		r.Body = aw.body
 	}
+	call := callOf(r.Context())
+	if call != nil {
+		var ok bool
+		if r, ok = s.admit(aw, r, call); !ok {
+			if aw.body != nil {
+				_ = aw.body.Close()
+			}
+			return
+		}
+	}
 	s.proxy.ServeHTTP(aw, r)
+	if call != nil {
+		defer s.settleClient(call) // once the answer is written, after the body's close below
+	}
 	if aw.body != nil {
 		// Closed here, not after the handler returns: net/http, in full
 		// duplex, would otherwise start reading the next request while
@@ -98,9 +111,10 @@ func (s *server) tooLarge(w http.ResponseWriter) {
 		fmt.Sprintf("keypool: the request body is over max_request_body (%d bytes)", s.settings.maxBody), nil)
 }
 
-// guard lets through requests that present a proxy token: as a bearer
-// token, an x-api-key or x-goog-api-key header, or a key query parameter —
-// whichever the client's SDK sends.
+// guard lets through requests that present a proxy token or a client's
+// token — as a bearer token, an x-api-key or x-goog-api-key header, or a
+// key query parameter, whichever the client's SDK sends — with the call of
+// the client it names in their context (clients.go).
 func (s *server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		presented := []string{
@@ -109,13 +123,9 @@ func (s *server) guard(next http.Handler) http.Handler {
 			r.Header.Get("X-Goog-Api-Key"),
 			queryKey(r.URL.RawQuery),
 		}
-		for _, p := range presented {
-			for _, t := range s.settings.tokens {
-				if p != "" && subtle.ConstantTimeCompare([]byte(p), t) == 1 {
-					next.ServeHTTP(w, r)
-					return
-				}
-			}
+		if c := s.clientFor(presented); c != nil {
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callKey{}, &clientCall{client: c})))
+			return
 		}
 		// A client without the token gets nothing more on this connection.
 		refused(r, "unauthorized")
@@ -308,6 +318,7 @@ var optionFields = strings.NewReplacer(
 // keep, a model without a price); 503 while Redis is out of
 // reach (without replicas); 502 otherwise.
 func (s *server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	callOf(r.Context()).unanswered()
 	var na *keypool.NoAvailableKeyError
 	var own *refusal.Error
 	var body *requestBody

@@ -300,6 +300,7 @@ func (r *reloads) successor(cur *generation) mistakes {
 		next.log.Warn(w)
 	}
 	next.history.keep(cur.srv.history)
+	next.keepUse(cur.srv)
 	next.renewed(cur.srv)
 	r.poolsMu.Lock()
 	r.draining[cur] = true
@@ -307,6 +308,20 @@ func (r *reloads) successor(cur *generation) mistakes {
 	r.live.Store(&generation{srv: next, handler: next.configured(), r: r})
 	cur.retire()
 	return nil
+}
+
+// keepUse takes over what each client prev has too, by name, used today
+// and this month in this process, for /status; its windows and budget are
+// in the store already. s is not in use yet.
+func (s *server) keepUse(prev *server) {
+	for _, c := range s.clients {
+		for _, p := range prev.clients {
+			if p.name == c.name {
+				c.use = p.use
+				break
+			}
+		}
+	}
 }
 
 // renewed lifts the benches of each key whose ID prev has too, under the

@@ -26,6 +26,8 @@ type requestRecord struct {
 	mu        sync.Mutex // guards the fields below
 	forwarded bool       // the request was for an upstream, not an own endpoint
 	refused   string     // why the proxy answered itself: "no_key", "refused"
+	client    string     // the client whose token the request presented
+	tag       string     // its tag, as counted (clients.go)
 	route     string     // of the last attempt
 	key       string
 	model     string
@@ -86,9 +88,17 @@ func (s *server) logRequest(r *http.Request, rec *requestRecord, status int, too
 	if rec.refused != "" {
 		outcome = rec.refused
 	}
-	s.log.LogAttrs(r.Context(), level, "request",
-		slog.String("method", r.Method),
-		slog.String("path", boundedPath(r.URL.Path)),
+	attrs := make([]slog.Attr, 0, 11)
+	attrs = append(attrs, slog.String("method", r.Method), slog.String("path", boundedPath(r.URL.Path)))
+	// The client and the tag only where a token named a client, and the
+	// request had a tag: an own endpoint's line names neither.
+	if rec.client != "" {
+		attrs = append(attrs, slog.String("client", rec.client))
+	}
+	if rec.tag != "" {
+		attrs = append(attrs, slog.String("tag", rec.tag))
+	}
+	attrs = append(attrs,
 		slog.String("route", rec.route),
 		slog.String("key", rec.key),
 		slog.String("model", rec.model),
@@ -96,6 +106,7 @@ func (s *server) logRequest(r *http.Request, rec *requestRecord, status int, too
 		slog.String("outcome", outcome),
 		slog.Int("attempts", rec.attempts),
 		slog.Duration("duration", took.Round(time.Microsecond)))
+	s.log.LogAttrs(r.Context(), level, "request", attrs...)
 }
 
 // maxLoggedPath bounds the path a request's line shows.

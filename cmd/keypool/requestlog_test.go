@@ -100,10 +100,10 @@ func TestServeLogsALinePerRequest(t *testing.T) {
 	got := logLines(logs, "request")
 	require.Len(t, got, 5, "a line for each forwarded request, none for /status at info:\n%s", logs.String())
 	want := []string{
-		`method=POST path=/v1/chat/completions route=openai key=good model=gpt-4o-mini status=200 outcome=none attempts=2 duration=`,
-		`method=POST path=/v1/chat/completions route=openai key=good model=gpt-4o-mini status=200 outcome=none attempts=1 duration=`,
-		`method=POST path=/v1/chat/completions route=openai key=good model=gpt-4o-mini status=200 outcome=none attempts=1 duration=`,
-		`method=POST path=/v1/chat/completions route="" key="" model="" status=429 outcome=no_key attempts=0 duration=`,
+		`method=POST path=/v1/chat/completions client=proxy_tokens[0] route=openai key=good model=gpt-4o-mini status=200 outcome=none attempts=2 duration=`,
+		`method=POST path=/v1/chat/completions client=proxy_tokens[0] route=openai key=good model=gpt-4o-mini status=200 outcome=none attempts=1 duration=`,
+		`method=POST path=/v1/chat/completions client=proxy_tokens[0] route=openai key=good model=gpt-4o-mini status=200 outcome=none attempts=1 duration=`,
+		`method=POST path=/v1/chat/completions client=proxy_tokens[0] route="" key="" model="" status=429 outcome=no_key attempts=0 duration=`,
 		`method=POST path=/v1/chat/completions route="" key="" model="" status=401 outcome=unauthorized attempts=0 duration=`,
 	}
 	for i, w := range want {

@@ -90,24 +90,26 @@ func absolute(dir string) string {
 
 // server is the running proxy.
 type server struct {
-	settings *settings
-	log      *slog.Logger
-	store    keypool.Store
-	state    io.Closer
-	pools    []*keypool.Pool
-	fallback *keypool.Fallback
-	proxy    *httputil.ReverseProxy
-	metrics  http.Handler
-	meters   meterProvider
-	events   *eventRing // for the status page
-	history  *history   // the last hour, for the status page's charts
-	redact   *redactor
-	tokens   []string // the proxy and operator tokens, to find in what goes upstream
-	inFlight inFlight
-	sessions *sessions    // the status page's logins
-	attempts *attempts    // tries at an operator token, by client address
-	pending  pendingConns // connections whose first request is not in yet
-	watch    *watcher     // polls the store's health and logs returns
+	settings     *settings
+	log          *slog.Logger
+	store        keypool.Store
+	state        io.Closer
+	pools        []*keypool.Pool
+	fallback     *keypool.Fallback
+	proxy        *httputil.ReverseProxy
+	metrics      http.Handler
+	meters       meterProvider
+	events       *eventRing // for the status page
+	history      *history   // the last hour, for the status page's charts
+	redact       *redactor
+	tokens       []string  // the proxy, client and operator tokens, to find in what goes upstream
+	clients      []*client // those of clients:, then one for each proxy token
+	clientMeters clientMeters
+	inFlight     inFlight
+	sessions     *sessions    // the status page's logins
+	attempts     *attempts    // tries at an operator token, by client address
+	pending      pendingConns // connections whose first request is not in yet
+	watch        *watcher     // polls the store's health and logs returns
 	// milestones logs where the proxy is — serving, stopped — whatever
 	// the level of log; nil: log.
 	milestones *slog.Logger
@@ -148,9 +150,14 @@ func newServerWith(s *settings, log *slog.Logger, store keypool.Store, closer io
 func nextServer(prev *server, s *settings) (*server, error) {
 	srv := &server{settings: s, log: prev.log, store: prev.store, state: prev.state, events: prev.events,
 		sessions: prev.sessions, attempts: prev.attempts, meters: prev.meters, metrics: prev.metrics,
-		watch: prev.watch, milestones: prev.milestones, reloads: prev.reloads, successor: prev.meters != nil}
+		clientMeters: prev.clientMeters, watch: prev.watch, milestones: prev.milestones, reloads: prev.reloads,
+		successor: prev.meters != nil}
+	srv.clients = newClients(s)
 	for _, t := range slices.Concat(s.tokens, s.operatorTokens) {
 		srv.tokens = append(srv.tokens, string(t))
+	}
+	for _, c := range s.clients {
+		srv.tokens = append(srv.tokens, string(c.token))
 	}
 	var err error
 	if !srv.successor {
@@ -159,7 +166,12 @@ func nextServer(prev *server, s *settings) (*server, error) {
 			srv.close()
 			return nil, err
 		}
-		if err := srv.registerStoreGauge(srv.meters.Meter("github.com/keypool-go/keypool/cmd/keypool")); err != nil {
+		own := srv.meters.Meter("github.com/keypool-go/keypool/cmd/keypool")
+		if err := srv.registerStoreGauge(own); err != nil {
+			srv.close()
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+		if srv.clientMeters, err = newClientMeters(own); err != nil {
 			srv.close()
 			return nil, fmt.Errorf("metrics: %w", err)
 		}

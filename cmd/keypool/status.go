@@ -45,6 +45,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			fmt.Fprintf(stdout, "The state store is failing: %s\n\n", st.Reason)
 		}
 		printStatus(stdout, report.Routes, time.Now(), false, *wide, statusWidth(stdout))
+		printClients(stdout, report.Clients)
 		return nil
 	}
 	return printState(ctx, stdout, *state, *wide, statusWidth(stdout))
@@ -94,6 +95,22 @@ func endpointURL(base, endpoint string) (*url.URL, error) {
 	return &url.URL{Scheme: u.Scheme, Host: u.Host, Path: p + "/" + endpoint}, nil
 }
 
+// askOwn sends req to the proxy's own endpoint, marked as the proxy's own
+// so that a base URL that does not reach the endpoint is refused, never
+// forwarded upstream; without an answer, it says where it asked.
+func askOwn(req *http.Request, endpoint string) (*http.Response, error) {
+	req.Header.Set(ownEndpointHeader, endpoint)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("no answer from %s (is keypool serve running there?): %v", req.URL, err)
+	}
+	return resp, nil
+}
+
 // callProxy sends a request to one of a proxy's own endpoints and decodes
 // its JSON answer into v. It marks the request as the proxy's own, so that
 // the proxy never forwards it upstream, and says what to do when the proxy
@@ -109,17 +126,12 @@ func callProxy(ctx context.Context, method, base, endpoint string, token credent
 	if err != nil {
 		return usageError{fmt.Errorf("-url: %v", err)}
 	}
-	req.Header.Set(ownEndpointHeader, endpoint)
 	if token.value != "" {
 		req.Header.Set("Authorization", "Bearer "+token.value)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := askOwn(req, endpoint)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return fmt.Errorf("no answer from %s (is keypool serve running there?): %v", u, err)
+		return err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxProxyAnswer))

@@ -307,7 +307,7 @@ func (s *server) secureCookie(r *http.Request) bool {
 // report returns the proxy's status at now.
 func (s *server) report(now time.Time) statusReport {
 	store := s.viewStoreHealth()
-	return statusReport{Now: now.UTC(), Store: &store, Routes: viewRoutes(s.fallback.Status(), now), Events: s.events.latest(statusEvents, now)}
+	return statusReport{Now: now.UTC(), Store: &store, Routes: viewRoutes(s.fallback.Status(), now), Events: s.events.latest(statusEvents, now), Clients: s.reportClients(now)}
 }
 
 func (s *server) statusJSON(w http.ResponseWriter, _ *http.Request) {

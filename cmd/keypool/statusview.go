@@ -30,6 +30,9 @@ type statusReport struct {
 	Store  *storeView  `json:"store,omitempty"`
 	Routes []routeView `json:"routes"`
 	Events []eventView `json:"events"`
+	// Clients are the proxy's clients with what they used, by tag
+	// (clients.go); /status shows them to operators only, as it is.
+	Clients []clientReport `json:"clients,omitempty"`
 	// Reload is the outcome of the last reload of the configuration;
 	// absent before any.
 	Reload *reloadView `json:"reload,omitempty"`

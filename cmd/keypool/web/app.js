@@ -133,9 +133,12 @@
   function modelUse(m) {
     const mn = m.minute;
     const dy = m.day;
-    const rows = [bar("requests this minute", mn.requests, mn.requests_limit, mn.requests_limit_learned)];
+    // A window without a limit is not counted unless some limit of the
+    // key counts it: a 0 there would be a count never kept.
+    const rows = [];
+    if (mn.requests_limit || mn.requests) rows.push(bar("requests this minute", mn.requests, mn.requests_limit, mn.requests_limit_learned));
     if (mn.tokens_limit) rows.push(bar("tokens this minute", mn.tokens, mn.tokens_limit, mn.tokens_limit_learned));
-    if (dy.requests_limit || !mn.requests_limit) rows.push(bar("requests today", dy.requests, dy.requests_limit, dy.requests_limit_learned));
+    if (dy.requests_limit || dy.requests) rows.push(bar("requests today", dy.requests, dy.requests_limit, dy.requests_limit_learned));
     if (dy.tokens_limit) rows.push(bar("tokens today", dy.tokens, dy.tokens_limit, dy.tokens_limit_learned));
     // A request that names no model (a list of models, a file upload) is
     // counted under the empty name.
@@ -569,6 +572,75 @@
       e.count > 1 ? h("span", { class: "count", text: `×${e.count}` }) : null);
   }
 
+  // clientLimits says a client's own windows: "5 rpm · 1000 tpd".
+  function clientLimits(l) {
+    if (!l) return "—";
+    const parts = [["RPM", "rpm"], ["RPD", "rpd"], ["TPM", "tpm"], ["TPD", "tpd"]]
+      .filter(([k]) => l[k]).map(([k, unit]) => `${l[k]} ${unit}`);
+    return parts.length ? parts.join(" · ") : "—";
+  }
+
+  // useText says what a client used in a period: "12 req · 3400 tok · $0.04".
+  const useText = (u) => `${u.requests} req · ${u.tokens} tok · ${usd(u.spend_usd)}`;
+
+  // budgetCell shows a client's spend against its budget for one period,
+  // as a bar, or a dash without one.
+  function budgetCell(spent, budget) {
+    if (!budget) return "—";
+    spent = spent || 0;
+    const pct = percent(spent, budget);
+    const fill = h("span", { class: "fill" });
+    fill.style.width = `${pct}%`; // CSSOM, which the page's CSP allows
+    const level = spent >= budget ? " at-limit" : pct >= 80 ? " near-limit" : "";
+    return h("span", { class: `client-budget${level}` },
+      h("span", { class: "use-count", text: `${usd(spent)} / ${usd(budget)}` }),
+      h("span", { class: "bar", role: "meter", "aria-label": "spent of the budget",
+        "aria-valuemin": 0, "aria-valuemax": budget, "aria-valuenow": Math.min(spent, budget) }, fill));
+  }
+
+  // expiry says when a client's token expires, as a date and time in UTC
+  // (it may be months off), or that it has.
+  function expiry(at, now) {
+    const t = parseTime(at);
+    const text = new Date(t).toISOString().slice(0, 16).replace("T", " ") + " UTC";
+    return h("time", { datetime: at, class: t <= now ? "expired" : null, text: t <= now ? `expired ${text}` : text });
+  }
+
+  // clientsSection shows the proxy's clients — the tokens of clients: in
+  // its configuration — with their limits, budgets and what each used,
+  // today and this month, by tag beneath.
+  function clientsSection(clients, now) {
+    if (!clients || clients.length === 0) return null;
+    const head = h("tr", {}, ["client", "limits", "spent today", "spent this month", "today", "this month", "expires"]
+      .map((label) => h("th", { scope: "col", text: label })));
+    const rows = [];
+    for (const c of clients) {
+      const b = c.budget || {};
+      const spent = c.spent || {};
+      rows.push(h("tr", { "data-client": c.name },
+        h("td", {}, h("strong", { text: c.name }),
+          c.models ? h("div", { class: "client-scope", text: `models: ${c.models.join(", ")}` }) : null,
+          c.routes ? h("div", { class: "client-scope", text: `routes: ${c.routes.join(", ")}` }) : null),
+        h("td", { text: clientLimits(c.limits) }),
+        h("td", {}, budgetCell(spent.PerDay, b.PerDay)),
+        h("td", {}, budgetCell(spent.PerMonth, b.PerMonth)),
+        h("td", { class: "num", text: useText(c.today) }),
+        h("td", { class: "num", text: useText(c.month) }),
+        h("td", {}, c.expires ? expiry(c.expires, now) : "—")));
+      for (const t of c.tags || []) {
+        rows.push(h("tr", { class: "client-tag", "data-client": c.name, "data-tag": t.tag },
+          h("td", { text: `tag ${t.tag}` }), h("td", {}), h("td", {}), h("td", {}),
+          h("td", { class: "num", text: useText(t.today) }),
+          h("td", { class: "num", text: useText(t.month) }), h("td", {})));
+      }
+    }
+    return h("section", { class: "clients", id: "clients" },
+      h("h2", { text: "Clients" }),
+      h("p", { class: "counts", text: "What each client token used, counted by this process; spend against a budget is every replica's." }),
+      h("div", { class: "table-scroll", tabindex: "0", role: "region", "aria-label": "clients" },
+        h("table", { class: "key-table client-table" }, h("thead", {}, head), h("tbody", {}, rows))));
+  }
+
   function render() {
     const now = serverNow();
     let keys = 0;
@@ -586,6 +658,8 @@
     storeBanner(report.store);
     reloadBanner(report.reload);
     $("routes").replaceChildren(...report.routes.map((r) => routeSection(r, now)));
+    const clients = clientsSection(report.clients, now);
+    $("clients").replaceChildren(...(clients ? [clients] : []));
     const events = report.events || [];
     $("events-section").hidden = events.length === 0;
     $("events").replaceChildren(...events.map((e) => eventItem(e, now)));
@@ -638,6 +712,7 @@
     $("login").hidden = false;
     $("logout").hidden = true;
     $("routes").replaceChildren();
+    $("clients").replaceChildren();
     $("store-banner").hidden = true;
     $("reload-banner").hidden = true;
     $("events-section").hidden = true;
