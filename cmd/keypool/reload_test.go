@@ -219,6 +219,43 @@ func TestReloadLiftsTheBenchOfAKeyRenewedInPlace(t *testing.T) {
 	assert.NotContains(t, p.stderr.String(), "sk-renew-", "no secret in the log")
 }
 
+func TestReloadKeepsAClientsWindowAndTakesItsNewClients(t *testing.T) {
+	up := newKeyCounter(t)
+	state := t.TempDir()
+	const capped, added = "kp-client-capped-token", "kp-client-added-token"
+	conf := func(clients string) string {
+		return strings.Replace(reloadConf(state, up.url, "{id: a, secret: sk-cl-a}"), "state:", "clients:\n"+clients+"state:", 1)
+	}
+	p, path := startServeFile(t, conf(fmt.Sprintf("  - {name: capped, token: %s, limits: {rpm: 3}}\n", capped)))
+	statuses := map[int]int{}
+	for range 3 {
+		statuses[send(t, http.MethodPost, "http://"+p.addr+"/v1/chat/completions", capped)]++
+	}
+	require.Equal(t, map[int]int{http.StatusOK: 3}, statuses)
+	require.Equal(t, http.StatusUnauthorized, send(t, http.MethodPost, "http://"+p.addr+"/v1/chat/completions", added))
+
+	// capped as it was; a client added.
+	p.hangUp(t, path, conf(fmt.Sprintf("  - {name: capped, token: %s, limits: {rpm: 3}}\n  - {name: added, token: %s}\n", capped, added)))
+	require.Contains(t, p.stderr.String(), "msg=reloaded")
+	assert.Equal(t, http.StatusTooManyRequests, send(t, http.MethodPost, "http://"+p.addr+"/v1/chat/completions", capped),
+		"the client's minute, used up before the reload, is still used up after it")
+	assert.Equal(t, http.StatusOK, send(t, http.MethodPost, "http://"+p.addr+"/v1/chat/completions", added), "the client added is served")
+	var capView *clientReport
+	report := statusOf(t, p.addr)
+	for i, c := range report.Clients {
+		if c.Name == "capped" {
+			capView = &report.Clients[i]
+		}
+	}
+	require.NotNil(t, capView, "%+v", report.Clients)
+	assert.Equal(t, int64(3), capView.Today.Requests, "its use today goes on across the reload")
+
+	// capped removed: its token no longer forwards.
+	p.hangUp(t, path, conf(fmt.Sprintf("  - {name: added, token: %s}\n", added)))
+	assert.Equal(t, http.StatusUnauthorized, send(t, http.MethodPost, "http://"+p.addr+"/v1/chat/completions", capped))
+	assert.Equal(t, 4, up.count("sk-cl-a"))
+}
+
 func TestReloadRefusesABrokenFileAndServesOn(t *testing.T) {
 	up := newKeyCounter(t)
 	state := t.TempDir()
