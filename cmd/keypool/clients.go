@@ -33,7 +33,7 @@ import (
 // client is one client of the running proxy: its settings and its use.
 type client struct {
 	*clientSettings
-	use clientUse
+	use *clientUse // a reload's successor keeps it, by the client's name (reload.go)
 }
 
 // clientModel is the model a client's windows are kept under: they count
@@ -64,11 +64,11 @@ const maxClientScan = 1 << 20
 func newClients(s *settings) []*client {
 	var all []*client
 	for i := range s.clients {
-		all = append(all, &client{clientSettings: &s.clients[i]})
+		all = append(all, &client{clientSettings: &s.clients[i], use: &clientUse{}})
 	}
 	for i, t := range s.tokens {
 		f := fmt.Sprintf("proxy_tokens[%d]", i)
-		all = append(all, &client{clientSettings: &clientSettings{field: f, name: f, token: t}})
+		all = append(all, &client{clientSettings: &clientSettings{field: f, name: f, token: t}, use: &clientUse{}})
 	}
 	return all
 }

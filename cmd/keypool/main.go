@@ -6,6 +6,7 @@
 //	keypool status   each key's benches and window use
 //	keypool unbench  lift a key's benches on a running proxy
 //	keypool reset-spend  forget what a key spent on a running proxy
+//	keypool reload   re-read a running proxy's configuration file, as SIGHUP does
 //	keypool health   whether a running proxy answers /healthz (a container's HEALTHCHECK)
 //	keypool version  which keypool this is
 //
@@ -30,8 +31,15 @@ const exitUsage = 2
 
 func main() {
 	// A closed terminal (SIGHUP) stops a command as Ctrl-C does: the demo
-	// and the proxy write their state and clean up.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	// writes its state and cleans up. serve takes SIGHUP as the daemon's
+	// signal to re-read its configuration (reload.go).
+	stopOn := []os.Signal{os.Interrupt, syscall.SIGTERM}
+	if len(os.Args) > 1 && os.Args[1] == "serve" {
+		signal.Ignore(syscall.SIGHUP) // until serve listens for it
+	} else {
+		stopOn = append(stopOn, syscall.SIGHUP)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), stopOn...)
 	defer stop()
 	// The first signal ends ctx; a second one exits at once.
 	signals := make(chan os.Signal, 2)
@@ -63,6 +71,7 @@ func commands() []command {
 		{"status", "show each key's benches and window use, from a proxy or a state directory", runStatus},
 		{"unbench", "lift a key's benches on a running proxy", runUnbench},
 		{"reset-spend", "forget what a key spent on a running proxy", runResetSpend},
+		{"reload", "re-read a running proxy's configuration, as SIGHUP does", runReload},
 		{"health", "ask a running proxy's /healthz: exit status 0 when it answers 200", runHealth},
 		{"version", "show keypool's version and how it was built", runVersion},
 	}

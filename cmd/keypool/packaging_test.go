@@ -386,8 +386,8 @@ func systemdUnit(t *testing.T) (text string, directives map[string][]string) {
 // TestSystemdUnit holds deploy/keypool.service to the command and to what
 // the issue asks of a unit: it starts keypool serve on a configuration,
 // as a user who is not root, in its state directory; restarts it when it
-// fails; gives a stop more than the shutdown timeout; has no ExecReload,
-// for serve has no reload (SIGHUP stops it); and is hardened. Where
+// fails; gives a stop more than the shutdown timeout; reloads it with
+// SIGHUP, which serve takes to re-read its configuration; and is hardened. Where
 // systemd-analyze is on the PATH, it verifies the unit with ExecStart
 // naming the built command.
 func TestSystemdUnit(t *testing.T) {
@@ -402,7 +402,7 @@ func TestSystemdUnit(t *testing.T) {
 	assert.Equal(t, []string{"serve", "-config"}, start[1:3])
 	assert.Contains(t, commandNames(), start[1])
 
-	assert.Empty(t, d["Service.ExecReload"], "keypool serve has no reload: SIGHUP stops it")
+	assert.Equal(t, "/bin/kill -HUP $MAINPID", one("Service.ExecReload"), "keypool serve reloads on SIGHUP")
 	assert.Equal(t, "on-failure", one("Service.Restart"))
 	stop, err := time.ParseDuration(one("Service.TimeoutStopSec"))
 	require.NoError(t, err)

@@ -57,6 +57,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	srv.milestones = milestones
+	srv.reloadFrom(path) // on SIGHUP and POST /reload (reload.go)
 	return srv.serve(ctx, ln)
 }
 
@@ -98,20 +99,26 @@ type server struct {
 	proxy        *httputil.ReverseProxy
 	metrics      http.Handler
 	meters       meterProvider
-	events       eventRing // for the status page
-	history      *history  // the last hour, for the status page's charts
+	events       *eventRing // for the status page
+	history      *history   // the last hour, for the status page's charts
 	redact       *redactor
 	tokens       []string  // the proxy, client and operator tokens, to find in what goes upstream
 	clients      []*client // those of clients:, then one for each proxy token
 	clientMeters clientMeters
 	inFlight     inFlight
-	sessions     sessions     // the status page's logins
-	attempts     attempts     // tries at an operator token, by client address
+	sessions     *sessions    // the status page's logins
+	attempts     *attempts    // tries at an operator token, by client address
 	pending      pendingConns // connections whose first request is not in yet
 	watch        *watcher     // polls the store's health and logs returns
 	// milestones logs where the proxy is — serving, stopped — whatever
 	// the level of log; nil: log.
 	milestones *slog.Logger
+	// reloads re-reads the configuration (reload.go); nil: never. A
+	// server a reload built is a successor: it shares the store, the
+	// meters, the watcher and the page's sessions of the first, and its
+	// close closes its pools alone.
+	reloads   *reloads
+	successor bool
 
 	saveOnce sync.Once
 	saveErr  error
@@ -131,8 +138,20 @@ func newServer(s *settings, log *slog.Logger) (*server, error) {
 // closer closes, and starts its watcher of the store's health; close or a
 // shutdown stops it.
 func newServerWith(s *settings, log *slog.Logger, store keypool.Store, closer io.Closer) (*server, error) {
-	srv := &server{settings: s, log: log, store: store, state: closer}
-	srv.events.now = srv.now
+	return nextServer(&server{log: log, store: store, state: closer, events: &eventRing{}, sessions: &sessions{}, attempts: &attempts{}}, s)
+}
+
+// nextServer builds the server of s over what prev holds that outlives a
+// configuration: the log, the state store and its closer, the page's
+// events and sessions and, once prev has them, the meters and the
+// watcher. A prev without meters is a new proxy's: the server gets its
+// own, and starts its watcher. With them, it is a reload's successor
+// (reload.go).
+func nextServer(prev *server, s *settings) (*server, error) {
+	srv := &server{settings: s, log: prev.log, store: prev.store, state: prev.state, events: prev.events,
+		sessions: prev.sessions, attempts: prev.attempts, meters: prev.meters, metrics: prev.metrics,
+		clientMeters: prev.clientMeters, watch: prev.watch, milestones: prev.milestones, reloads: prev.reloads,
+		successor: prev.meters != nil}
 	srv.clients = newClients(s)
 	for _, t := range slices.Concat(s.tokens, s.operatorTokens) {
 		srv.tokens = append(srv.tokens, string(t))
@@ -141,18 +160,21 @@ func newServerWith(s *settings, log *slog.Logger, store keypool.Store, closer io
 		srv.tokens = append(srv.tokens, string(c.token))
 	}
 	var err error
-	if srv.meters, srv.metrics, err = newMetrics(); err != nil {
-		srv.close()
-		return nil, err
-	}
-	own := srv.meters.Meter("github.com/keypool-go/keypool/cmd/keypool")
-	if err := srv.registerStoreGauge(own); err != nil {
-		srv.close()
-		return nil, fmt.Errorf("metrics: %w", err)
-	}
-	if srv.clientMeters, err = newClientMeters(own); err != nil {
-		srv.close()
-		return nil, fmt.Errorf("metrics: %w", err)
+	if !srv.successor {
+		srv.events.now = srv.now
+		if srv.meters, srv.metrics, err = newMetrics(); err != nil {
+			srv.close()
+			return nil, err
+		}
+		own := srv.meters.Meter("github.com/keypool-go/keypool/cmd/keypool")
+		if err := srv.registerStoreGauge(own); err != nil {
+			srv.close()
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+		if srv.clientMeters, err = newClientMeters(own); err != nil {
+			srv.close()
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
 	}
 	var routes []keypool.Route
 	var secrets []secretKey
@@ -162,7 +184,7 @@ func newServerWith(s *settings, log *slog.Logger, store keypool.Store, closer io
 	keyIDs := map[string][]string{}
 	for i, r := range s.routes {
 		opts := append([]keypool.Option{
-			keypool.WithStore(store),
+			keypool.WithStore(srv.store),
 			keypool.WithMeterProvider(srv.meters),
 			keypool.OnAttempt(func(ctx context.Context, a keypool.Attempt) {
 				attempted(ctx, a)
@@ -202,9 +224,11 @@ func newServerWith(s *settings, log *slog.Logger, store keypool.Store, closer io
 		ErrorHandler:   srv.proxyError,
 		ModifyResponse: srv.modifyResponse,
 		BufferPool:     &copyBuffers{},
-		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorLog:       slog.NewLogLogger(srv.log.Handler(), slog.LevelWarn),
 	}
-	srv.startWatch()
+	if !srv.successor {
+		srv.startWatch()
+	}
 	return srv, nil
 }
 
@@ -294,7 +318,7 @@ func (s *server) serve(ctx context.Context, ln net.Listener) error {
 		return err
 	case <-ctx.Done():
 	}
-	s.fallback.CloseIdleConnections()
+	s.current().fallback.CloseIdleConnections()
 	return s.shutdown(hs, errc)
 }
 
@@ -310,6 +334,10 @@ func (s *server) milestoneLog() *slog.Logger {
 // close saves the state within the shutdown timeout, and logs what it
 // could not save.
 func (s *server) close() {
+	if s.successor {
+		s.closePools() // the rest is its predecessor's
+		return
+	}
 	if err := s.save(time.Now().Add(s.settings.shutdownTimeout)); err != nil {
 		s.log.Warn("closing", "err", err)
 	}
@@ -318,10 +346,16 @@ func (s *server) close() {
 // handler routes the proxy's own endpoints and forwards the rest, logging
 // a line for each request.
 func (s *server) handler() http.Handler {
+	return s.inFlight.track(s.live()) // each request on the configuration it came in under (reload.go)
+}
+
+// configured routes the endpoints and forwards the rest as s's
+// configuration says, logging a line for each request.
+func (s *server) configured() http.Handler {
 	mux := newOwnMux(forwardable(s.guard(http.HandlerFunc(s.forward))))
 	mux.HandleFunc("GET /healthz", s.healthz)
-	s.handleOwn(mux) // the status page, /status, /metrics, unbench
-	return s.inFlight.track(s.logRequests(apiMethods(mux)))
+	s.handleOwn(mux) // the status page, /status, /metrics, unbench, reload
+	return s.logRequests(apiMethods(mux))
 }
 
 // writeWithin gives next's whole answer write_timeout to be written.

@@ -50,6 +50,7 @@ func (s *server) shutdown(hs *http.Server, errc <-chan error) error {
 // anything.
 func (s *server) save(deadline time.Time) error {
 	s.saveOnce.Do(func() {
+		s.stopReloads()
 		s.stopWatch()
 		s.saveErr = s.saveBy(deadline)
 	})
@@ -62,10 +63,11 @@ func (s *server) saveBy(deadline time.Time) error {
 	go func() {
 		var failed []string
 		say := func(what string) { step.Store(&what) }
-		for i, p := range s.pools {
-			say("the windows and benches of " + strings.Join(s.routeNames()[i:], ", "))
+		pools, names := s.openPools()
+		for i, p := range pools {
+			say("the windows and benches of " + strings.Join(names[i:], ", "))
 			if err := p.Close(); err != nil {
-				failed = append(failed, fmt.Sprintf("%s (%v)", s.routeNames()[i], err))
+				failed = append(failed, fmt.Sprintf("%s (%v)", names[i], err))
 			}
 		}
 		if err := s.storeHealth(); err != nil && isRedisURL(s.settings.state) {

@@ -27,8 +27,9 @@ import (
 //	GET  /metrics                        Prometheus
 //	POST /keys/{route}/{key}/unbench     lifts a key's benches and its route's
 //	POST /keys/{route}/{key}/reset-spend forgets what a key and its account spent
+//	POST /reload                         re-reads the configuration file (reload.go)
 //
-// /status, /history, /metrics, unbench and reset-spend take an operator token (as
+// /status, /history, /metrics, unbench, reset-spend and reload take an operator token (as
 // the forwarded requests take a proxy token) or the page's session cookie,
 // and the page logs in with an operator token; without operator_tokens, a
 // proxy token serves as one. An operator token never lets a request
@@ -69,6 +70,7 @@ func (s *server) handleOwn(mux *ownMux) {
 	for _, a := range keyActions {
 		handle("POST /keys/{route}/{key}/"+a.name, cop.Handler(s.own(s.operate(a))))
 	}
+	handle("POST /reload", cop.Handler(s.own(http.HandlerFunc(s.reloadNow))))
 }
 
 // named answers 421 to a request for an own endpoint under a name that is
@@ -309,7 +311,9 @@ func (s *server) report(now time.Time) statusReport {
 }
 
 func (s *server) statusJSON(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, s.report(s.now()))
+	report := s.report(s.now())
+	report.Reload = s.reloads.view()
+	writeJSON(w, http.StatusOK, report)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -33,6 +33,9 @@ type statusReport struct {
 	// Clients are the proxy's clients with what they used, by tag
 	// (clients.go); /status shows them to operators only, as it is.
 	Clients []clientReport `json:"clients,omitempty"`
+	// Reload is the outcome of the last reload of the configuration;
+	// absent before any.
+	Reload *reloadView `json:"reload,omitempty"`
 }
 
 // routeView is one upstream route.

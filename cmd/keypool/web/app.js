@@ -656,6 +656,7 @@
       `${routes} ${routes === 1 ? "route" : "routes"} · ${keys} keys: ${states.serving} serving, ${states.benched} benched, ${states.full} full · updated `,
       countdown(Date.now() + skew, "ago"));
     storeBanner(report.store);
+    reloadBanner(report.reload);
     $("routes").replaceChildren(...report.routes.map((r) => routeSection(r, now)));
     const clients = clientsSection(report.clients, now);
     $("clients").replaceChildren(...(clients ? [clients] : []));
@@ -683,6 +684,25 @@
     el.hidden = false;
   }
 
+  // reloadBanner says, when the last reload of the configuration was
+  // refused, when, and each of the file's mistakes.
+  function reloadBanner(reload) {
+    const el = $("reload-banner");
+    if (!reload || reload.ok) {
+      el.hidden = true;
+      el.replaceChildren();
+      return;
+    }
+    const mistakes = reload.mistakes || [];
+    el.replaceChildren(
+      h("strong", { text: "The configuration was not reloaded" }),
+      " at ", h("time", { datetime: reload.at, text: clock(parseTime(reload.at), serverNow(), true) }),
+      reload.by ? ` (${reload.by})` : "",
+      `: nothing changed, and the proxy serves on as before. ${mistakes.length === 1 ? "Its mistake" : "Its mistakes"}:`,
+      h("ul", {}, mistakes.map((m) => h("li", { text: m }))));
+    el.hidden = false;
+  }
+
   function problem(text) {
     $("problem").textContent = text || "";
     $("problem").hidden = !text;
@@ -694,6 +714,7 @@
     $("routes").replaceChildren();
     $("clients").replaceChildren();
     $("store-banner").hidden = true;
+    $("reload-banner").hidden = true;
     $("events-section").hidden = true;
     $("summary").textContent = "Log in to see the proxy's routes and keys.";
     if (location.hash === "#login-failed" || location.hash === "#login-wait") {
