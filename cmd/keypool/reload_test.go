@@ -520,6 +520,8 @@ func TestReloadRefusedShowsOnTheStatusPage(t *testing.T) {
 	assert.Equal(t, 2, read(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll("#reload-banner li").length`)), "a mistake an item: %s", banner)
 	assert.Contains(t, banner, "listen: changes need a restart")
 	assert.Contains(t, banner, "upstreams[0].keys[1].limits.rpm")
+	assert.Contains(t, read(t, ctx, chromedp.Text(chromedp.ID("summary"))), "1 route · 1 key: ", "one key, in the singular")
+	assert.Zero(t, countOf(t, ctx, "#clients table"), "one proxy token without rules: no table of clients")
 	shoot(t, ctx, dir, "status-reload-refused.png")
 
 	require.NoError(t, os.WriteFile(path, []byte(conf), 0o600))

@@ -610,7 +610,9 @@
   // its configuration — with their limits, budgets and what each used,
   // today and this month, by tag beneath.
   function clientsSection(clients, now) {
-    if (!clients || clients.length === 0) return null;
+    // One proxy token without rules is one user: no table to read.
+    const ruled = (c) => c.limits || c.budget || c.models || c.routes || c.expires;
+    if (!clients || clients.length === 0 || (clients.length === 1 && !ruled(clients[0]))) return null;
     const head = h("tr", {}, ["client", "limits", "spent today", "spent this month", "today", "this month", "expires"]
       .map((label) => h("th", { scope: "col", text: label })));
     const rows = [];
@@ -653,7 +655,7 @@
     }
     const routes = report.routes.length;
     $("summary").replaceChildren(
-      `${routes} ${routes === 1 ? "route" : "routes"} · ${keys} keys: ${states.serving} serving, ${states.benched} benched, ${states.full} full · updated `,
+      `${routes} ${routes === 1 ? "route" : "routes"} · ${keys} ${keys === 1 ? "key" : "keys"}: ${states.serving} serving, ${states.benched} benched, ${states.full} full · updated `,
       countdown(Date.now() + skew, "ago"));
     storeBanner(report.store);
     reloadBanner(report.reload);
