@@ -26,13 +26,7 @@ func TestBrowserClients(t *testing.T) {
 	}
 
 	base := "http://" + addr
-	inTab(t, ctx, "log in as an operator",
-		chromedp.Navigate(base+"/"),
-		chromedp.WaitVisible(chromedp.ID("login")),
-		chromedp.SendKeys(chromedp.ID("token"), operatorToken),
-		chromedp.Submit(chromedp.CSS("#login form")),
-		chromedp.WaitVisible(chromedp.CSS(`#clients tr[data-client="capped"]`)),
-	)
+	logInAs(t, ctx, base, operatorToken, chromedp.WaitVisible(chromedp.CSS(`#clients tr[data-client="capped"]`)))
 	text := func(sel string) string {
 		return strings.ReplaceAll(read(t, ctx, chromedp.Text(chromedp.CSS(sel))), "\u00a0", " ")
 	}

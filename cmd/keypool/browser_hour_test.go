@@ -23,12 +23,19 @@ import (
 // waits for sel.
 func logInAt(t *testing.T, ctx context.Context, base, sel string) {
 	t.Helper()
+	logInAs(t, ctx, base, proxyToken, chromedp.WaitVisible(chromedp.CSS(sel)))
+}
+
+// logInAs opens the page at base, logs in with token, then waits as wait
+// says.
+func logInAs(t *testing.T, ctx context.Context, base, token string, wait chromedp.Action[chromedp.Void]) {
+	t.Helper()
 	inTab(t, ctx, "log in",
 		chromedp.Navigate(base+"/"),
 		chromedp.WaitVisible(chromedp.ID("login")),
-		chromedp.SendKeys(chromedp.ID("token"), proxyToken),
+		chromedp.SendKeys(chromedp.ID("token"), token),
 		chromedp.Submit(chromedp.CSS("#login form")),
-		chromedp.WaitVisible(chromedp.CSS(sel)),
+		wait,
 	)
 }
 
@@ -45,16 +52,18 @@ func pageOverflow(t *testing.T, ctx context.Context) int {
 	return read(t, ctx, chromedp.Evaluate[int]("document.documentElement.scrollWidth - document.documentElement.clientWidth"))
 }
 
-// hourProxy serves a route of two keys on clock, a of which answers its
-// second request with a 429, and sends it traffic over the last few
-// minutes: 2 requests at 12:00, 1 at 12:02 (a's 429, its bench, b takes
-// it over), 2 at 12:05, the minute of now. It returns the proxy's URL.
-func hourProxy(t *testing.T, clock *testClock) string {
+// throttled is a vendor's 429 that benches a key for 30 s.
+var throttled = vendorsim.Answer{Status: http.StatusTooManyRequests,
+	Header: http.Header{"Retry-After": {"30"}}, Body: `{"error":{"type":"rate_limit_error","message":"slow down"}}`}
+
+// twoKeyProxy serves a route "openai" of two keys, a and b, on clock, with
+// a token limit (so that the pool counts tokens) in front of a fake vendor
+// whose key a answers first with script, and returns the proxy's URL.
+func twoKeyProxy(t *testing.T, clock *testClock, script []vendorsim.Answer) string {
 	t.Helper()
 	sim := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Clock: clock.now, Keys: []vendorsim.Key{
-		{Secret: "sk-hour-a", ID: "a", Script: []vendorsim.Answer{{}, {Status: http.StatusTooManyRequests,
-			Header: http.Header{"Retry-After": {"30"}}, Body: `{"error":{"type":"rate_limit_error","message":"slow down"}}`}}},
-		{Secret: "sk-hour-b", ID: "b"},
+		{Secret: "sk-two-a", ID: "a", Script: script},
+		{Secret: "sk-two-b", ID: "b"},
 	}})
 	t.Cleanup(sim.Close)
 	addr := serveAt(t, fmt.Sprintf(`
@@ -65,19 +74,32 @@ upstreams:
     url: %s
     limits: {tpm: 1000000}
     keys:
-      - {id: a, secret: sk-hour-a}
-      - {id: b, secret: sk-hour-b}
+      - {id: a, secret: sk-two-a}
+      - {id: b, secret: sk-two-b}
 `, proxyToken, t.TempDir(), sim.URL()), clock)
-	base := "http://" + addr
-	send := func(n int) {
-		for range n {
-			resp, err := chat(t, base, false)
-			require.NoError(t, err)
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			require.Equal(t, http.StatusOK, resp.StatusCode)
-		}
+	return "http://" + addr
+}
+
+// sendOK sends n chat requests to the proxy at base, each answered 200.
+func sendOK(t *testing.T, base string, n int) {
+	t.Helper()
+	for range n {
+		resp, err := chat(t, base, false)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
 	}
+}
+
+// hourProxy serves a route of two keys on clock, a of which answers its
+// second request with a 429, and sends it traffic over the last few
+// minutes: 2 requests at 12:00, 1 at 12:02 (a's 429, its bench, b takes
+// it over), 2 at 12:05, the minute of now. It returns the proxy's URL.
+func hourProxy(t *testing.T, clock *testClock) string {
+	t.Helper()
+	base := twoKeyProxy(t, clock, []vendorsim.Answer{{}, throttled})
+	send := func(n int) { sendOK(t, base, n) }
 	day := time.Date(2026, 3, 10, 0, 0, 0, 0, time.UTC)
 	clock.set(day.Add(12*time.Hour + 10*time.Second))
 	send(2) // a, b

@@ -277,13 +277,7 @@ func TestStatusPageShowsAFailingStore(t *testing.T) {
 	dir := screenshotDir(t)
 	base, _, store, _ := failingStoreProxy(t)
 	store.fail(errors.New("state directory /var/lib/keypool is not writable: read-only file system"))
-	inTab(t, ctx, "log in",
-		chromedp.Navigate(base+"/"),
-		chromedp.WaitVisible(chromedp.ID("login")),
-		chromedp.SendKeys(chromedp.ID("token"), proxyToken),
-		chromedp.Submit(chromedp.CSS("#login form")),
-		chromedp.WaitVisible(chromedp.ID("store-banner")),
-	)
+	logInAs(t, ctx, base, proxyToken, chromedp.WaitVisible(chromedp.ID("store-banner")))
 	banner := strings.ReplaceAll(read(t, ctx, chromedp.Text(chromedp.ID("store-banner"))), "\u00a0", " ")
 	assert.Regexp(t, `^The state store is failing( since \d\d:\d\d:\d\d)?: state directory /var/lib/keypool is not writable: read-only file system\. The proxy serves on`, banner)
 	assert.Equal(t, "alert", read(t, ctx, chromedp.Evaluate[string](`document.getElementById("store-banner").getAttribute("role")`)))

@@ -2,8 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -76,33 +74,8 @@ func TestHistoryRing(t *testing.T) {
 // tokens the pool counted; it takes an operator's token as /status does.
 func TestHistoryEndpoint(t *testing.T) {
 	clock := newTestClock(time.Date(2026, 3, 10, 12, 0, 10, 0, time.UTC))
-	sim := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Clock: clock.now, Keys: []vendorsim.Key{
-		{Secret: "sk-history-a", ID: "a", Script: []vendorsim.Answer{{Status: http.StatusTooManyRequests,
-			Header: http.Header{"Retry-After": {"30"}}, Body: `{"error":{"type":"rate_limit_error","message":"slow down"}}`}}},
-		{Secret: "sk-history-b", ID: "b"},
-	}})
-	t.Cleanup(sim.Close)
-	addr := serveAt(t, fmt.Sprintf(`
-proxy_tokens: [%q]
-state: %s
-upstreams:
-  - name: openai
-    url: %s
-    limits: {tpm: 1000000}
-    keys:
-      - {id: a, secret: sk-history-a}
-      - {id: b, secret: sk-history-b}
-`, proxyToken, t.TempDir(), sim.URL()), clock)
-	base := "http://" + addr
-	send := func(n int) {
-		for range n {
-			resp, err := chat(t, base, false)
-			require.NoError(t, err)
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			require.Equal(t, http.StatusOK, resp.StatusCode)
-		}
-	}
+	base := twoKeyProxy(t, clock, []vendorsim.Answer{throttled})
+	send := func(n int) { sendOK(t, base, n) }
 	read := func() historyReport {
 		t.Helper()
 		status, body := get(t, base+"/history", nil, http.Header{"Authorization": {"Bearer " + proxyToken}})

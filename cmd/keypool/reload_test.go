@@ -508,13 +508,7 @@ func TestReloadRefusedShowsOnTheStatusPage(t *testing.T) {
 		"listen: 127.0.0.1:0", "listen: 127.0.0.1:1", 1)
 	require.NoError(t, os.WriteFile(path, []byte(broken), 0o600))
 	require.False(t, srv.reloads.reload("SIGHUP").OK)
-	inTab(t, ctx, "log in",
-		chromedp.Navigate(base+"/"),
-		chromedp.WaitVisible(chromedp.ID("login")),
-		chromedp.SendKeys(chromedp.ID("token"), operatorToken),
-		chromedp.Submit(chromedp.CSS("#login form")),
-		chromedp.WaitVisible(chromedp.ID("reload-banner")),
-	)
+	logInAs(t, ctx, base, operatorToken, chromedp.WaitVisible(chromedp.ID("reload-banner")))
 	banner := strings.ReplaceAll(read(t, ctx, chromedp.Text(chromedp.ID("reload-banner"))), "\u00a0", " ")
 	assert.Regexp(t, `^The configuration was not reloaded at \d\d:\d\d:\d\d \(SIGHUP\): nothing changed, and the proxy serves on as before\. Its mistakes:`, banner)
 	assert.Equal(t, 2, read(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll("#reload-banner li").length`)), "a mistake an item: %s", banner)
