@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -410,19 +412,38 @@ func TestConfigClients(t *testing.T) {
 	})
 }
 
+// sharedRedis returns the state of replicas that share one Redis: the
+// real Redis of $KEYPOOL_REDIS_ADDR (as CI runs it), in its database 15,
+// emptied before and after the test, whose Lua scripts are the ones a
+// fleet runs; else a miniredis.
+func sharedRedis(t *testing.T) string {
+	t.Helper()
+	addr := os.Getenv("KEYPOOL_REDIS_ADDR")
+	if addr == "" {
+		return "redis://" + miniredis.RunT(t).Addr() + "/0"
+	}
+	const db = 15
+	c := redis.NewClient(&redis.Options{Addr: addr, DB: db})
+	require.NoError(t, c.FlushDB(t.Context()).Err(), "KEYPOOL_REDIS_ADDR=%s", addr)
+	t.Cleanup(func() {
+		_ = c.FlushDB(context.Background()).Err()
+		_ = c.Close()
+	})
+	return fmt.Sprintf("redis://%s/%d", addr, db)
+}
+
 // Two replicas sharing one Redis hold one client budget between them: a
 // client sending through both at once, eight requests at a time, spends
 // no more than its budget by the overruns of the answers in flight when
 // it filled (each answer's use beyond its reserve), the bound a key's
 // budget keeps; and either replica's /status shows the spend both made.
 func TestClientBudgetAcrossReplicas(t *testing.T) {
-	mr := miniredis.RunT(t)
 	sim := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Keys: []vendorsim.Key{{Secret: "sk-alpha-1", ID: "a1"}}})
 	t.Cleanup(sim.Close)
 	conf := fmt.Sprintf(`
 proxy_tokens: [%q]
 operator_tokens: [%q]
-state: redis://%s/0
+state: %s
 replicas: 2
 clients:
   - {name: spender, token: %s, budget: {per_day: 0.45}}
@@ -431,7 +452,7 @@ upstreams:
     url: %s
     prices: {gpt-4o-mini: {input: 1000, output: 2000}}
     keys: [{id: a1, secret: sk-alpha-1}]
-`, proxyToken, operatorToken, mr.Addr(), clientTokens["spender"], sim.URL())
+`, proxyToken, operatorToken, sharedRedis(t), clientTokens["spender"], sim.URL())
 	first, _ := startProxy(t, conf)
 	second, _ := startProxy(t, conf)
 	body := `{"model":"gpt-4o-mini","max_tokens":64,"messages":[{"role":"user","content":"Say hello."}]}`
