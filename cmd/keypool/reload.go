@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -254,7 +255,7 @@ func (r *reloads) reload(by string) reloadView {
 		return view
 	}
 	cur := r.live.Load()
-	all := r.successor(cur)
+	all, read := r.successor(cur)
 	if len(all) == 0 {
 		view.OK = true
 		for _, rt := range r.live.Load().srv.settings.routes {
@@ -262,8 +263,12 @@ func (r *reloads) reload(by string) reloadView {
 		}
 		log.Info("reloaded", "config", r.path, "by", by, "upstreams", strings.Join(view.Upstreams, ", "))
 	} else {
+		// A value in the wrong field is quoted by its mistake, and may be a
+		// secret pasted there: the log and the page carry none, of the
+		// live configuration or of the file refused.
+		redact := mistakeRedactor(read)
 		for _, m := range all {
-			view.Mistakes = append(view.Mistakes, m.Error())
+			view.Mistakes = append(view.Mistakes, cur.srv.redact.String(redact.String(m.Error())))
 		}
 		log.Error("reload refused: nothing changed, serving on as before", "config", r.path, "by", by, "mistakes", len(all))
 		for _, m := range view.Mistakes {
@@ -274,9 +279,30 @@ func (r *reloads) reload(by string) reloadView {
 	return view
 }
 
+// mistakeRedactor returns a redactor of the secrets of the settings read
+// from a refused file (nil: none read), named by their upstream and place.
+func mistakeRedactor(read *settings) *redactor {
+	var secrets []secretKey
+	if read != nil {
+		for _, rt := range read.routes {
+			for i, k := range rt.keys {
+				secrets = append(secrets, secretKey{secret: k.Secret, id: fmt.Sprintf("%s key %d", rt.name, i)})
+			}
+		}
+		for _, t := range slices.Concat(read.tokens, read.operatorTokens) {
+			secrets = append(secrets, secretKey{secret: string(t), id: "token"})
+		}
+		for _, c := range read.clients {
+			secrets = append(secrets, secretKey{secret: string(c.token), id: "client token"})
+		}
+	}
+	return newRedactor(secrets)
+}
+
 // successor reads the file and builds, checks and swaps in the server it
-// makes, after cur; it returns the mistakes that stopped it, or none.
-func (r *reloads) successor(cur *generation) mistakes {
+// makes, after cur; it returns the mistakes that stopped it, or none, and
+// the settings it read, if it read any.
+func (r *reloads) successor(cur *generation) (mistakes, *settings) {
 	s, err := loadConfig(r.path, os.LookupEnv)
 	var all mistakes
 	all.merge(err)
@@ -288,13 +314,13 @@ func (r *reloads) successor(cur *generation) mistakes {
 		}
 	}
 	if len(all) > 0 {
-		return all
+		return all, s
 	}
 	s.clock = r.first.settings.clock // tests set it; the file cannot
 	next, err := nextServer(cur.srv, s)
 	if err != nil {
 		all.merge(err)
-		return all
+		return all, s
 	}
 	for _, w := range s.warnings {
 		next.log.Warn(w)
@@ -307,7 +333,7 @@ func (r *reloads) successor(cur *generation) mistakes {
 	r.poolsMu.Unlock()
 	r.live.Store(&generation{srv: next, handler: next.configured(), r: r})
 	cur.retire()
-	return nil
+	return nil, s
 }
 
 // keepUse takes over what each client prev has too, by name, used today

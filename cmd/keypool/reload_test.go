@@ -523,3 +523,23 @@ func TestReloadRefusedShowsOnTheStatusPage(t *testing.T) {
 	inTab(t, ctx, "the banner goes once a reload is done",
 		chromedp.WaitNotVisible(chromedp.ID("reload-banner")))
 }
+
+// A refused file's mistakes quote a value in the wrong field, which may be
+// a secret pasted there — the live configuration's, or the file's own:
+// what the reload says, in the log and on the page, carries neither.
+func TestReloadMistakesQuoteNoSecret(t *testing.T) {
+	up := newKeyCounter(t)
+	state := t.TempDir()
+	const live, fresh = "sk-reload-live-secret-0001", "sk-reload-new-secret-00002"
+	srv, _, path := reloadServer(t, reloadConf(state, up.url, "{id: a, secret: "+live+"}"))
+	broken := reloadConf(state, up.url, "{id: a, secret: "+live+", limits: {rpm: "+live+"}}, {id: b, secret: "+fresh+", limits: {rpd: "+fresh+"}}")
+	require.NoError(t, os.WriteFile(path, []byte(broken), 0o600))
+	view := srv.reloads.reload("SIGHUP")
+	require.False(t, view.OK)
+	require.Len(t, view.Mistakes, 2, "%q", view.Mistakes)
+	for _, m := range view.Mistakes {
+		assert.NotContains(t, m, live, "the live key's secret")
+		assert.NotContains(t, m, fresh, "the refused file's new key's secret")
+		assert.Contains(t, m, "redacted", "the mistake still says where: %s", m)
+	}
+}
