@@ -1,6 +1,7 @@
 package keypool
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -423,4 +424,25 @@ func joinPath(base, p string) string {
 		return path.Clean(p) // p itself when it is clean
 	}
 	return path.Join("/", base, p)
+}
+
+// routesKey is the context key of the routes OnlyRoutes names.
+type routesKey struct{}
+
+// OnlyRoutes returns a copy of ctx under which a Fallback sends a request
+// only to the routes named (by Route.Name), in the Fallback's order; when
+// none of them can take it, the call fails with a *NoAvailableKeyError as
+// when every route is benched. No names leaves ctx as it is: every route.
+func OnlyRoutes(ctx context.Context, names ...string) context.Context {
+	if len(names) == 0 {
+		return ctx
+	}
+	return context.WithValue(ctx, routesKey{}, slices.Clone(names))
+}
+
+// allowsRoute reports whether a request under ctx may go to the route
+// named name (see OnlyRoutes).
+func allowsRoute(ctx context.Context, name string) bool {
+	names, ok := ctx.Value(routesKey{}).([]string)
+	return !ok || slices.Contains(names, name)
 }

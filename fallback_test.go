@@ -2,6 +2,7 @@ package keypool
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -328,4 +329,32 @@ func TestJoinPathIsJoin(t *testing.T) {
 		}
 	}
 	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = joinPath("", "/v1/chat/completions") }))
+}
+
+// A context that names routes keeps a Fallback's request off the others,
+// and fails as every route benched would when none named can take it.
+func TestOnlyRoutesKeepsARequestOffOtherRoutes(t *testing.T) {
+	clock := newTestClock()
+	first, simA := simRoute(t, "free-a", clock, 100, "a1")
+	second, simB := simRoute(t, "free-b", clock, 1, "b1")
+	fb, err := NewFallback([]Route{first, second}, WithClock(clock.Now))
+	require.NoError(t, err)
+	send := func(names ...string) error {
+		req := chatRequest(t, "gpt-4o-mini")
+		req = req.WithContext(OnlyRoutes(req.Context(), names...))
+		resp, err := fb.RoundTrip(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		return err
+	}
+	require.NoError(t, send("free-b"))
+	err = send("free-b") // b's one request a day is spent; a is not for it
+	var na *NoAvailableKeyError
+	assert.True(t, errors.As(err, &na), "second request only to free-b: err = %v, want *NoAvailableKeyError", err)
+	assert.Equal(t, int64(0), simA.Totals().Requests, "requests free-a received")
+	assert.Equal(t, int64(1), simB.Totals().Requests, "requests free-b received")
+	require.NoError(t, send()) // no names: every route
+	assert.Equal(t, int64(1), simA.Totals().Requests, "requests free-a received with no names")
 }

@@ -431,3 +431,17 @@ func (n *names) holds(s string) bool {
 	last := n.last.Load()
 	return last != nil && *last == s
 }
+
+// ReadRequest returns what a Pool reads from a request before sending it,
+// given its URL path and its body (or the start of it): the model — from the
+// path (Gemini's /models/{model}:…, Azure's /deployments/{name}/), else the
+// JSON body's top-level "model" — and what DefaultEstimate counts. It reads
+// the body in one pass, with the pool's own reader, and never panics on
+// malformed JSON.
+func ReadRequest(path string, body []byte) RequestInfo {
+	info, _ := readRequest(body, nil)
+	if m := modelFromPath(path); m != "" {
+		info.Model = m
+	}
+	return info
+}

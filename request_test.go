@@ -656,3 +656,15 @@ func scanRequest(body []byte, in *names) RequestInfo {
 	info, _ := readRequest(body, in)
 	return info
 }
+
+func TestReadRequestAndReserve(t *testing.T) {
+	info := ReadRequest("/v1/chat/completions", []byte(`{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"12345678"}]}`))
+	assert.Equal(t, "m", info.Model)
+	assert.Equal(t, int64(100), info.MaxOutput)
+	assert.Equal(t, "gemini-2.0-flash", ReadRequest("/v1beta/models/gemini-2.0-flash:generateContent", nil).Model)
+	cost, unbounded := Price{Input: 1, Output: 10}.Reserve(info, DefaultEstimate(info))
+	assert.False(t, unbounded)
+	assert.Equal(t, int64((DefaultEstimate(info)-100)*1+100*10), cost, "reserve: the estimated input and the output bound")
+	_, unbounded = Price{Input: 1}.Reserve(ReadRequest("/", []byte(`{"model":"m"}`)), 10)
+	assert.True(t, unbounded, "no output bound")
+}

@@ -2,6 +2,7 @@ package keypool
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"math"
@@ -876,4 +877,41 @@ func (s *spend) spent(now int64) (day, month int64) {
 		month = s.month.spent + s.month.held
 	}
 	return day, month
+}
+
+// usedKey is the context key of NotifySettle's function: a proxy that
+// serves several clients — each with its own windows and budget, in the
+// pool's Store — hears through it what each of their requests used.
+type usedKey struct{}
+
+// NotifySettle returns a copy of ctx under which a Pool's Transport (and so
+// a Fallback) tells f what a request sent with it used, each time the pool
+// settles it: at zero when a key refused it or its answer was not a
+// success, and at what the vendor reported once a success's body is read
+// (or closed) — with its Cost, unlike OnSettle, and whether or not the
+// pool counts tokens itself. The last call counts; an answer that reports
+// no usage settles nothing, so f may not be called for it. f runs on the
+// goroutine that reads the body or sends the request, and must be quick;
+// it never receives a secret. A nil f changes nothing.
+func NotifySettle(ctx context.Context, f func(Settlement)) context.Context {
+	if f == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, usedKey{}, f)
+}
+
+// usedOf returns the function NotifySettle put in ctx, or nil.
+func usedOf(ctx context.Context) func(Settlement) {
+	f, _ := ctx.Value(usedKey{}).(func(Settlement))
+	return f
+}
+
+// Reserve returns what a request read as info, estimated at estimate
+// tokens, can cost at most at price p, in millionths of a US dollar, as a
+// Pool reserves it against a Budget: its estimated input and its output
+// bound (info.MaxOutput, at most p.MaxOutput). When nothing bounds its
+// output it returns the cost of the estimate and unbounded, as a Claim's
+// Unbounded says.
+func (p Price) Reserve(info RequestInfo, estimate int64) (cost int64, unbounded bool) {
+	return p.reserve(estimateUse(info, max(estimate, 0)), info.MaxOutput)
 }

@@ -1389,3 +1389,39 @@ func TestUnbenchLiftsAnAccountsStatedDay(t *testing.T) {
 	assert.NoError(t, call(), "lifted by the operator")
 	assert.NoError(t, call(), "with the day limit it stated")
 }
+
+// NotifySettle hears what a request used once its answer's body is read,
+// with the cost at the model's price, even when the pool counts neither
+// tokens nor spend itself.
+func TestNotifySettleHearsTheSettledUse(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		opts     []Option
+		wantCost bool
+	}{
+		{"no limits, no price", nil, false},
+		{"priced", []Option{WithPrices(map[string]Price{"gpt-4o-mini": {Input: 1, Output: 2}})}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := newTestClock()
+			route, _ := simRoute(t, "sim", clock, 100, "k1")
+			pool, err := New("sim", []Key{{Secret: "k1", ID: "k1"}}, append(tc.opts, WithClock(clock.Now))...)
+			require.NoError(t, err)
+			route.Pool = pool
+			fb, err := NewFallback([]Route{route}, WithClock(clock.Now))
+			require.NoError(t, err)
+			var got []Settlement
+			req := chatRequest(t, "gpt-4o-mini")
+			req = req.WithContext(NotifySettle(req.Context(), func(u Settlement) { got = append(got, u) }))
+			resp, err := fb.RoundTrip(req)
+			require.NoError(t, err)
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			require.Len(t, got, 1, "NotifySettle calls")
+			assert.Equal(t, "sim", got[0].Provider)
+			assert.Equal(t, "k1", got[0].KeyID)
+			assert.Positive(t, got[0].Tokens, "tokens the answer reported")
+			assert.Equal(t, tc.wantCost, got[0].Cost > 0, "cost %d", got[0].Cost)
+		})
+	}
+}
