@@ -16,8 +16,9 @@ type NoAvailableKeyError struct {
 	Provider string
 	RetryAt  time.Time
 
-	wait time.Duration // RetryAt less the moment the error was made
-	last error         // the last failure of Pool.Do's function, if any
+	wait     time.Duration // RetryAt less the moment the error was made
+	last     error         // the last failure of Pool.Do's function, if any
+	disabled int           // the keys passed over as out of rotation (Pool.Disable)
 }
 
 // noKeyError returns the error of a request no key of provider could take
@@ -32,6 +33,9 @@ func noKeyError(provider string, retryAt, now time.Time) *NoAvailableKeyError {
 
 func (e *NoAvailableKeyError) Error() string {
 	if e.RetryAt.IsZero() {
+		if e.disabled > 0 {
+			return fmt.Sprintf("keypool: no %s key available (%d disabled)", e.Provider, e.disabled)
+		}
 		return fmt.Sprintf("keypool: no %s key available", e.Provider)
 	}
 	return fmt.Sprintf("keypool: no %s key available until %s (in %s)",

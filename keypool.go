@@ -132,6 +132,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 
@@ -313,6 +315,13 @@ type Pool struct {
 	models       names     // the model names requests have named
 	affinity     *affinity // nil when conversations do not stay on keys
 	alarm        *alarm    // rings OnBenchEnd; nil without it
+	// disabling is the store's DisabledStore, nil when it has none;
+	// disabledDue is when the pool reads it again (Unix nanoseconds), and
+	// disabledGen counts the changes this pool made, so that a read begun
+	// before one does not undo it.
+	disabling   DisabledStore
+	disabledDue atomic.Int64
+	disabledGen atomic.Uint64
 }
 
 // poolKey is a key as the pool holds it. The fields every request reads
@@ -346,6 +355,9 @@ type poolKey struct {
 	// flights are the requests the key and its account hold at once,
 	// against their caps (Limits.InFlight); nil where there is none.
 	flights [2]*flight
+	// disabled says who took the key out of rotation (Pool.Disable); nil
+	// while it is in.
+	disabled atomic.Pointer[Disabled]
 }
 
 // New returns a pool over keys for provider, a name used in stats, errors,
@@ -392,6 +404,10 @@ func New(provider string, keys []Key, opts ...Option) (*Pool, error) {
 	}
 	tokens = tokens || len(cfg.accountBudgets) > 0
 	p.tokens.Store(tokens)
+	if d, ok := p.store.(DisabledStore); ok {
+		p.disabling = d
+		p.readDisabled(context.Background(), cfg.clock())
+	}
 	if n, ok := p.store.(HealthNotifier); ok && cfg.onStoreError != nil {
 		// A change between calls is heard when it happens, not at the
 		// next request.
@@ -565,6 +581,7 @@ type call struct {
 	// passed over for it.
 	maxOutput int64
 	dear      int64
+	disabled  int // the keys passed over as out of rotation
 	// conversation is the request's, 0 for none (see WithAffinity); stay
 	// the key it stays on, once looked.
 	conversation conversation
@@ -599,6 +616,10 @@ func (p *Pool) acquire(ctx context.Context, c *call, model string, est usageRepo
 		return err
 	}
 	now := p.cfg.clock()
+	if p.disabling != nil && now.UnixNano() >= p.disabledDue.Load() {
+		p.readDisabled(ctx, now)
+	}
+	c.disabled = 0
 	if c.conversation != 0 && !c.looked { // a conversation is named only where affinity is on
 		// Once a request: its attempts, and its turns in line, ask no more.
 		c.stay, c.looked = p.affinity.keyOf(ctx, p, c.conversation, now), true
@@ -626,7 +647,9 @@ func (p *Pool) acquire(ctx context.Context, c *call, model string, est usageRepo
 	if c.dear != 0 && c.soonest.IsZero() {
 		return tooDearError(p.provider, model, c.dear)
 	}
-	return noKeyError(p.provider, c.soonest, now)
+	err := noKeyError(p.provider, c.soonest, now)
+	err.disabled = c.disabled
+	return err
 }
 
 // scan offers the request to the keys of one tier, starting at the cursor,
@@ -654,6 +677,10 @@ func (p *Pool) scan(ctx context.Context, c *call, keys []*poolKey, cursor *atomi
 // on its stack: a lease is never copied on the way.
 func (p *Pool) offer(ctx context.Context, c *call, k *poolKey, model string, est usageReport, now time.Time, l *lease) (bool, error) {
 	if c.tried.has(k.index) {
+		return false, nil
+	}
+	if k.disabled.Load() != nil {
+		c.disabled++
 		return false, nil
 	}
 	ok, probe := k.returns.admit(model, now)
@@ -1257,6 +1284,9 @@ type KeyStats struct {
 	// Conversations counts the conversations that stay on the key (see
 	// WithAffinity), as this process knows them.
 	Conversations int
+	// Disabled says who took the key out of rotation, and when; nil while
+	// it is in (see Pool.Disable).
+	Disabled *Disabled
 }
 
 // ModelStats is what is known of one key for one model.
@@ -1295,6 +1325,7 @@ func (p *Pool) Stats() []KeyStats {
 		ks.ID, ks.Paid, ks.Account, ks.Sent, ks.Answers = k.ID, k.Paid, k.Account, k.sent.Load(), map[Kind]int64{}
 		ks.Conversations = conversations[k.index]
 		ks.CapLimits = p.cfg.keyCap
+		ks.Disabled = k.disabled.Load()
 		k.lastMu.Lock()
 		ks.Last, ks.LastAt = k.last, k.lastAt
 		k.lastMu.Unlock()
@@ -1349,7 +1380,7 @@ func (p *Pool) stored(k *poolKey, now time.Time) KeyStats {
 func (p *Pool) available(now time.Time) int {
 	n := 0
 	for _, k := range p.keys {
-		if k.benchedUntil.Load() <= now.UnixNano() {
+		if k.benchedUntil.Load() <= now.UnixNano() && k.disabled.Load() == nil {
 			n++
 		}
 	}
@@ -1408,6 +1439,114 @@ func (p *Pool) ResetSpend(ctx context.Context, keyID string) error {
 		}
 	}
 	p.unbenched.Add(1) // a Fallback's route the spent budget benched comes back
+	return nil
+}
+
+// Disable takes the key with the given ID out of rotation until Enable
+// puts it back: no request is sent with it from then on, though those
+// under way finish. by names who did it — at most 128 bytes of UTF-8
+// without control characters, such as an operator's name — and Stats
+// shows it with the time. A store that keeps it (DisabledStore) keeps it
+// across restarts, and a store replicas share for every replica, which
+// hears of it within DisabledRefresh. It returns an error for an unknown
+// ID, a by it cannot show, or a failing store, and then changes nothing.
+func (p *Pool) Disable(ctx context.Context, keyID, by string) error {
+	k, err := p.operatorKey(keyID)
+	if err != nil {
+		return err
+	}
+	if err := checkBy(by); err != nil {
+		return fmt.Errorf("keypool: %s: disable %s: %w", p.provider, keyID, err)
+	}
+	return p.setDisabled(ctx, k, &Disabled{By: by, At: p.cfg.clock().UTC()})
+}
+
+// Enable puts the key with the given ID back into rotation after Disable;
+// a key in rotation stays in. It returns an error for an unknown ID or a
+// failing store, and then changes nothing.
+func (p *Pool) Enable(ctx context.Context, keyID string) error {
+	k, err := p.operatorKey(keyID)
+	if err != nil {
+		return err
+	}
+	return p.setDisabled(ctx, k, nil)
+}
+
+// DisabledRefresh is how often a pool whose store keeps disabled keys
+// (DisabledStore) reads them again, for what another replica disabled or
+// enabled: at its first request that much after the last read.
+const DisabledRefresh = 5 * time.Second
+
+// setDisabled records d for key k in the store, when it keeps it, and then
+// in the pool.
+func (p *Pool) setDisabled(ctx context.Context, k *poolKey, d *Disabled) error {
+	verb := "disable"
+	if d == nil {
+		verb = "enable"
+	}
+	if p.disabling != nil {
+		if err := p.disabling.SetDisabled(ctx, p.provider, k.ID, d); err != nil {
+			return fmt.Errorf("keypool: %s: %s %s: %w", p.provider, verb, k.ID, err)
+		}
+	}
+	p.disabledGen.Add(1)
+	k.disabled.Store(d)
+	if d == nil {
+		p.unbenched.Add(1) // a Fallback's route the disabled keys held comes back
+	}
+	return nil
+}
+
+// readDisabled reads which keys are out of rotation from the store, at
+// now, unless another call is reading them: the first call past
+// disabledDue reads, and the others go on with what the pool knows. A
+// store that fails changes nothing, and is read again DisabledRefresh
+// later.
+func (p *Pool) readDisabled(ctx context.Context, now time.Time) {
+	due := p.disabledDue.Load()
+	if !p.disabledDue.CompareAndSwap(due, now.Add(DisabledRefresh).UnixNano()) {
+		return
+	}
+	gen := p.disabledGen.Load()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), statsTimeout)
+	defer cancel()
+	out, err := p.disabling.Disabled(ctx, p.provider)
+	p.storeResult(opDisabled, err)
+	if err != nil || p.disabledGen.Load() != gen {
+		return // a change of this pool's since the read began stands
+	}
+	for _, k := range p.keys {
+		d, ok := out[k.ID]
+		if ok && checkBy(d.By) != nil {
+			d.By = unreadableBy // a store's record another program wrote
+		}
+		switch cur := k.disabled.Load(); {
+		case ok && (cur == nil || *cur != d):
+			k.disabled.Store(&d)
+		case !ok && cur != nil:
+			k.disabled.Store(nil)
+			p.unbenched.Add(1)
+		}
+	}
+}
+
+// maxBy bounds Disable's by; unreadableBy stands for a by read from a
+// store that Disable would have refused.
+const (
+	maxBy        = 128
+	unreadableBy = "(unreadable)"
+)
+
+// checkBy returns an error saying why by cannot name who disabled a key.
+func checkBy(by string) error {
+	switch {
+	case len(by) > maxBy:
+		return fmt.Errorf("who disabled it is %d bytes, more than %d", len(by), maxBy)
+	case !utf8.ValidString(by):
+		return errors.New("who disabled it is not UTF-8")
+	case strings.ContainsFunc(by, unicode.IsControl):
+		return errors.New("who disabled it holds a control character")
+	}
 	return nil
 }
 

@@ -75,6 +75,26 @@ type AffinityStore interface {
 	SetAffinity(ctx context.Context, provider, conversation, keyID string, idle time.Duration) error
 }
 
+// Disabled says who took a key out of rotation (Pool.Disable), and when.
+type Disabled struct {
+	By string
+	At time.Time
+}
+
+// DisabledStore is implemented by a Store that keeps which keys an
+// operator took out of rotation (Pool.Disable), so that they stay out
+// across restarts and, in a store replicas share, on every replica: the
+// package's stores and redisstore's do. A pool over a store without it
+// keeps them out only while it lives.
+type DisabledStore interface {
+	// SetDisabled records that the key is out of rotation, as d says, in
+	// place of what was recorded before; a nil d puts it back. A store
+	// may keep d.At to the millisecond.
+	SetDisabled(ctx context.Context, provider, keyID string, d *Disabled) error
+	// Disabled returns the keys of provider out of rotation, by ID.
+	Disabled(ctx context.Context, provider string) (map[string]Disabled, error)
+}
+
 // HealthReporter is implemented by a Store that can fail between calls —
 // one that writes behind, or one whose server stops answering — and says
 // so: the BadgerStore and redisstore's Store do. A pool whose store has a

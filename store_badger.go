@@ -204,6 +204,42 @@ func (s *BadgerStore) ResetSpend(ctx context.Context, provider, keyID string) er
 	return s.Flush(ctx)
 }
 
+// SetDisabled implements DisabledStore: the change is written through,
+// and made in memory only once it is.
+func (s *BadgerStore) SetDisabled(ctx context.Context, provider, keyID string, d *Disabled) error {
+	if s.closed.Load() {
+		return errStoreClosed
+	}
+	key := recordKey(disabledPrefix, keyRef{provider, keyID})
+	if err := s.update(func(txn *badger.Txn) error {
+		if d == nil {
+			return txn.Delete(key)
+		}
+		return txn.Set(key, encodeDisabled(*d))
+	}); err != nil {
+		return storeError(err)
+	}
+	return s.memoryStore.SetDisabled(ctx, provider, keyID, d)
+}
+
+// writeDisabled writes every key out of rotation, in one transaction: to
+// a database opened again, which may have lost them.
+func (s *BadgerStore) writeDisabled() error {
+	s.memoryStore.disabledMu.Lock()
+	defer s.memoryStore.disabledMu.Unlock()
+	if len(s.memoryStore.disabled) == 0 {
+		return nil
+	}
+	return s.update(func(txn *badger.Txn) error {
+		for ref, d := range s.memoryStore.disabled {
+			if err := txn.Set(recordKey(disabledPrefix, ref), encodeDisabled(d)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // Health returns nil while the store's writes succeed, and otherwise the
 // error of the failing write or of the check of its directory. It is one
 // atomic load.
@@ -396,6 +432,9 @@ func (s *BadgerStore) reopen(d *stateDir, cause error) error {
 	s.db.Store(db)
 	s.dir.Store(nd)
 	s.gen.Add(1)
+	if err := s.writeDisabled(); err != nil {
+		return storeError(err)
+	}
 	s.memoryStore.each(func(ref keyRef, k *memKey) {
 		k.mu.Lock()
 		k.dirty = true

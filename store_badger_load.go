@@ -1,6 +1,7 @@
 package keypool
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 
@@ -65,6 +66,9 @@ func (s *BadgerStore) load(db *badger.DB) (legacy [][]byte, err error) {
 		}
 		return nil
 	})
+	if err == nil {
+		err = s.loadDisabled(db, &dropped)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -80,6 +84,37 @@ func (s *BadgerStore) load(db *badger.DB) (legacy [][]byte, err error) {
 		}
 	}
 	return legacy, nil
+}
+
+// loadDisabled reads the keys out of rotation. A record that cannot be
+// read is dropped and counted: that key is back in rotation.
+func (s *BadgerStore) loadDisabled(db *badger.DB, dropped *droppedRecords) error {
+	return db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.DefaultIteratorOptions)
+		defer it.Close()
+		for it.Seek(disabledPrefix); it.ValidForPrefix(disabledPrefix); it.Next() {
+			item := it.Item()
+			ref, ok := parseRecordKey(disabledPrefix, item.Key())
+			if !ok {
+				dropped.unreadable(fmt.Errorf("record key %q: %w", item.Key(), errShortRecord))
+				continue
+			}
+			var d Disabled
+			var bad error
+			if err := item.Value(func(v []byte) error {
+				d, bad = decodeDisabled(v)
+				return nil
+			}); err != nil {
+				return fmt.Errorf("disabled record of key %s: %w", keyName(ref), err)
+			}
+			if bad != nil {
+				dropped.unreadable(fmt.Errorf("disabled record of key %s: %w", keyName(ref), bad))
+				continue
+			}
+			_ = s.memoryStore.SetDisabled(context.Background(), ref.provider, ref.keyID, &d)
+		}
+		return nil
+	})
 }
 
 // droppedRecords counts the records a load dropped, by kind: one warning

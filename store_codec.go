@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/keypool-go/keypool/internal/windowspec"
 )
@@ -18,8 +19,9 @@ import (
 
 // The record formats.
 const (
-	windowsFormat = 5 // 2 before learned limits, 3 before spend, 4 before exact windows: read without them
-	benchesFormat = 1
+	windowsFormat  = 5 // 2 before learned limits, 3 before spend, 4 before exact windows: read without them
+	benchesFormat  = 1
+	disabledFormat = 1
 )
 
 var errShortRecord = errors.New("record ends early")
@@ -28,8 +30,9 @@ var errShortRecord = errors.New("record ends early")
 // provider's length as a uvarint, the provider, and the key ID. The length
 // keeps every (provider, key ID) pair apart, whatever bytes the two hold.
 var (
-	windowsPrefix = []byte("kp2/w/")
-	benchesPrefix = []byte("kp2/b/")
+	windowsPrefix  = []byte("kp2/w/")
+	benchesPrefix  = []byte("kp2/b/")
+	disabledPrefix = []byte("kp2/d/") // a key out of rotation (DisabledStore)
 )
 
 func recordKey(prefix []byte, ref keyRef) []byte {
@@ -200,6 +203,28 @@ func (k *memKey) decodeBenches(b []byte) error {
 		m.level = int(r.uvarint())
 	}
 	return r.err
+}
+
+// encodeDisabled returns the record of a key out of rotation: when, in
+// Unix nanoseconds, and who.
+func encodeDisabled(d Disabled) []byte {
+	b := []byte{disabledFormat}
+	b = binary.AppendVarint(b, d.At.UnixNano())
+	return appendString(b, d.By)
+}
+
+// decodeDisabled reads a record encodeDisabled wrote.
+func decodeDisabled(b []byte) (Disabled, error) {
+	r := reader{b: b}
+	if f := r.byte(); f != disabledFormat {
+		return Disabled{}, fmt.Errorf("disabled record of format %d", f)
+	}
+	at := r.varint()
+	d := Disabled{At: time.Unix(0, at).UTC(), By: r.string()}
+	if r.err == nil && len(r.b) != 0 {
+		r.fail(errors.New("disabled record has bytes past its end"))
+	}
+	return d, r.err
 }
 
 // recordModel returns the entry a record's model name is read into. A

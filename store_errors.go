@@ -11,6 +11,7 @@ const (
 	opSettle
 	opLearn
 	opAffinity // an AffinityStore's
+	opDisabled // a DisabledStore's
 	opHealth   // the store's own Health
 )
 

@@ -26,6 +26,9 @@ type memoryStore struct {
 	// building its ID (accountID) on every request: keyRef{provider,
 	// account} → *memKey.
 	accounts sync.Map
+
+	disabledMu sync.Mutex
+	disabled   map[keyRef]Disabled // the keys out of rotation (DisabledStore)
 }
 
 type keyRef struct{ provider, keyID string }
@@ -97,7 +100,11 @@ func NewMemoryStore() Store { return newMemoryStore() }
 
 func newMemoryStore() *memoryStore { return &memoryStore{} }
 
-var _ Store = (*memoryStore)(nil)
+var (
+	_ Store         = (*memoryStore)(nil)
+	_ SpendResetter = (*memoryStore)(nil)
+	_ DisabledStore = (*memoryStore)(nil)
+)
 
 // key returns the state of a key, adding it when new.
 func (s *memoryStore) key(provider, keyID string) *memKey {
@@ -661,6 +668,35 @@ func (s *memoryStore) ResetSpend(_ context.Context, provider, keyID string) erro
 	k.spend.reset()
 	k.dirty = true
 	return nil
+}
+
+// SetDisabled implements DisabledStore.
+func (s *memoryStore) SetDisabled(_ context.Context, provider, keyID string, d *Disabled) error {
+	s.disabledMu.Lock()
+	defer s.disabledMu.Unlock()
+	ref := keyRef{provider, keyID}
+	if d == nil {
+		delete(s.disabled, ref)
+		return nil
+	}
+	if s.disabled == nil {
+		s.disabled = map[keyRef]Disabled{}
+	}
+	s.disabled[ref] = *d
+	return nil
+}
+
+// Disabled implements DisabledStore.
+func (s *memoryStore) Disabled(_ context.Context, provider string) (map[string]Disabled, error) {
+	s.disabledMu.Lock()
+	defer s.disabledMu.Unlock()
+	out := map[string]Disabled{}
+	for ref, d := range s.disabled {
+		if ref.provider == provider {
+			out[ref.keyID] = d
+		}
+	}
+	return out, nil
 }
 
 // State implements Store.

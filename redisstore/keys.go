@@ -54,6 +54,12 @@ func affinityName(prefix, provider, conversation string) string {
 	return prefix + ":{" + escape(provider) + "}:a:" + escape(conversation)
 }
 
+// disabledName is the name of the hash of a pool's keys out of rotation
+// (keypool.DisabledStore): a field for each key ID.
+func disabledName(prefix, provider string) string {
+	return prefix + ":{" + escape(provider) + "}:d"
+}
+
 // index is the key's index: the models it knows, its latest take, how its
 // days count.
 func (n keyNames) index() string { return n.base + "i:" + n.key }

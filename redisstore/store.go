@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -93,6 +94,7 @@ var (
 	_ keypool.Store          = (*Store)(nil)
 	_ keypool.AffinityStore  = (*Store)(nil)
 	_ keypool.HealthNotifier = (*Store)(nil)
+	_ keypool.DisabledStore  = (*Store)(nil)
 )
 
 // New returns a Store over a client the caller owns: Close does not close
@@ -512,6 +514,67 @@ func (s *Store) ResetSpend(ctx context.Context, provider, keyID string) error {
 		}
 		return nil
 	})
+}
+
+// SetDisabled implements keypool.DisabledStore: one HSET or HDEL of the
+// pool's hash of keys out of rotation, which every replica reads. While
+// Redis is down, WithLocalFallback makes the change in the local store and
+// in Redis once it answers again.
+func (s *Store) SetDisabled(ctx context.Context, provider, keyID string, d *keypool.Disabled) error {
+	name := disabledName(s.cfg.prefix, provider)
+	remote := s.bounded(func(ctx context.Context) error {
+		if d == nil {
+			return s.rdb.HDel(ctx, name, keyID).Err()
+		}
+		return s.rdb.HSet(ctx, name, keyID, encodeDisabled(*d)).Err()
+	})
+	return s.change(ctx, remote, func() error {
+		if l, ok := s.local.(keypool.DisabledStore); ok {
+			return l.SetDisabled(ctx, provider, keyID, d)
+		}
+		return nil
+	})
+}
+
+// Disabled implements keypool.DisabledStore, from Redis alone: while Redis
+// is down it returns the error, and the pool keeps what it knew. A value
+// it cannot read keeps its key out, by unreadableDisabled.
+func (s *Store) Disabled(ctx context.Context, provider string) (map[string]keypool.Disabled, error) {
+	if err := s.unavailable(); err != nil {
+		return nil, err
+	}
+	cctx, cancel := s.bound(ctx)
+	defer cancel()
+	m, err := s.rdb.HGetAll(cctx, disabledName(s.cfg.prefix, provider)).Result()
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	out := make(map[string]keypool.Disabled, len(m))
+	for id, v := range m {
+		out[id] = decodeDisabled(v)
+	}
+	return out, nil
+}
+
+// unreadableDisabled is who disabled a key whose value in Redis cannot be
+// read: it stays out of rotation, as whoever wrote the field meant, until
+// an operator enables it.
+const unreadableDisabled = "(an unreadable value in Redis)"
+
+// encodeDisabled returns the value of a key out of rotation: when, in Unix
+// milliseconds, a space, and who.
+func encodeDisabled(d keypool.Disabled) string {
+	return strconv.FormatInt(d.At.UnixMilli(), 10) + " " + d.By
+}
+
+// decodeDisabled reads a value encodeDisabled wrote.
+func decodeDisabled(v string) keypool.Disabled {
+	at, by, ok := strings.Cut(v, " ")
+	ms, err := strconv.ParseInt(at, 10, 64)
+	if !ok || err != nil || ms < 0 {
+		return keypool.Disabled{By: unreadableDisabled}
+	}
+	return keypool.Disabled{By: by, At: time.UnixMilli(ms).UTC()}
 }
 
 // Affinity implements keypool.AffinityStore: the key a conversation of the

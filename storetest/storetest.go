@@ -65,6 +65,7 @@ func Run(t *testing.T, h Harness) {
 		{"Unbench", unbench, false},
 		{"UnbenchLiftsWhatAnswersSet", unbenchLiftsWhatAnswersSet, false},
 		{"ResetSpend", resetSpend, false},
+		{"DisabledKeys", disabledKeys, false},
 		{"KeysAreSeparate", keysAreSeparate, false},
 		{"Restart", restart, false},
 		{"FullKeyKeepsNamedModels", fullKeyKeepsNamedModels, false},
@@ -363,6 +364,53 @@ func resetSpend(t *testing.T, h Harness) {
 		"the request in flight before the reset spends what it cost and takes nothing from what came after it")
 	assert.False(t, mustTake(t, s, priced(h, "k", 10_000, day)).OK, "40,000 reserved and 5,000 spent leave 5,000")
 	require.NoError(t, r.ResetSpend(ctx, "suite", "never-spent"), "a key that spent nothing")
+}
+
+// disabledKeys holds a store that keeps keys out of rotation
+// (keypool.DisabledStore) to keeping each key's record apart by provider,
+// replacing it, forgetting it, and keeping it across a restart.
+func disabledKeys(t *testing.T, h Harness) {
+	s := h.Open(t)
+	if _, ok := s.(keypool.DisabledStore); !ok {
+		t.Skip("the store keeps no disabled keys")
+	}
+	read := func(provider string) map[string]keypool.Disabled {
+		t.Helper()
+		got, err := s.(keypool.DisabledStore).Disabled(ctx, provider)
+		require.NoError(t, err)
+		return got
+	}
+	set := func(provider, key string, d *keypool.Disabled) {
+		t.Helper()
+		require.NoError(t, s.(keypool.DisabledStore).SetDisabled(ctx, provider, key, d))
+	}
+	assert.Empty(t, read("suite"), "a new store")
+	at := h.Now().UTC().Truncate(time.Millisecond)
+	odd := "k:{1}% é" // bytes a store's layout may use
+	set("suite", "k", &keypool.Disabled{By: "operator_tokens[0]", At: at})
+	set("suite", odd, &keypool.Disabled{By: "ops — night shift", At: at.Add(time.Second)})
+	set("other", "k", &keypool.Disabled{By: "another pool", At: at})
+	got := read("suite")
+	require.Len(t, got, 2)
+	assert.Equal(t, "operator_tokens[0]", got["k"].By)
+	assert.True(t, got["k"].At.Equal(at), "At is kept to the millisecond: %v, want %v", got["k"].At, at)
+	assert.Equal(t, "ops — night shift", got[odd].By)
+	set("suite", "k", &keypool.Disabled{By: "operator_tokens[1]", At: at.Add(time.Minute)})
+	assert.Equal(t, "operator_tokens[1]", read("suite")["k"].By, "a second record replaces the first")
+	set("suite", "k", nil)
+	set("suite", "never-disabled", nil)
+	got = read("suite")
+	assert.NotContains(t, got, "k", "put back")
+	assert.Contains(t, got, odd)
+	assert.Len(t, read("other"), 1, "another provider's keys are its own")
+	if h.Reopen == nil {
+		return
+	}
+	s = h.Reopen(t, s)
+	got = read("suite")
+	assert.Len(t, got, 1, "after a restart")
+	assert.Equal(t, "ops — night shift", got[odd].By)
+	assert.True(t, got[odd].At.Equal(at.Add(time.Second)))
 }
 
 func keysAreSeparate(t *testing.T, h Harness) {
