@@ -143,6 +143,7 @@ func (fb *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	var ev RouteEvent
 	var soonest time.Time
+	disabled := 0 // the keys the routes passed over as out of rotation
 	skip := func(r *fallbackRoute, s RouteSkip) {
 		s.Route = r.Name
 		ev.Skipped = append(ev.Skipped, s)
@@ -176,6 +177,7 @@ func (fb *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp, err := r.rt.RoundTrip(out)
 		var na *NoAvailableKeyError
 		if errors.As(err, &na) {
+			disabled += na.disabled
 			fb.bench(r, na.RetryAt, KindRate, now)
 			skip(r, RouteSkip{Kind: KindRate, Until: na.RetryAt})
 			continue
@@ -226,7 +228,9 @@ func (fb *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 		ev.Skipped = slices.Delete(ev.Skipped, heldAt, heldAt+1)
 	}
 	fb.report(ev)
-	return endHeld(held, nil, noKeyError(fb.names, soonest, fb.clock()))
+	na := noKeyError(fb.names, soonest, fb.clock())
+	na.disabled = disabled
+	return endHeld(held, nil, na)
 }
 
 // readReplay reads a request's body into memory, so that each route can be

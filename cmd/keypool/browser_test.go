@@ -53,9 +53,21 @@ func screenshotDir(t *testing.T) string {
 }
 
 // browser starts a headless Chromium with a fresh profile and returns a
-// context for its first tab.
+// context for its first tab. A Chromium that crashes as it starts (seen
+// on a loaded machine) is started once more.
 func browser(t *testing.T) context.Context {
 	t.Helper()
+	ctx, err := startBrowser(t)
+	if err != nil {
+		t.Logf("starting Chromium again: %v", err)
+		ctx, err = startBrowser(t)
+	}
+	require.NoError(t, err, "starting %s", chromium(t))
+	return ctx
+}
+
+// startBrowser starts a headless Chromium, stopped when t ends.
+func startBrowser(t *testing.T) (context.Context, error) {
 	path := chromium(t)
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
 		chromedp.ExecPath(path),
@@ -76,8 +88,7 @@ func browser(t *testing.T) context.Context {
 		cancel()
 		cancelAlloc()
 	})
-	require.NoError(t, chromedp.Do(ctx), "starting %s", path)
-	return ctx
+	return ctx, chromedp.Do(ctx)
 }
 
 // inTab runs steps in the tab with a deadline.

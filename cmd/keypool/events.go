@@ -19,8 +19,9 @@ type eventView struct {
 	At time.Time `json:"at"`
 	// Kind is "bench", "back" (a bench ended), "unbench" (an operator
 	// lifted one), "reset-spend" (an operator reset a key's spend),
-	// "failover" (a request went past a route) or "route" (a route's own
-	// failure benched it).
+	// "disable" and "enable" (an operator took a key out of rotation and
+	// back), "failover" (a request went past a route) or "route" (a
+	// route's own failure benched it).
 	Kind  string `json:"kind"`
 	Route string `json:"route,omitempty"`
 	Key   string `json:"key,omitempty"`
@@ -111,13 +112,11 @@ func (r *eventRing) routed(e keypool.RouteEvent) (benched bool) {
 }
 
 // operated records an operator's action on a key (keyActions): kind
-// "unbench" or "reset-spend".
+// "unbench", "reset-spend", "disable" or "enable".
 func (r *eventRing) operated(kind, route, key, by string) {
-	text := key + " unbenched by " + by
-	if kind != "unbench" {
-		text = key + "'s spend reset by " + by
-	}
-	r.add(eventView{Kind: kind, Route: route, Key: key, Text: text})
+	text := map[string]string{"unbench": " unbenched by ", "reset-spend": "'s spend reset by ",
+		"disable": " disabled by ", "enable": " enabled by "}[kind]
+	r.add(eventView{Kind: kind, Route: route, Key: key, Text: key + text + by})
 }
 
 func earlier(a, b time.Time) time.Time {

@@ -6,6 +6,7 @@
 //	keypool status   each key's benches and window use
 //	keypool unbench  lift a key's benches on a running proxy
 //	keypool reset-spend  forget what a key spent on a running proxy
+//	keypool disable  take a key of a running proxy out of rotation; keypool enable puts it back
 //	keypool reload   re-read a running proxy's configuration file, as SIGHUP does
 //	keypool health   whether a running proxy answers /healthz (a container's HEALTHCHECK)
 //	keypool version  which keypool this is
@@ -71,6 +72,8 @@ func commands() []command {
 		{"status", "show each key's benches and window use, from a proxy or a state directory", runStatus},
 		{"unbench", "lift a key's benches on a running proxy", runUnbench},
 		{"reset-spend", "forget what a key spent on a running proxy", runResetSpend},
+		{"disable", "take a key of a running proxy out of rotation, kept across restarts", runDisable},
+		{"enable", "put a key keypool disable took out back into rotation", runEnable},
 		{"reload", "re-read a running proxy's configuration, as SIGHUP does", runReload},
 		{"health", "ask a running proxy's /healthz: exit status 0 when it answers 200", runHealth},
 		{"version", "show keypool's version and how it was built", runVersion},

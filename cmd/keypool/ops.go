@@ -24,26 +24,42 @@ type keyAction struct {
 	// field that says it did.
 	done string
 	flag string
-	// act does it to a key of a pool, and logged is the proxy's log
-	// message of it.
-	act    func(*keypool.Pool, context.Context, string) error
+	// act does it to a key of a pool, for the operator by, and logged is
+	// the proxy's log message of it.
+	act    func(p *keypool.Pool, ctx context.Context, key, by string) error
 	logged string
+}
+
+// byNobody adapts an action that records no one to act.
+func byNobody(f func(*keypool.Pool, context.Context, string) error) func(*keypool.Pool, context.Context, string, string) error {
+	return func(p *keypool.Pool, ctx context.Context, key, _ string) error { return f(p, ctx, key) }
 }
 
 // keyActions are the operator's actions on a key.
 var keyActions = []keyAction{
-	{name: "unbench", flag: "unbenched", logged: "unbenched", act: (*keypool.Pool).Unbench,
+	{name: "unbench", flag: "unbenched", logged: "unbenched", act: byNobody((*keypool.Pool).Unbench),
 		help: "Lifts the benches of a key of a running proxy, and its route's, so that the next request tries it:\n" +
 			"for a key that was fixed (a topped-up balance, a renewed key). It also forgets what the key's windows\n" +
 			"count and the limits the vendor stated, so that nothing one answer set outlives it.\n" +
 			"keypool status -url lists routes and keys.",
 		done: "Unbenched %s of route %s: the next request may use it."},
-	{name: "reset-spend", flag: "reset", logged: "spend reset", act: (*keypool.Pool).ResetSpend,
+	{name: "reset-spend", flag: "reset", logged: "spend reset", act: byNobody((*keypool.Pool).ResetSpend),
 		help: "Forgets what a key of a running proxy spent today and this month, and what its requests in flight\n" +
 			"reserve — its account's too, which the account's other keys share — so that its budget has all its\n" +
 			"room again: for a vendor's report that was wrong, or reservations a stopped process left counted.\n" +
 			"keypool status -url lists routes and keys.",
 		done: "Reset the spend of %s of route %s: its budget has all its room again."},
+	{name: "disable", flag: "disabled", logged: "disabled", act: (*keypool.Pool).Disable,
+		help: "Takes a key of a running proxy out of rotation until keypool enable puts it back: no request is\n" +
+			"sent with it, though those under way finish. It stays out across restarts and reloads (kept in the\n" +
+			"state directory, or in Redis for every replica, which hears of it within 5 seconds), and the status\n" +
+			"page shows who disabled it and when. keypool status -url lists routes and keys.",
+		done: "Disabled %s of route %s: no request is sent with it until keypool enable."},
+	{name: "enable", flag: "enabled", logged: "enabled",
+		act: func(p *keypool.Pool, ctx context.Context, key, _ string) error { return p.Enable(ctx, key) },
+		help: "Puts a key of a running proxy that keypool disable took out of rotation back in.\n" +
+			"keypool status -url lists routes and keys.",
+		done: "Enabled %s of route %s: it is back in rotation."},
 }
 
 func runUnbench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -52,6 +68,14 @@ func runUnbench(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 func runResetSpend(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return keyActions[1].run(ctx, args, stdout, stderr)
+}
+
+func runDisable(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return keyActions[2].run(ctx, args, stdout, stderr)
+}
+
+func runEnable(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return keyActions[3].run(ctx, args, stdout, stderr)
 }
 
 // keyActionResult is the JSON answer of an operator's action on a key.

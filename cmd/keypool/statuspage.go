@@ -337,11 +337,11 @@ func (s *server) operate(a keyAction) http.HandlerFunc {
 				fmt.Sprintf("keypool: no key %s in a route %s; keypool status -url lists them", quotePath(key), quotePath(route)), nil)
 			return
 		}
-		if err := a.act(s.pools[s.routeIndex(route)], r.Context(), key); err != nil {
+		who := caller(r)
+		if err := a.act(s.pools[s.routeIndex(route)], r.Context(), key, who); err != nil {
 			writeError(w, http.StatusInternalServerError, "api_error", err.Error(), nil)
 			return
 		}
-		who := caller(r)
 		s.log.Info(a.logged, "route", route, "key", key, "by", who, "from", r.RemoteAddr)
 		s.events.operated(a.name, route, key, who)
 		writeJSON(w, http.StatusOK, map[string]any{"route": route, "key": key, a.flag: true})

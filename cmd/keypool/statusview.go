@@ -98,8 +98,10 @@ type keyView struct {
 	// Account is the account whose windows the key shares; empty when it
 	// names none.
 	Account string `json:"account,omitempty"`
-	// State is "serving", "benched" or "full" (a window at its limit).
-	State string `json:"state"`
+	// State is "serving", "benched", "full" (a window at its limit) or
+	// "disabled" (an operator took it out of rotation: Disabled says who).
+	State    string        `json:"state"`
+	Disabled *disabledView `json:"disabled,omitempty"`
 	// Bench is the bench that holds the key: for every model, or — when
 	// BenchModel is set — for that model; zero when none does.
 	Bench      benchView `json:"bench,omitzero"`
@@ -125,6 +127,12 @@ type keyView struct {
 	// (key_cap); nil when it has none. A cap at its limit makes the key
 	// full, as a model's window does.
 	Cap *capView `json:"cap,omitempty"`
+}
+
+// disabledView says who took a key out of rotation, and when.
+type disabledView struct {
+	By string    `json:"by"`
+	At time.Time `json:"at"`
 }
 
 // capView is a key's use of its cap: the minute and the day, across its
@@ -329,6 +337,8 @@ func viewKey(k keypool.KeyStats, now time.Time) keyView {
 		}
 	}
 	switch {
+	case k.Disabled != nil:
+		kv.State, kv.Disabled = "disabled", &disabledView{By: k.Disabled.By, At: k.Disabled.At}
 	case !kv.Bench.Until.IsZero():
 		kv.State = "benched"
 	case kv.Full != "":
@@ -371,9 +381,17 @@ func viewStore(ctx context.Context, store *keypool.BadgerStore, now time.Time) (
 		account         bool // keyID is an account's (AccountID)
 	}
 	var keys []stored
+	disabled := map[string]map[string]keypool.Disabled{} // by provider
 	for provider, keyID := range store.Keys() {
 		_, account := strings.CutPrefix(keyID, keypool.AccountID(""))
 		keys = append(keys, stored{provider, keyID, account})
+		if _, ok := disabled[provider]; !ok {
+			d, err := store.Disabled(ctx, provider)
+			if err != nil {
+				return nil, err
+			}
+			disabled[provider] = d
+		}
 	}
 	slices.SortFunc(keys, func(a, b stored) int {
 		return cmp.Or(strings.Compare(a.provider, b.provider), compareBool(a.account, b.account), strings.Compare(a.keyID, b.keyID))
@@ -385,6 +403,10 @@ func viewStore(ctx context.Context, store *keypool.BadgerStore, now time.Time) (
 			return nil, err
 		}
 		ks.ID = storedName(sk.keyID)
+		if d, ok := disabled[sk.provider][sk.keyID]; ok {
+			d.By = storedName(d.By)
+			ks.Disabled = &d
+		}
 		slices.SortFunc(ks.Models, func(a, b keypool.ModelStats) int { return strings.Compare(a.Model, b.Model) })
 		kv := viewKey(ks, now)
 		if n := len(routes); n > 0 && routes[n-1].Name == sk.provider {
@@ -425,6 +447,8 @@ func storedName(id string) string {
 // minute", "benched: revoked or not authorized; back in 4 h 12 min, 18:47".
 func stateWords(k keyView, now time.Time) string {
 	switch k.State {
+	case "disabled":
+		return "disabled by " + k.Disabled.By + " " + since(k.Disabled.At, now)
 	case "benched":
 		s := "benched (" + k.Bench.Kind.String() + ")"
 		if k.BenchModel != "" {
@@ -451,12 +475,22 @@ func stateWords(k keyView, now time.Time) string {
 // "back in 4 h 12 min, 18:47"; a day or more away, the clock names the
 // day: "back in 2 d 3 h, Tue 09:00".
 func backIn(until, now time.Time) string {
-	d := until.Sub(now)
-	clock := until.Local().Format("15:04")
-	if until.Local().YearDay() != now.Local().YearDay() || d >= 24*time.Hour {
-		clock = until.Local().Format("Mon 15:04")
+	return "back in " + span(until.Sub(now)) + ", " + clockOf(until, now)
+}
+
+// since says when something happened, relative to now and on the clock:
+// "since 14:03, 3 min ago".
+func since(at, now time.Time) string {
+	return "since " + clockOf(at, now) + ", " + span(now.Sub(at)) + " ago"
+}
+
+// clockOf reads t on the local clock, with its weekday when it is not
+// today's or is a day or more from now.
+func clockOf(t, now time.Time) string {
+	if d := t.Sub(now); t.Local().YearDay() != now.Local().YearDay() || d >= 24*time.Hour || d <= -24*time.Hour {
+		return t.Local().Format("Mon 15:04")
 	}
-	return "back in " + span(d) + ", " + clock
+	return t.Local().Format("15:04")
 }
 
 // span says a duration in words, to the two largest units: "42 s",

@@ -11,7 +11,7 @@
   let hist = null; // the last /history: each key's hour, minute by minute
   let skew = 0; // the proxy's clock minus ours, ms
   let timer = 0;
-  const buttons = new Map(); // unbench buttons by route and key, kept across redraws
+  const buttons = new Map(); // unbench and enable buttons by action, route and key, kept across redraws
   // The operator's choices, by route, kept across redraws: "table" or
   // "cards", and the table's order.
   const views = new Map();
@@ -217,6 +217,9 @@
   }
 
   function stateLine(k, route) {
+    if (k.state === "disabled") {
+      return h("p", { class: "state-line" }, `disabled by ${k.disabled.by} · since ${clock(parseTime(k.disabled.at), serverNow(), true)}`);
+    }
     if (k.state === "benched") {
       let why = `${k.bench.reason} (${k.bench.kind})`;
       if (k.bench_model) why += ` for ${k.bench_model}`;
@@ -281,20 +284,36 @@
     return h("p", { class: "counts", text: parts.join(" · ") });
   }
 
-  function unbenchButton(route, key) {
-    const id = `${route}\u0000${key}`;
+  // actions are the buttons a key may have: the endpoint each posts to,
+  // its label and what it says while it waits.
+  const actions = {
+    unbench: { label: "Unbench", busy: "Unbenching…" },
+    enable: { label: "Enable", busy: "Enabling…" },
+  };
+
+  function actionButton(action, route, key) {
+    const id = `${action}\u0000${route}\u0000${key}`;
     let b = buttons.get(id);
     if (!b) {
-      b = h("button", { type: "button", class: "unbench", "data-route": route, "data-key": key, text: "Unbench" });
-      b.addEventListener("click", () => unbench(route, key, b));
+      b = h("button", { type: "button", class: action, "data-route": route, "data-key": key, text: actions[action].label });
+      b.addEventListener("click", () => act(action, route, key, b));
       buttons.set(id, b);
     }
     return b;
   }
 
+  // keyButton is the button a key's state calls for: enable a disabled
+  // key, unbench a benched one (or one whose route is benched); null for
+  // none.
+  function keyButton(route, k) {
+    if (k.state === "disabled") return actionButton("enable", route.name, k.id);
+    if (k.state === "benched" || route.benched_until) return actionButton("unbench", route.name, k.id);
+    return null;
+  }
+
   function keyCard(route, k, now) {
     const hour = keyChart(route.name, k);
-    const badge = capped(k) ? "capped" : ({ serving: "serving", benched: "benched", full: "full" }[k.state] || k.state);
+    const badge = capped(k) ? "capped" : ({ serving: "serving", benched: "benched", full: "full", disabled: "disabled" }[k.state] || k.state);
     const card = h("article", { class: `key state-${k.state}`, "data-key": k.id, "data-route": route.name },
       h("div", { class: "key-head" },
         h("span", { class: "key-id", text: k.id }),
@@ -309,15 +328,14 @@
       k.spend ? spendBars(k.spend) : null,
       reading(k, now),
       counts(k));
-    if (k.state === "benched" || route.benched_until) {
-      card.append(unbenchButton(route.name, k.id));
-    }
+    const button = keyButton(route, k);
+    if (button) card.append(button);
     return card;
   }
 
   // The table of keys: one row a key, for a route of many. Each column
   // says how it sorts: by a number, or by text.
-  const stateOrder = { benched: 0, full: 1, serving: 2 };
+  const stateOrder = { disabled: 0, benched: 1, full: 2, serving: 3 };
 
   // windowUse is a key's use of one window ("minute" or "day") against its
   // limits, across its models: the fullest axis of any model decides, and
@@ -340,6 +358,7 @@
 
   // why says in a few words what keeps a key from serving.
   function why(k, route) {
+    if (k.state === "disabled") return `disabled by ${k.disabled.by}`;
     if (capped(k)) return capped(k) === "day" ? "daily cap used up (key_cap)" : "cap a minute used up (key_cap)";
     if (k.state === "benched") return `${k.bench.reason} (${k.bench.kind})${k.bench_model ? ` for ${k.bench_model}` : ""}`;
     if (k.state === "full") {
@@ -354,6 +373,7 @@
   // backAt returns when a key serves again, in ms on the proxy's clock: 0
   // when it serves now, Infinity when it is not known to the minute.
   function backAt(k, route) {
+    if (k.state === "disabled") return Infinity;
     if (k.state === "benched") return parseTime(k.bench.until);
     if (k.state === "full" && k.full === "vendor") return parseTime(k.full_until);
     if (k.state === "full") return Infinity;
@@ -371,7 +391,7 @@
   const columns = [
     { id: "key", label: "key", text: true, value: (k) => k.id,
       cell: (k) => [h("span", { class: "key-id", text: k.id }), " ", h("span", { class: `tier ${k.paid ? "paid" : "free"}`, text: k.paid ? "paid" : "free" })] },
-    { id: "state", label: "state", value: (k) => stateOrder[k.state] ?? 3,
+    { id: "state", label: "state", value: (k) => stateOrder[k.state] ?? 4,
       cell: (k) => h("span", { class: `badge ${k.state}`, text: capped(k) ? "capped" : k.state }) },
     { id: "why", label: "why", text: true, value: (k, r) => why(k, r), cell: (k, r) => why(k, r) || "—" },
     { id: "back", label: "back", value: (k, r) => backAt(k, r), cell: (k, r) => backCell(k, r) },
@@ -419,7 +439,7 @@
     }), h("th", { scope: "col" }, h("span", { class: "visually-hidden", text: "actions" })));
     const rows = sortedKeys(r).map((k) => h("tr", { class: `state-${k.state}`, "data-key": k.id },
       columns.map((c) => h("td", { class: c.num ? "num" : null, "data-column": c.id }, c.cell(k, r, now))),
-      h("td", {}, k.state === "benched" || r.benched_until ? unbenchButton(r.name, k.id) : null)));
+      h("td", {}, keyButton(r, k))));
     return h("div", { class: "table-scroll", tabindex: "0", role: "region", "aria-label": `keys of ${r.name}` },
       h("table", { class: "key-table" }, h("thead", {}, head), h("tbody", {}, rows)));
   }
@@ -646,7 +666,7 @@
   function render() {
     const now = serverNow();
     let keys = 0;
-    const states = { serving: 0, benched: 0, full: 0 };
+    const states = { serving: 0, benched: 0, full: 0, disabled: 0 };
     for (const r of report.routes) {
       for (const k of r.keys) {
         keys++;
@@ -655,7 +675,7 @@
     }
     const routes = report.routes.length;
     $("summary").replaceChildren(
-      `${routes} ${routes === 1 ? "route" : "routes"} · ${keys} ${keys === 1 ? "key" : "keys"}: ${states.serving} serving, ${states.benched} benched, ${states.full} full · updated `,
+      `${routes} ${routes === 1 ? "route" : "routes"} · ${keys} ${keys === 1 ? "key" : "keys"}: ${states.serving} serving, ${states.benched} benched, ${states.full} full${states.disabled ? `, ${states.disabled} disabled` : ""} · updated `,
       countdown(Date.now() + skew, "ago"));
     storeBanner(report.store);
     reloadBanner(report.reload);
@@ -760,22 +780,22 @@
     }
   }
 
-  async function unbench(route, key, button) {
+  async function act(action, route, key, button) {
     button.disabled = true;
-    button.textContent = "Unbenching…";
+    button.textContent = actions[action].busy;
     try {
-      const res = await fetch(`keys/${encodeURIComponent(route)}/${encodeURIComponent(key)}/unbench`,
+      const res = await fetch(`keys/${encodeURIComponent(route)}/${encodeURIComponent(key)}/${action}`,
         { method: "POST", credentials: "same-origin" });
       if (!res.ok) {
         const body = await res.json().catch(() => ({}));
         throw new Error((body.error && body.error.message) || `the proxy answered ${res.status}`);
       }
-      buttons.delete(`${route}\u0000${key}`);
+      buttons.delete(`${action}\u0000${route}\u0000${key}`);
     } catch (err) {
-      problem(`Could not unbench ${key}: ${err.message}`);
+      problem(`Could not ${action} ${key}: ${err.message}`);
     } finally {
       button.disabled = false;
-      button.textContent = "Unbench";
+      button.textContent = actions[action].label;
     }
     await poll();
   }
