@@ -666,6 +666,12 @@ func (p *Pool) scan(ctx context.Context, c *call, keys []*poolKey, cursor *atomi
 			continue
 		}
 		if ok, err := p.offer(ctx, c, k, model, est, now, l); ok || err != nil {
+			if i > 0 && ok {
+				// The next request starts past the key that took this
+				// one, not at a key passed over: the keys that serve
+				// share the turns of one that cannot.
+				cursor.Add(i)
+			}
 			return ok, err
 		}
 	}
