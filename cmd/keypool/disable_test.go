@@ -64,6 +64,13 @@ func TestDisableCommand(t *testing.T) {
 	st, by := keyState(t, p.addr, "a")
 	assert.Equal(t, "disabled", st)
 	assert.Equal(t, "operator_tokens[0]", by)
+	t.Setenv("COLUMNS", "80")
+	status, stdout, stderr = runKeypool(t, "status", "-url", "http://"+p.addr)
+	require.Equal(t, 0, status, stderr)
+	assert.Regexp(t, `a +free +sent 0 +disabled by operator_tokens\[0\] since \d\d:\d\d, \d+ s ago`, stdout)
+	for _, line := range strings.Split(stdout, "\n") {
+		assert.LessOrEqual(t, len([]rune(line)), 100, "keypool status fits 100 columns at COLUMNS=80: %q", line)
+	}
 	events := statusOf(t, p.addr).Events
 	require.NotEmpty(t, events)
 	assert.Equal(t, "a disabled by operator_tokens[0]", events[0].Text)
