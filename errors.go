@@ -32,14 +32,21 @@ func noKeyError(provider string, retryAt, now time.Time) *NoAvailableKeyError {
 }
 
 func (e *NoAvailableKeyError) Error() string {
+	disabled := ""
+	if e.disabled > 0 {
+		disabled = fmt.Sprintf("%d disabled", e.disabled)
+	}
 	if e.RetryAt.IsZero() {
-		if e.disabled > 0 {
-			return fmt.Sprintf("keypool: no %s key available (%d disabled)", e.Provider, e.disabled)
+		if disabled != "" {
+			return fmt.Sprintf("keypool: no %s key available (%s)", e.Provider, disabled)
 		}
 		return fmt.Sprintf("keypool: no %s key available", e.Provider)
 	}
-	return fmt.Sprintf("keypool: no %s key available until %s (in %s)",
-		e.Provider, e.RetryAt.UTC().Format(time.RFC3339), e.wait.Round(time.Millisecond))
+	if disabled != "" {
+		disabled = "; " + disabled
+	}
+	return fmt.Sprintf("keypool: no %s key available until %s (in %s%s)",
+		e.Provider, e.RetryAt.UTC().Format(time.RFC3339), e.wait.Round(time.Millisecond), disabled)
 }
 
 // Unwrap returns a *ProviderError of kind KindRate whose RetryAfter is the

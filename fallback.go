@@ -90,12 +90,16 @@ type RouteEvent struct {
 // Earlier reports that an earlier request benched the route, so this one
 // was not sent to it. A zero Until is a route passed over without a bench:
 // its failure was said in words the request could have written (a 400 or
-// 403 whose prose alone names it), which bench no route.
+// 403 whose prose alone names it), which bench no route, or — with
+// Disabled set — every key it could use is out of rotation.
 type RouteSkip struct {
 	Route   string
 	Kind    Kind
 	Earlier bool
 	Until   time.Time
+	// Disabled counts the route's keys passed over as out of rotation
+	// (Pool.Disable).
+	Disabled int
 }
 
 // NewFallback returns a Fallback over routes, tried in order. Its options
@@ -147,8 +151,8 @@ func (fb *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 	skip := func(r *fallbackRoute, s RouteSkip) {
 		s.Route = r.Name
 		ev.Skipped = append(ev.Skipped, s)
-		if soonest.IsZero() || s.Until.Before(soonest) {
-			soonest = s.Until
+		if !s.Until.IsZero() && (soonest.IsZero() || s.Until.Before(soonest)) {
+			soonest = s.Until // a route that names no return says nothing of when one comes
 		}
 	}
 	sent := false
@@ -161,6 +165,9 @@ func (fb *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 			continue // the caller's context names routes, and not this one (OnlyRoutes)
 		}
 		now := fb.clock()
+		// A key another replica enabled brings a route its disabled keys
+		// benched back, though no request reaches its pool.
+		r.Pool.refreshDisabled(req.Context(), r.Pool.cfg.clock())
 		if until := r.benchedAt(); until > now.UnixNano() {
 			skip(r, RouteSkip{Kind: Kind(r.benchKind.Load()), Earlier: true, Until: time.Unix(0, until).UTC()})
 			continue
@@ -179,7 +186,7 @@ func (fb *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 		if errors.As(err, &na) {
 			disabled += na.disabled
 			fb.bench(r, na.RetryAt, KindRate, now)
-			skip(r, RouteSkip{Kind: KindRate, Until: na.RetryAt})
+			skip(r, RouteSkip{Kind: KindRate, Until: na.RetryAt, Disabled: na.disabled})
 			continue
 		}
 		if err != nil {

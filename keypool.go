@@ -316,12 +316,14 @@ type Pool struct {
 	affinity     *affinity // nil when conversations do not stay on keys
 	alarm        *alarm    // rings OnBenchEnd; nil without it
 	// disabling is the store's DisabledStore, nil when it has none;
-	// disabledDue is when the pool reads it again (Unix nanoseconds), and
-	// disabledGen counts the changes this pool made, so that a read begun
-	// before one does not undo it.
+	// disabledDue is when the pool reads it again (Unix nanoseconds).
+	// disabledMu serializes the pool's changes of its keys' disabled
+	// with what a read of the store applies, and disabledGen counts the
+	// changes, so that a read begun before one does not undo it.
 	disabling   DisabledStore
 	disabledDue atomic.Int64
-	disabledGen atomic.Uint64
+	disabledMu  sync.Mutex
+	disabledGen uint64 // guarded by disabledMu
 }
 
 // poolKey is a key as the pool holds it. The fields every request reads
@@ -616,9 +618,7 @@ func (p *Pool) acquire(ctx context.Context, c *call, model string, est usageRepo
 		return err
 	}
 	now := p.cfg.clock()
-	if p.disabling != nil && now.UnixNano() >= p.disabledDue.Load() {
-		p.readDisabled(ctx, now)
-	}
+	p.refreshDisabled(ctx, now)
 	c.disabled = 0
 	if c.conversation != 0 && !c.looked { // a conversation is named only where affinity is on
 		// Once a request: its attempts, and its turns in line, ask no more.
@@ -1324,6 +1324,7 @@ func (p *Pool) Stats() []KeyStats {
 		return nil
 	}
 	now := p.cfg.clock()
+	p.refreshDisabled(context.Background(), now)
 	out := make([]KeyStats, 0, len(p.keys))
 	conversations := p.affinity.conversations(len(p.keys), now)
 	for _, k := range p.keys {
@@ -1484,41 +1485,65 @@ func (p *Pool) Enable(ctx context.Context, keyID string) error {
 const DisabledRefresh = 5 * time.Second
 
 // setDisabled records d for key k in the store, when it keeps it, and then
-// in the pool.
+// in the pool; a key back in rotation wakes the requests waiting for one.
 func (p *Pool) setDisabled(ctx context.Context, k *poolKey, d *Disabled) error {
 	verb := "disable"
 	if d == nil {
 		verb = "enable"
 	}
+	p.disabledMu.Lock()
+	defer p.disabledMu.Unlock()
 	if p.disabling != nil {
 		if err := p.disabling.SetDisabled(ctx, p.provider, k.ID, d); err != nil {
 			return fmt.Errorf("keypool: %s: %s %s: %w", p.provider, verb, k.ID, err)
 		}
 	}
-	p.disabledGen.Add(1)
-	k.disabled.Store(d)
-	if d == nil {
-		p.unbenched.Add(1) // a Fallback's route the disabled keys held comes back
+	p.disabledGen++
+	if k.disabled.Swap(d) != nil && d == nil {
+		p.backInRotation()
 	}
 	return nil
 }
 
+// backInRotation tells a Fallback's route over the pool, and the requests
+// waiting for a key, that a key is back.
+func (p *Pool) backInRotation() {
+	p.unbenched.Add(1)
+	p.landed.fire()
+}
+
+// refreshDisabled reads the store's disabled keys when DisabledRefresh has
+// passed since the last read: on a request, a Fallback's look at a route
+// benched, and Stats.
+func (p *Pool) refreshDisabled(ctx context.Context, now time.Time) {
+	if p.disabling != nil && now.UnixNano() >= p.disabledDue.Load() {
+		p.readDisabled(ctx, now)
+	}
+}
+
 // readDisabled reads which keys are out of rotation from the store, at
-// now, unless another call is reading them: the first call past
-// disabledDue reads, and the others go on with what the pool knows. A
+// now, unless another call is reading them: the call that moves
+// disabledDue on reads, and the others go on with what the pool knows. A
 // store that fails changes nothing, and is read again DisabledRefresh
 // later.
 func (p *Pool) readDisabled(ctx context.Context, now time.Time) {
 	due := p.disabledDue.Load()
-	if !p.disabledDue.CompareAndSwap(due, now.Add(DisabledRefresh).UnixNano()) {
+	if now.UnixNano() < due || !p.disabledDue.CompareAndSwap(due, now.Add(DisabledRefresh).UnixNano()) {
 		return
 	}
-	gen := p.disabledGen.Load()
+	p.disabledMu.Lock()
+	gen := p.disabledGen
+	p.disabledMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), statsTimeout)
 	defer cancel()
 	out, err := p.disabling.Disabled(ctx, p.provider)
 	p.storeResult(opDisabled, err)
-	if err != nil || p.disabledGen.Load() != gen {
+	if err != nil {
+		return
+	}
+	p.disabledMu.Lock()
+	defer p.disabledMu.Unlock()
+	if p.disabledGen != gen {
 		return // a change of this pool's since the read began stands
 	}
 	for _, k := range p.keys {
@@ -1531,7 +1556,7 @@ func (p *Pool) readDisabled(ctx context.Context, now time.Time) {
 			k.disabled.Store(&d)
 		case !ok && cur != nil:
 			k.disabled.Store(nil)
-			p.unbenched.Add(1)
+			p.backInRotation()
 		}
 	}
 }
@@ -1550,10 +1575,17 @@ func checkBy(by string) error {
 		return fmt.Errorf("who disabled it is %d bytes, more than %d", len(by), maxBy)
 	case !utf8.ValidString(by):
 		return errors.New("who disabled it is not UTF-8")
-	case strings.ContainsFunc(by, unicode.IsControl):
-		return errors.New("who disabled it holds a control character")
+	case strings.ContainsFunc(by, unprintable):
+		return errors.New("who disabled it holds a control or format character")
 	}
 	return nil
+}
+
+// unprintable reports whether r would move or hide what a terminal or a
+// page shows around it: a control character, a format character (a
+// direction override) or a line or paragraph separator.
+func unprintable(r rune) bool {
+	return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == '\u2028' || r == '\u2029'
 }
 
 // operatorKey returns the key with the given ID, for an operator's call.

@@ -1,13 +1,21 @@
 package keypool
 
 import (
+	"fmt"
+	"os"
+	"sync/atomic"
+
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"github.com/dgraph-io/badger/v4"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -79,8 +87,10 @@ func TestDisableRefusals(t *testing.T) {
 	}{
 		{"nope", "ops", `no key with ID "nope"`},
 		{"a", strings.Repeat("x", 129), "129 bytes, more than 128"},
-		{"a", "ops\x1b[2J", "control character"},
-		{"a", "ops\nkeypool: forged line", "control character"},
+		{"a", "ops\x1b[2J", "control or format character"},
+		{"a", "ops\nkeypool: forged line", "control or format character"},
+		{"a", "ops\u202eforged", "control or format character"},
+		{"a", "ops\u2028forged", "control or format character"},
 		{"a", "\xff", "not UTF-8"},
 	} {
 		err := pool.Disable(t.Context(), tc.id, tc.by)
@@ -89,6 +99,9 @@ func TestDisableRefusals(t *testing.T) {
 		assert.NotContains(t, err.Error(), "forged", "the error never quotes what it refuses")
 	}
 	assert.ErrorContains(t, pool.Enable(t.Context(), "nope"), `no key with ID "nope"`)
+	assert.Len(t, served(t, pool, 3), 3, "every key still serves")
+	require.NoError(t, pool.Disable(t.Context(), "a", strings.Repeat("é", 64)), "128 bytes")
+	require.NoError(t, pool.Enable(t.Context(), "a"))
 	assert.Len(t, served(t, pool, 3), 3, "every key still serves")
 }
 
@@ -260,4 +273,149 @@ func TestDisableDuringARead(t *testing.T) {
 	served(t, pool, 1)
 	assert.NotNil(t, statsOf(t, pool, "a").Disabled, "the read from before the change is dropped")
 	assert.NotContains(t, served(t, pool, 6), "a")
+}
+
+// A Fallback whose route a replica's disabled key benched — its other key
+// out of quota for the day — takes the route back once another replica
+// enables the key, though no request reached the route's pool meanwhile;
+// a route with every key disabled names no return, and leaves the
+// request's RetryAt to the routes that do; an idle replica's Stats hears
+// of a key another disabled.
+func TestDisabledAcrossReplicasFallback(t *testing.T) {
+	clock := newTestClock()
+	store := NewMemoryStore()
+	keys := []Key{{Secret: "a1", ID: "a1"}, {Secret: "a2", ID: "a2"}}
+	one, err := New("free-a", keys, WithStore(store), WithClock(clock.Now))
+	require.NoError(t, err)
+	first, _ := simRoute(t, "free-a", clock, 100, "a1", "a2")
+	first.Pool, err = New("free-a", keys, WithStore(store), WithClock(clock.Now))
+	require.NoError(t, err)
+	second, _ := simRoute(t, "free-b", clock, 100, "b1")
+	var routes []string
+	fb, err := NewFallback([]Route{first, second}, WithClock(clock.Now), OnRoute(func(e RouteEvent) { routes = append(routes, e.Route) }))
+	require.NoError(t, err)
+	send := func() {
+		t.Helper()
+		resp, err := fb.RoundTrip(chatRequest(t, "gpt-4o-mini"))
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+	}
+
+	require.NoError(t, one.Disable(t.Context(), "a2", "ops"))
+	require.NoError(t, store.Bench(t.Context(), Bench{Provider: "free-a", KeyID: "a1", AllModels: true,
+		Kind: KindQuota, Until: clock.Now().Add(24 * time.Hour)}))
+	clock.Advance(DisabledRefresh)
+	assert.NotNil(t, statsOf(t, first.Pool, "a2").Disabled, "an idle replica's Stats reads the store")
+	send()
+	assert.Equal(t, []string{"free-b"}, routes, "a1 spent, a2 disabled: the route is benched for the day")
+
+	require.NoError(t, one.Enable(t.Context(), "a2"))
+	clock.Advance(DisabledRefresh)
+	send()
+	assert.Equal(t, []string{"free-b", "free-a"}, routes, "another replica enabled a2: the route is back")
+
+	// Every key of the first route disabled, the second benched until T:
+	// the request's RetryAt is T.
+	require.NoError(t, first.Pool.Disable(t.Context(), "a1", "ops"))
+	require.NoError(t, first.Pool.Disable(t.Context(), "a2", "ops"))
+	require.NoError(t, second.Pool.store.Bench(t.Context(), Bench{Provider: "free-b", KeyID: "b1", AllModels: true,
+		Kind: KindRate, Until: clock.Now().Add(time.Minute)}))
+	_, err = fb.RoundTrip(chatRequest(t, "gpt-4o-mini"))
+	var na *NoAvailableKeyError
+	require.ErrorAs(t, err, &na)
+	assert.Equal(t, clock.Now().Add(time.Minute), na.RetryAt)
+	assert.Contains(t, err.Error(), "(in 1m0s; 2 disabled)")
+	reversed, err := NewFallback([]Route{second, first}, WithClock(clock.Now))
+	require.NoError(t, err)
+	_, err = reversed.RoundTrip(chatRequest(t, "gpt-4o-mini"))
+	require.ErrorAs(t, err, &na)
+	assert.Equal(t, clock.Now().Add(time.Minute), na.RetryAt, "in either order")
+}
+
+// A request waiting for a key — one benched for 30 s, the other disabled
+// — wakes when the disabled one is enabled, and takes it then.
+func TestEnableWakesAWaitingRequest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		pool, err := New("openai", threeKeys()[:2], WaitForKey(time.Minute))
+		require.NoError(t, err)
+		require.NoError(t, pool.Disable(t.Context(), "b", "ops"))
+		require.NoError(t, pool.store.Bench(t.Context(), Bench{Provider: "openai", KeyID: "a", AllModels: true,
+			Kind: KindRate, Until: time.Now().Add(30 * time.Second)}))
+		start := time.Now()
+		var served string
+		done := make(chan error, 1)
+		go func() {
+			done <- pool.Do(t.Context(), "m", func(_ context.Context, k Key) error { served = k.ID; return nil })
+		}()
+		synctest.Wait()
+		require.NoError(t, pool.Enable(t.Context(), "b"))
+		require.NoError(t, <-done)
+		assert.Equal(t, "b", served)
+		assert.Less(t, time.Since(start), time.Second, "woken by the enable, not by a's return")
+	})
+}
+
+// reopenedRun disables a key over a Badger store whose directory is then
+// removed and made again — the store opens a new database there — with
+// the first flush's writes failing when failFirst is set, and returns what
+// a store opened on the directory afterwards holds: the disabled keys, and
+// each key's state before and after.
+func reopenedRun(t *testing.T, failFirst bool) (disabled map[string]Disabled, before, after map[string]KeyStats) {
+	dir := filepath.Join(t.TempDir(), "state")
+	s, err := OpenBadgerStore(dir, WithFlushInterval(time.Hour))
+	require.NoError(t, err)
+	var fail atomic.Pointer[error]
+	failWrites(s, &fail)
+	pool, err := New("openai", threeKeys(), WithStore(s), WithLimits(Limits{RPM: 1 << 30, RPD: 1 << 30}))
+	require.NoError(t, err)
+	for range 6 {
+		require.NoError(t, pool.Do(t.Context(), "m", func(context.Context, Key) error { return nil }))
+	}
+	require.NoError(t, pool.Disable(t.Context(), "b", "ops"))
+	require.NoError(t, s.Flush(t.Context()))
+	require.NoError(t, os.RemoveAll(dir))
+	require.NoError(t, os.Mkdir(dir, 0o700))
+	if failFirst {
+		injected := errors.New("injected: one failed write")
+		fail.Store(&injected)
+		require.Error(t, s.Flush(t.Context()))
+		fail.Store(nil)
+	}
+	require.NoError(t, s.Flush(t.Context()))
+	now := time.Now()
+	before = keyStates(t, s, now)
+	require.NoError(t, s.Close())
+	again := reopen(t, dir)
+	disabled, err = again.Disabled(t.Context(), "openai")
+	require.NoError(t, err)
+	return disabled, before, keyStates(t, again, now)
+}
+
+// A state directory made again keeps the disabled keys, with the windows
+// and benches, even when the first flush to the new database fails.
+func TestDisabledSurvivesADirectoryMadeAgain(t *testing.T) {
+	for _, failFirst := range []bool{false, true} {
+		t.Run(fmt.Sprintf("first flush fails=%t", failFirst), func(t *testing.T) {
+			d, before, after := reopenedRun(t, failFirst)
+			assert.Contains(t, d, "b")
+			assert.Equal(t, before, after)
+		})
+	}
+}
+
+// A Badger record of a disabled key that cannot be read keeps the key out.
+func TestDisabledUnreadableBadgerRecord(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	s, err := OpenBadgerStore(dir)
+	require.NoError(t, err)
+	require.NoError(t, s.update(func(txn *badger.Txn) error {
+		return txn.Set(recordKey(disabledPrefix, keyRef{"openai", "b"}), []byte{disabledFormat, 0xff})
+	}))
+	require.NoError(t, s.Close())
+	s = reopen(t, dir)
+	pool, err := New("openai", threeKeys(), WithStore(s))
+	require.NoError(t, err)
+	assert.NotContains(t, served(t, pool, 6), "b")
+	assert.Equal(t, unreadableBy, statsOf(t, pool, "b").Disabled.By)
 }

@@ -63,6 +63,9 @@ type BadgerStore struct {
 
 	health atomic.Pointer[error] // nil while writes succeed
 	closed atomic.Bool           // Close began
+	// disabledUnwritten reports that the database's records of keys out
+	// of rotation may differ from memory's: the next flush writes them.
+	disabledUnwritten atomic.Bool
 
 	stop chan struct{}
 	done sync.WaitGroup
@@ -211,6 +214,7 @@ func (s *BadgerStore) SetDisabled(ctx context.Context, provider, keyID string, d
 		return errStoreClosed
 	}
 	key := recordKey(disabledPrefix, keyRef{provider, keyID})
+	gen := s.gen.Load()
 	if err := s.update(func(txn *badger.Txn) error {
 		if d == nil {
 			return txn.Delete(key)
@@ -219,18 +223,33 @@ func (s *BadgerStore) SetDisabled(ctx context.Context, provider, keyID string, d
 	}); err != nil {
 		return storeError(err)
 	}
-	return s.memoryStore.SetDisabled(ctx, provider, keyID, d)
+	err := s.memoryStore.SetDisabled(ctx, provider, keyID, d)
+	if s.gen.Load() != gen {
+		// The write may have gone to a database since replaced: the
+		// next flush writes every record again.
+		s.disabledUnwritten.Store(true)
+	}
+	return err
 }
 
-// writeDisabled writes every key out of rotation, in one transaction: to
-// a database opened again, which may have lost them.
+// writeDisabled makes the database's records of keys out of rotation what
+// memory holds, in one transaction: for a database opened again, which may
+// have lost some or kept one since put back.
 func (s *BadgerStore) writeDisabled() error {
 	s.memoryStore.disabledMu.Lock()
 	defer s.memoryStore.disabledMu.Unlock()
-	if len(s.memoryStore.disabled) == 0 {
-		return nil
-	}
 	return s.update(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: disabledPrefix})
+		var stale [][]byte
+		for it.Rewind(); it.Valid(); it.Next() {
+			stale = append(stale, it.Item().KeyCopy(nil))
+		}
+		it.Close()
+		for _, k := range stale {
+			if err := txn.Delete(k); err != nil {
+				return err
+			}
+		}
 		for ref, d := range s.memoryStore.disabled {
 			if err := txn.Set(recordKey(disabledPrefix, ref), encodeDisabled(d)); err != nil {
 				return err
@@ -381,6 +400,11 @@ func (s *BadgerStore) flush() error {
 		more, err = s.writeUnwritten()
 		refused = append(refused, more...)
 	}
+	if err == nil && s.disabledUnwritten.Load() {
+		if err = s.writeDisabled(); err == nil {
+			s.disabledUnwritten.Store(false)
+		}
+	}
 	s.setHealth(err)
 	if err != nil {
 		return err
@@ -432,9 +456,7 @@ func (s *BadgerStore) reopen(d *stateDir, cause error) error {
 	s.db.Store(db)
 	s.dir.Store(nd)
 	s.gen.Add(1)
-	if err := s.writeDisabled(); err != nil {
-		return storeError(err)
-	}
+	s.disabledUnwritten.Store(true) // the new database may have lost them
 	s.memoryStore.each(func(ref keyRef, k *memKey) {
 		k.mu.Lock()
 		k.dirty = true

@@ -87,7 +87,7 @@ func (s *BadgerStore) load(db *badger.DB) (legacy [][]byte, err error) {
 }
 
 // loadDisabled reads the keys out of rotation. A record that cannot be
-// read is dropped and counted: that key is back in rotation.
+// read keeps its key out, by unreadableBy, with a warning.
 func (s *BadgerStore) loadDisabled(db *badger.DB, dropped *droppedRecords) error {
 	return db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.DefaultIteratorOptions)
@@ -108,8 +108,10 @@ func (s *BadgerStore) loadDisabled(db *badger.DB, dropped *droppedRecords) error
 				return fmt.Errorf("disabled record of key %s: %w", keyName(ref), err)
 			}
 			if bad != nil {
-				dropped.unreadable(fmt.Errorf("disabled record of key %s: %w", keyName(ref), bad))
-				continue
+				// The key stays out, as whoever wrote the record meant.
+				s.cfg.logger.Warn("keypool: badger store: the record of a disabled key cannot be read; it stays out of rotation until enabled",
+					"key", keyName(ref), "err", bad)
+				d = Disabled{By: unreadableBy}
 			}
 			_ = s.memoryStore.SetDisabled(context.Background(), ref.provider, ref.keyID, &d)
 		}

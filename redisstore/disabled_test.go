@@ -1,6 +1,9 @@
 package redisstore_test
 
 import (
+	"fmt"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -13,10 +16,11 @@ import (
 	"github.com/keypool-go/keypool/redisstore"
 )
 
-// A key disabled while Redis is down, with the local fallback, is out in
-// Redis once it answers again; while it is down, Disabled says so rather
-// than answering from the local store, which knows only the outage's
-// changes — a pool then keeps what it knew.
+// While Redis is down, Disabled answers with what Redis last said and the
+// changes made since — so that a pool made during the outage, as a reload
+// makes one, keeps the keys out — and a change made during the outage is
+// in Redis once it answers again, however many benches the outage's
+// journal dropped.
 func TestDisabledDuringAnOutage(t *testing.T) {
 	r := miniServer{miniredis.RunT(t)}
 	c := redis.NewClient(&redis.Options{Addr: r.addr()})
@@ -27,19 +31,37 @@ func TestDisabledDuringAnOutage(t *testing.T) {
 	ctx := t.Context()
 	at := time.Now().UTC().Truncate(time.Millisecond)
 	require.NoError(t, s.SetDisabled(ctx, "test", "before", &keypool.Disabled{By: "ops", At: at}))
+	_, err := s.Disabled(ctx, "test")
+	require.NoError(t, err)
+	fresh := newStore(t, c)
 
 	r.down(t)
 	eventually(t, "the store reports the outage", func() bool { return len(st.get()) >= 1 })
-	_, err := s.Disabled(ctx, "test")
-	require.Error(t, err, "no answer from the local store alone")
+	_, err = fresh.Disabled(ctx, "test")
+	require.Error(t, err, "a store that never read them has nothing to answer with")
 	require.NoError(t, s.SetDisabled(ctx, "test", "during", &keypool.Disabled{By: "night shift", At: at}))
+	got, err := s.Disabled(ctx, "test")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"before", "during"}, slices.Sorted(maps.Keys(got)))
+	pool, err := keypool.New("test", []keypool.Key{{Secret: "sk-1", ID: "before"}, {Secret: "sk-2", ID: "other"}},
+		keypool.WithStore(s))
+	require.NoError(t, err)
+	for _, ks := range pool.Stats() {
+		assert.Equal(t, ks.ID == "before", ks.Disabled != nil, "a pool made during the outage: %s", ks.ID)
+	}
+	for i := range 5000 { // more than the journal keeps
+		require.NoError(t, s.Bench(ctx, keypool.Bench{Provider: "test", KeyID: fmt.Sprintf("k%d", i), Model: "m",
+			Kind: keypool.KindRate, Until: time.Now().Add(time.Minute)}))
+	}
 
 	r.up(t)
 	eventually(t, "the store reports Redis back", func() bool { return len(st.get()) == 2 })
-	eventually(t, "the outage's change reaches Redis", func() bool {
-		got, err := newStore(t, c).Disabled(ctx, "test")
-		return err == nil && got["during"].By == "night shift" && got["before"].By == "ops"
-	})
+	_, err = s.Disabled(ctx, "test") // writes what the outage kept
+	require.NoError(t, err)
+	got, err = fresh.Disabled(ctx, "test")
+	require.NoError(t, err)
+	assert.Equal(t, "night shift", got["during"].By, "the outage's change is in Redis")
+	assert.Equal(t, "ops", got["before"].By)
 }
 
 // A value in Redis the store cannot read keeps its key out of rotation:

@@ -42,6 +42,8 @@ type Store struct {
 	cfg   config
 	// local serves while Redis is down, with WithLocalFallback; else nil.
 	local keypool.Store
+	// disabled is what the store knows of the keys out of rotation.
+	disabled disabledKeys
 
 	// id names the store among those that share Redis, and calls counts
 	// its calls that run once (see once).
@@ -518,42 +520,79 @@ func (s *Store) ResetSpend(ctx context.Context, provider, keyID string) error {
 
 // SetDisabled implements keypool.DisabledStore: one HSET or HDEL of the
 // pool's hash of keys out of rotation, which every replica reads. While
-// Redis is down, WithLocalFallback makes the change in the local store and
-// in Redis once it answers again.
+// Redis is down, WithLocalFallback keeps the change — the latest of each
+// key, never dropped — to write once Redis answers, at the next Disabled;
+// without, it returns the ErrUnavailable.
 func (s *Store) SetDisabled(ctx context.Context, provider, keyID string, d *keypool.Disabled) error {
+	err := s.unavailable()
+	if err == nil {
+		if err = s.bounded(s.writeDisabled(provider, keyID, d))(ctx); err == nil {
+			s.disabled.set(provider, keyID, d, false)
+			return nil
+		}
+		err = s.fail(ctx, err)
+	}
+	if !s.fallback(err) {
+		return err
+	}
+	s.disabled.set(provider, keyID, d, true)
+	return nil
+}
+
+// writeDisabled returns the call that writes one key's change to Redis.
+func (s *Store) writeDisabled(provider, keyID string, d *keypool.Disabled) func(context.Context) error {
 	name := disabledName(s.cfg.prefix, provider)
-	remote := s.bounded(func(ctx context.Context) error {
+	return func(ctx context.Context) error {
 		if d == nil {
 			return s.rdb.HDel(ctx, name, keyID).Err()
 		}
 		return s.rdb.HSet(ctx, name, keyID, encodeDisabled(*d)).Err()
-	})
-	return s.change(ctx, remote, func() error {
-		if l, ok := s.local.(keypool.DisabledStore); ok {
-			return l.SetDisabled(ctx, provider, keyID, d)
-		}
-		return nil
-	})
+	}
 }
 
-// Disabled implements keypool.DisabledStore, from Redis alone: while Redis
-// is down it returns the error, and the pool keeps what it knew. A value
-// it cannot read keeps its key out, by unreadableDisabled.
+// Disabled implements keypool.DisabledStore: one HGETALL, after the
+// changes an outage kept. While Redis is down it answers with what Redis
+// last said and the changes made since — so that a pool made during an
+// outage, as a reload makes one, keeps the keys out — or, when this store
+// has never read them, with the error: a pool then keeps what it knew. A
+// value it cannot read keeps its key out, by unreadableDisabled.
 func (s *Store) Disabled(ctx context.Context, provider string) (map[string]keypool.Disabled, error) {
-	if err := s.unavailable(); err != nil {
-		return nil, err
+	err := s.unavailable()
+	if err == nil {
+		err = s.flushDisabled(ctx, provider)
 	}
-	cctx, cancel := s.bound(ctx)
-	defer cancel()
-	m, err := s.rdb.HGetAll(cctx, disabledName(s.cfg.prefix, provider)).Result()
+	var m map[string]string
+	if err == nil {
+		cctx, cancel := s.bound(ctx)
+		m, err = s.rdb.HGetAll(cctx, disabledName(s.cfg.prefix, provider)).Result()
+		cancel()
+		if err != nil {
+			err = s.fail(ctx, err)
+		}
+	}
 	if err != nil {
-		return nil, s.fail(ctx, err)
+		if known, ok := s.disabled.known(provider); ok {
+			return known, nil
+		}
+		return nil, err
 	}
 	out := make(map[string]keypool.Disabled, len(m))
 	for id, v := range m {
 		out[id] = decodeDisabled(v)
 	}
+	s.disabled.read(provider, out)
 	return out, nil
+}
+
+// flushDisabled writes the changes of provider's keys an outage kept.
+func (s *Store) flushDisabled(ctx context.Context, provider string) error {
+	for keyID, d := range s.disabled.pendingOf(provider) {
+		if err := s.bounded(s.writeDisabled(provider, keyID, d))(ctx); err != nil {
+			return s.fail(ctx, err)
+		}
+		s.disabled.written(provider, keyID, d)
+	}
+	return nil
 }
 
 // unreadableDisabled is who disabled a key whose value in Redis cannot be

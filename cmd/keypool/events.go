@@ -86,6 +86,10 @@ func (r *eventRing) routed(e keypool.RouteEvent) (benched bool) {
 		var why []string
 		until := e.Skipped[0].Until
 		for _, sk := range e.Skipped {
+			if sk.Until.IsZero() && sk.Disabled > 0 {
+				why = append(why, sk.Route+" passed over (its keys disabled)")
+				continue
+			}
 			if sk.Until.IsZero() {
 				// A failure in words the request could have written
 				// benches no route.

@@ -132,7 +132,7 @@ type keyView struct {
 // disabledView says who took a key out of rotation, and when.
 type disabledView struct {
 	By string    `json:"by"`
-	At time.Time `json:"at"`
+	At time.Time `json:"at,omitzero"` // zero for a record that could not be read
 }
 
 // capView is a key's use of its cap: the minute and the day, across its
@@ -448,7 +448,14 @@ func storedName(id string) string {
 func stateWords(k keyView, now time.Time) string {
 	switch k.State {
 	case "disabled":
-		return "disabled by " + k.Disabled.By + " " + since(k.Disabled.At, now)
+		d := k.Disabled
+		switch {
+		case d == nil:
+			return "disabled"
+		case d.At.IsZero():
+			return "disabled by " + d.By
+		}
+		return "disabled by " + d.By + " " + since(d.At, now)
 	case "benched":
 		s := "benched (" + k.Bench.Kind.String() + ")"
 		if k.BenchModel != "" {

@@ -144,3 +144,15 @@ func TestEventRingRouteBenched(t *testing.T) {
 		assert.NotEqual(t, "back", e.Kind, "the unbench ended the route's bench: %s", e.Text)
 	}
 }
+
+// A disabled key's words: who and since when; a record read without a
+// time (another program's) says who alone, and a view without the record
+// says only that it is disabled.
+func TestStateWordsOfADisabledKey(t *testing.T) {
+	now := time.Date(2026, 3, 10, 12, 5, 0, 0, time.UTC)
+	at := now.Add(-3 * time.Minute)
+	assert.Equal(t, "disabled by ops since "+at.Local().Format("15:04")+", 3 min 0 s ago",
+		stateWords(keyView{State: "disabled", Disabled: &disabledView{By: "ops", At: at}}, now))
+	assert.Equal(t, "disabled by (unreadable)", stateWords(keyView{State: "disabled", Disabled: &disabledView{By: "(unreadable)"}}, now))
+	assert.Equal(t, "disabled", stateWords(keyView{State: "disabled"}, now))
+}

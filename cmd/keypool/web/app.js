@@ -218,7 +218,9 @@
 
   function stateLine(k, route) {
     if (k.state === "disabled") {
-      return h("p", { class: "state-line" }, `disabled by ${k.disabled.by} · since ${clock(parseTime(k.disabled.at), serverNow(), true)}`);
+      const d = k.disabled || {};
+      const at = parseTime(d.at);
+      return h("p", { class: "state-line", text: `disabled by ${d.by || "an operator"}${at > 0 ? ` · since ${clock(at, serverNow(), true)}` : ""}` });
     }
     if (k.state === "benched") {
       let why = `${k.bench.reason} (${k.bench.kind})`;
@@ -358,7 +360,7 @@
 
   // why says in a few words what keeps a key from serving.
   function why(k, route) {
-    if (k.state === "disabled") return `disabled by ${k.disabled.by}`;
+    if (k.state === "disabled") return `disabled by ${(k.disabled && k.disabled.by) || "an operator"}`;
     if (capped(k)) return capped(k) === "day" ? "daily cap used up (key_cap)" : "cap a minute used up (key_cap)";
     if (k.state === "benched") return `${k.bench.reason} (${k.bench.kind})${k.bench_model ? ` for ${k.bench_model}` : ""}`;
     if (k.state === "full") {
