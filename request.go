@@ -177,7 +177,7 @@ func (s *requestScanner) scan(in []byte) {
 		case tokEndObject, tokEndArray:
 			s.close(l.depth + 1)
 		case tokKey:
-			s.key(l.keyIn(in))
+			s.key(l.keyIn(in), l.keyWhole)
 		case tokNumber:
 			s.number(l.num, l.numOK)
 		case tokString:
@@ -193,14 +193,19 @@ func (s *requestScanner) open(d int) {
 	}
 }
 
-// key records an object key of the container at the current depth.
-func (s *requestScanner) key(k []byte) {
+// key records an object key of the container at the current depth. A key
+// the lexer read whole holds no escape — its run stopped at the closing
+// quote, not at a backslash — and is not searched for one again.
+func (s *requestScanner) key(k []byte, whole bool) {
 	if d := s.lex.depth; d <= maxTrackedDepth {
 		parent := keyOther
 		if d > 1 {
 			parent = s.keys[d-1]
 		}
-		s.keys[d] = classifyRequestKey(jsonUnescape(k), d, parent)
+		if !whole {
+			k = jsonUnescape(k)
+		}
+		s.keys[d] = classifyRequestKey(k, d, parent)
 		if s.keys[d] == keyModel {
 			s.model, s.modelCut = nil, false // the last "model" names the model, as in JSON
 		}
