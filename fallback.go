@@ -196,7 +196,7 @@ func (fb *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 		if resp.StatusCode >= 400 {
 			// Below 400 an answer is never a failure (classify): its
 			// headers need not be read again after the route's pool.
-			v = classifyAnswer(resp, now)
+			classifyAnswer(&v, resp, now)
 			if v.quoted {
 				if data, whole := body.known(); !mayHaveWritten(v.echo, req, data, whole) {
 					v.quoted = false // the request holds no word of it: the vendor's own

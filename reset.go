@@ -139,33 +139,34 @@ type evidence struct {
 	stated statedWindows
 }
 
-// add notes one limit.
-func (e *evidence) add(l limitEvidence) {
-	l = l.settled()
+// add notes one limit, l settled (see settled) as it is noted.
+func (e *evidence) add(l *limitEvidence) {
+	l.settle()
 	switch {
 	case l.spent:
-		if !e.hasSpent || liftsLater(l, e.spent) {
-			e.spent, e.hasSpent = l, true
+		if !e.hasSpent || liftsLater(l, &e.spent) {
+			e.spent, e.hasSpent = *l, true
 		}
-	case !e.hasFullest || fuller(l, e.fullest):
-		e.fullest, e.hasFullest = l, true
+	case !e.hasFullest || fuller(l, &e.fullest):
+		e.fullest, e.hasFullest = *l, true
 	}
 }
 
-// claim notes the limit the vendor names as the binding one.
-func (e *evidence) claim(l limitEvidence) {
-	e.claimed, e.hasClaimed = l.settled(), true
+// claim notes the limit the vendor names as the binding one, l settled
+// as it is noted.
+func (e *evidence) claim(l *limitEvidence) {
+	l.settle()
+	e.claimed, e.hasClaimed = *l, true
 }
 
-// settled returns l as it stands now. A limit whose reset has come has
-// lifted: the window it counted has rolled over, so it names no window and
-// its counts no longer say how full anything is; it still dates the lift as
-// now.
-func (l limitEvidence) settled() limitEvidence {
+// settle makes l what it says as it stands now. A limit whose reset has
+// come has lifted: the window it counted has rolled over, so it names no
+// window and its counts no longer say how full anything is; it still dates
+// the lift as now. Settling a settled limit changes nothing.
+func (l *limitEvidence) settle() {
 	if l.hasReset && l.wait <= 0 {
 		l.window, l.used, l.hasUsed = WindowNone, 0, false
 	}
-	return l
 }
 
 // fill completes what e (read from headers) leaves unsaid with what b (read
@@ -207,20 +208,25 @@ const (
 	asRetryOnly
 )
 
+// unbound is the limit binding returns when none binds: the zero
+// limitEvidence, never written.
+var unbound limitEvidence
+
 // binding returns the limit whose window the Reset of use names: the spent
-// one, else (as reported) the claimed or the fullest; zero for none.
-func (e *evidence) binding(use evidenceUse) limitEvidence {
+// one, else (as reported) the claimed or the fullest; unbound for none.
+// It points into e (or at unbound) and is only read.
+func (e *evidence) binding(use evidenceUse) *limitEvidence {
 	switch {
 	case use == asRetryOnly:
 	case e.hasSpent:
-		return e.spent
+		return &e.spent
 	case use != asReported:
 	case e.hasClaimed:
-		return e.claimed
+		return &e.claimed
 	case e.hasFullest:
-		return e.fullest
+		return &e.fullest
 	}
-	return limitEvidence{}
+	return &unbound
 }
 
 // reset composes the Reset the evidence gives, as of now.
@@ -257,7 +263,7 @@ func windowRank(w Window) int {
 
 // liftsLater reports whether a lifts after b: the later known reset; between
 // unknown or equal resets, the longer window; else the one with a known reset.
-func liftsLater(a, b limitEvidence) bool {
+func liftsLater(a, b *limitEvidence) bool {
 	if a.hasReset && b.hasReset && a.wait != b.wait {
 		return a.wait > b.wait
 	}
@@ -270,7 +276,7 @@ func liftsLater(a, b limitEvidence) bool {
 // fuller reports whether a binds before b on an answer where neither is
 // spent: the more used (a stated fraction beats none); ties go to the one
 // that lifts later.
-func fuller(a, b limitEvidence) bool {
+func fuller(a, b *limitEvidence) bool {
 	if a.hasUsed != b.hasUsed {
 		return a.hasUsed
 	}
@@ -349,46 +355,58 @@ func Classify(status int, h http.Header, body []byte, now time.Time) (Kind, Rese
 }
 
 func classify(status int, h http.Header, body []byte, now time.Time) verdict {
-	var a answerHeaders
-	scanHeaders(h, &a)
-	if a.empty() && status < 400 {
-		return verdict{} // the common answer: a success without rate-limit headers
-	}
-	var e evidence
-	readHeaders(h, &a, now, &e)
-	v := judge(status, body, &e, now)
-	v.stated = e.stated
+	var v verdict
+	classifyInto(&v, status, h, body, now)
 	return v
 }
 
-// judge says what an answer of status, with headers read into e, is — its
-// kind and reading — reading the body of a failure that may say more.
-func judge(status int, body []byte, e *evidence, now time.Time) verdict {
+// classifyInto is classify writing its verdict into v, which must be zero,
+// where the caller keeps it: a verdict is some 200 bytes, and the transport
+// classifies every answer.
+func classifyInto(v *verdict, status int, h http.Header, body []byte, now time.Time) {
+	var a answerHeaders
+	scanHeaders(h, &a)
+	if a.empty() && status < 400 {
+		return // the common answer: a success without rate-limit headers
+	}
+	var e evidence
+	readHeaders(h, &a, now, &e)
+	judge(v, status, body, &e, now)
+	v.stated = e.stated
+}
+
+// judge says into v, which must be zero, what an answer of status, with
+// headers read into e, is — its kind and reading — reading the body of a
+// failure that may say more.
+func judge(v *verdict, status int, body []byte, e *evidence, now time.Time) {
 	switch {
 	case status < 400:
-		return verdict{kind: KindNone, reset: e.reset(now, asReported), plan: e.binding(asReported).plan}
+		// The common answer: its fields written where v is, not built
+		// and copied.
+		v.kind, v.reset, v.plan = KindNone, e.reset(now, asReported), e.binding(asReported).plan
+		return
 	case status == http.StatusUnauthorized:
-		v := verdict{kind: KindAuth, reset: e.reset(now, asRetryOnly)}
+		*v = verdict{kind: KindAuth, reset: e.reset(now, asRetryOnly)}
 		if len(body) > 0 && readBody(body, now).billing {
 			// A key refused for its spent credits (ElevenLabs' 401
 			// quota_exceeded): out for every model all the same.
 			v.kind, v.billing = KindQuota, true
 		}
-		return v
+		return
 	case status < 500 && status != http.StatusBadRequest && status != http.StatusPaymentRequired &&
 		status != http.StatusForbidden && status != http.StatusTooManyRequests:
-		return verdict{kind: KindNone, reset: e.reset(now, asRetryOnly)}
+		*v = verdict{kind: KindNone, reset: e.reset(now, asRetryOnly)}
+		return
 	}
 
 	b := readBody(body, now)
 	vendor := b.coded | e.signs() // before the body's prose adds to e
 	e.fill(b.evidence)
-	v := weigh(status, &b, e, now)
+	*v = weigh(status, &b, e, now)
 	if l := e.binding(asLimited); v.kind == KindQuota && l.plan && l.window == v.reset.Window {
 		v.plan = true
 	}
-	quote(status, &v, &b, vendor)
-	return v
+	quote(status, v, &b, vendor)
 }
 
 // weigh says what a failure of status is, with its headers and body read

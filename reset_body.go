@@ -149,7 +149,7 @@ func readBody(body []byte, now time.Time) bodyEvidence {
 		// A 5-hour or weekly window in prose is a subscription's plan
 		// window (Claude's, Zhipu's and Ollama's coding plans).
 		spent.plan = spent.window == Window5h || spent.window == WindowWeekly
-		own.add(spent)
+		own.add(&spent)
 	}
 	b.fill(own)
 	return b

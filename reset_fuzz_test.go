@@ -168,7 +168,8 @@ func refClassify(status int, h http.Header, body []byte, now time.Time) verdict 
 	if !scanned && status < 400 {
 		return verdict{}
 	}
-	v := judge(status, body, &e, now)
+	var v verdict
+	judge(&v, status, body, &e, now)
 	v.stated = e.stated
 	return v
 }

@@ -238,8 +238,9 @@ func readHeaders(h http.Header, a *answerHeaders, now time.Time, e *evidence) {
 	for m := a.counted; m != 0; m &= m - 1 {
 		i := bits.TrailingZeros16(m)
 		c := &counters[i]
-		if l, ok := c.read(h, &a.values[i], now, groq); ok {
-			e.add(l)
+		var l limitEvidence
+		if c.read(&l, h, &a.values[i], now, groq) {
+			e.add(&l)
 			if l.limit > 0 || l.spent {
 				e.stated.note(c.axisOf(h, groq, l.limit), l.limit, l.remaining, l.wait, l.hasReset)
 			}
@@ -274,20 +275,19 @@ type counter struct {
 	resetAlone bool
 }
 
-// read reads the counter from the values of its headers in h, as
-// scanHeaders read them into f; it reports false when they have neither a
-// readable remaining count nor, where the reset may come alone, a reset. A
-// reset without a remaining count dates a limit without saying how full it
-// is. A negative count is Azure's placeholder for unknown, and so is the
-// reset beside it.
-func (c *counter) read(h http.Header, f *counterValues, now time.Time, groq bool) (limitEvidence, bool) {
+// read reads into l, which must be zero, the counter from the values of
+// its headers in h, as scanHeaders read them into f; it reports false when
+// they have neither a readable remaining count nor, where the reset may come
+// alone, a reset. A reset without a remaining count dates a limit without
+// saying how full it is. A negative count is Azure's placeholder for
+// unknown, and so is the reset beside it.
+func (c *counter) read(l *limitEvidence, h http.Header, f *counterValues, now time.Time, groq bool) bool {
 	if !f.remainingOK {
 		if f.remainingSet || !c.resetAlone {
-			return limitEvidence{}, false
+			return false
 		}
-		var l limitEvidence
 		l.wait, l.hasReset = f.reset.wait(now)
-		return l, l.hasReset
+		return l.hasReset
 	}
 	window := c.window
 	switch {
@@ -296,9 +296,9 @@ func (c *counter) read(h http.Header, f *counterValues, now time.Time, groq bool
 	case c.policies:
 		window = policyWindow(first(h, c.limit), f.limit)
 	}
-	l := counted(window, f.remaining, f.limit)
+	count(l, window, f.remaining, f.limit)
 	l.wait, l.hasReset = f.reset.wait(now) // the zero timeValue where the counter has no reset
-	return l, true
+	return true
 }
 
 // axisOf returns the window of the pool's the counter's limit counts: its
@@ -334,14 +334,20 @@ func policyAxis(params string) windowAxis {
 // counted is the evidence of a limit with remaining units left of limit
 // (limit 0 or less: unknown). A limit with nothing left is spent, and full.
 func counted(window Window, remaining, limit float64) limitEvidence {
-	l := limitEvidence{window: window, spent: remaining == 0, limit: limit, remaining: remaining}
+	var l limitEvidence
+	count(&l, window, remaining, limit)
+	return l
+}
+
+// count is counted written into l, which must be zero.
+func count(l *limitEvidence, window Window, remaining, limit float64) {
+	l.window, l.spent, l.limit, l.remaining = window, remaining == 0, limit, remaining
 	switch {
 	case limit > 0:
 		l.used, l.hasUsed = max(limit-remaining, 0)/limit, true
 	case l.spent:
 		l.used, l.hasUsed = 1, true
 	}
-	return l
 }
 
 // policyWindow names the window of the quota policy in an IETF
@@ -374,7 +380,7 @@ func readStructured(h http.Header, now time.Time, e *evidence) {
 			quota, _ := parseNumber(sfParam(policy, "q"))
 			l := counted(sfWindow(policy), remaining, quota)
 			l.wait, l.hasReset = parseWait(sfParam(params, "t"), now)
-			e.add(l)
+			e.add(&l)
 			e.stated.note(policyAxis(policy), quota, remaining, l.wait, l.hasReset)
 		}
 	}
@@ -444,9 +450,9 @@ func readUnified(h http.Header, now time.Time, e *evidence) {
 			continue // a reset alone says nothing of how full the window is
 		}
 		l.spent = status == "rejected" || (l.hasUsed && l.used >= 1) || (rejected && named)
-		e.add(l)
+		e.add(&l)
 		if named {
-			e.claim(l)
+			e.claim(&l)
 			claimed = true
 		}
 	}
@@ -458,9 +464,9 @@ func readUnified(h http.Header, now time.Time, e *evidence) {
 	l := limitEvidence{window: claimWindow(claim), spent: rejected, plan: claim == "five_hour" || claim == "seven_day"}
 	l.wait, l.hasReset = parseWait(first(h, headerUnifiedReset), now)
 	if rejected || l.window != WindowNone || l.hasReset {
-		e.add(l)
+		e.add(&l)
 		if l.window != WindowNone {
-			e.claim(l)
+			e.claim(&l)
 		}
 	}
 }
@@ -495,7 +501,7 @@ func readCodex(h http.Header, now time.Time, e *evidence) {
 		if l.wait, l.hasReset = parseWait(first(h, c.resetAt), now); !l.hasReset {
 			l.wait, l.hasReset = parseWait(first(h, c.resetAfter), now)
 		}
-		e.add(l)
+		e.add(&l)
 	}
 }
 

@@ -132,7 +132,7 @@ func refReadHeaders(h http.Header, now time.Time) (e evidence, scanned bool) {
 		c := &counters[i]
 		values := (*[counterFields]string)(a.values[i*counterFields:])
 		if l, ok := refCounterRead(c, values, now, a.groq); ok {
-			e.add(l)
+			e.add(&l)
 			if l.limit > 0 || l.spent {
 				e.stated.note(refAxisOf(c, values[fieldLimit], a.groq, l.limit), l.limit, l.remaining, l.wait, l.hasReset)
 			}

@@ -59,7 +59,8 @@ func (r Retry) CheckRetry(ctx context.Context, resp *http.Response, err error) (
 		return !permanent(err), nil
 	}
 	now := time.Now()
-	v := classifyAnswer(resp, now)
+	var v verdict
+	classifyAnswer(&v, resp, now)
 	if v.quoted {
 		// Words the request could have written: sent again, it gets
 		// the same answer.

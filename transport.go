@@ -192,7 +192,8 @@ func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again
 	resp.Request = r.req // never hand out the clone that carries the key
 	p.cfg.auth.unechoed(resp.Header, l.key.Secret)
 	now := p.cfg.clock()
-	v := classifyAnswer(resp, now)
+	var v verdict
+	classifyAnswer(&v, resp, now)
 	if v.quoted {
 		if body, whole := r.body.known(); !mayHaveWritten(v.echo, r.req, body, whole) {
 			v.quoted = false // the request holds no word of it: the vendor's own
@@ -292,9 +293,10 @@ func (t *transport) noAnswer(r *request, l *lease, span trace.Span, attempt int,
 	return false, err
 }
 
-// classifyAnswer classifies an answer at now, reading the start of a
-// failure's body, which the caller still reads whole.
-func classifyAnswer(resp *http.Response, now time.Time) verdict {
+// classifyAnswer classifies an answer at now into v, which must be zero,
+// reading the start of a failure's body, which the caller still reads
+// whole.
+func classifyAnswer(v *verdict, resp *http.Response, now time.Time) {
 	if resp.Body == nil {
 		resp.Body = http.NoBody // as http.Client reads a RoundTripper's nil Body
 	}
@@ -302,7 +304,7 @@ func classifyAnswer(resp *http.Response, now time.Time) verdict {
 	if resp.StatusCode >= 400 {
 		head, resp.Body = peek(resp.Body, maxFailureBody)
 	}
-	return classify(resp.StatusCode, resp.Header, head, now)
+	classifyInto(v, resp.StatusCode, resp.Header, head, now)
 }
 
 // closeRequestBody closes a request's body, as a RoundTripper must on every
