@@ -613,7 +613,7 @@ type replay struct {
 	// first.data is what was read of the body: all of it when whole, else
 	// the start of a body too long to read whole; first is the first
 	// attempt's reader of a body read whole. (One slice for both keeps an
-	// exchange in the allocator's 576 bytes.)
+	// exchange in the allocator's 640-byte class: see TestExchangeSize.)
 	first  memoryBody
 	whole  bool
 	handed bool // orig, or first, has been handed to an attempt
@@ -752,7 +752,7 @@ func (b *replay) rewindBody() (io.ReadCloser, error) {
 // getBodyFunc returns what an attempt's Request.GetBody should be: the
 // caller's, which gives the same bytes, or else one over the body read
 // whole (made for each attempt, most requests' only one: kept, it would
-// take an exchange past the allocator's 576 bytes).
+// take an exchange past the allocator's 640-byte class).
 func (b *replay) getBodyFunc() func() (io.ReadCloser, error) {
 	if !b.whole || b.getBody != nil {
 		return b.getBody
