@@ -722,13 +722,32 @@ func (s *memoryStore) State(_ context.Context, provider, keyID string, now time.
 }
 
 // Keys yields the provider and ID of each key the store holds state for,
-// in no particular order: an account's under its account ID.
+// in no particular order: an account's under its account ID, and a key out
+// of rotation (DisabledStore) though it holds nothing else.
 func (s *memoryStore) Keys() iter.Seq2[string, string] {
 	return func(yield func(provider, keyID string) bool) {
+		more := true
 		s.keys.Range(func(ref, _ any) bool {
 			r := ref.(keyRef)
-			return yield(r.provider, r.keyID)
+			more = yield(r.provider, r.keyID)
+			return more
 		})
+		if !more {
+			return
+		}
+		s.disabledMu.Lock()
+		var disabled []keyRef
+		for ref := range s.disabled {
+			if _, ok := s.keys.Load(ref); !ok {
+				disabled = append(disabled, ref)
+			}
+		}
+		s.disabledMu.Unlock()
+		for _, r := range disabled {
+			if !yield(r.provider, r.keyID) {
+				return
+			}
+		}
 	}
 }
 

@@ -1,12 +1,17 @@
 package main
 
 import (
+	"context"
+	"path/filepath"
+
 	"io"
 	"net/http"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/keypool-go/keypool"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -117,4 +122,24 @@ func TestDisableCommand(t *testing.T) {
 	status, _, stderr = runKeypool(t, "disable", "-url", "http://"+p.addr, "up/nope")
 	assert.Equal(t, 1, status)
 	assert.Contains(t, stderr, `no key "nope" in a route "up"`)
+}
+
+// keypool status -state shows a disabled key that never served — it holds
+// no windows — as disabled, with who did it.
+func TestStatusStateShowsADisabledKey(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	store, err := keypool.OpenBadgerStore(dir)
+	require.NoError(t, err)
+	pool, err := keypool.New("up", []keypool.Key{{Secret: "sk-used", ID: "used"}, {Secret: "sk-fresh", ID: "fresh"}},
+		keypool.WithStore(store), keypool.WithLimits(keypool.Limits{RPM: 100}))
+	require.NoError(t, err)
+	require.NoError(t, pool.Disable(t.Context(), "fresh", "operator_tokens[0]"))
+	require.NoError(t, pool.Do(t.Context(), "m", func(context.Context, keypool.Key) error { return nil }))
+	require.NoError(t, pool.Close())
+	require.NoError(t, store.Close())
+
+	status, stdout, stderr := runKeypool(t, "status", "-state", dir, "-wide")
+	require.Equal(t, 0, status, stderr)
+	assert.Regexp(t, `up +fresh +- +disabled by operator_tokens\[0\] since`, stdout)
+	assert.Regexp(t, `up +used +- +serving`, stdout)
 }
