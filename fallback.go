@@ -165,12 +165,14 @@ func (fb *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 			continue // the caller's context names routes, and not this one (OnlyRoutes)
 		}
 		now := fb.clock()
-		// A key another replica enabled brings a route its disabled keys
-		// benched back, though no request reaches its pool.
-		r.Pool.refreshDisabled(req.Context(), r.Pool.cfg.clock())
 		if until := r.benchedAt(); until > now.UnixNano() {
-			skip(r, RouteSkip{Kind: Kind(r.benchKind.Load()), Earlier: true, Until: time.Unix(0, until).UTC()})
-			continue
+			// A key another replica enabled brings the route back, though
+			// no request reaches its pool while it is benched.
+			r.Pool.refreshDisabled(req.Context(), r.Pool.cfg.clock())
+			if until = r.benchedAt(); until > now.UnixNano() {
+				skip(r, RouteSkip{Kind: Kind(r.benchKind.Load()), Earlier: true, Until: time.Unix(0, until).UTC()})
+				continue
+			}
 		}
 		if sent && !body.replayable() {
 			break // the body went to an earlier route and cannot be sent again

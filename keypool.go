@@ -1452,7 +1452,7 @@ func (p *Pool) ResetSpend(ctx context.Context, keyID string) error {
 // Disable takes the key with the given ID out of rotation until Enable
 // puts it back: no request is sent with it from then on, though those
 // under way finish. by names who did it — at most 128 bytes of UTF-8
-// without control characters, such as an operator's name — and Stats
+// without control or format characters, such as an operator's name — and Stats
 // shows it with the time. A store that keeps it (DisabledStore) keeps it
 // across restarts, and a store replicas share for every replica, which
 // hears of it within DisabledRefresh. It returns an error for an unknown

@@ -55,8 +55,7 @@ var keyActions = []keyAction{
 			"state directory, or in Redis for every replica, which hears of it within 5 seconds), and the status\n" +
 			"page shows who disabled it and when. keypool status -url lists routes and keys.",
 		done: "Disabled %s of route %s: no request is sent with it until keypool enable."},
-	{name: "enable", flag: "enabled", logged: "enabled",
-		act: func(p *keypool.Pool, ctx context.Context, key, _ string) error { return p.Enable(ctx, key) },
+	{name: "enable", flag: "enabled", logged: "enabled", act: byNobody((*keypool.Pool).Enable),
 		help: "Puts a key of a running proxy that keypool disable took out of rotation back in.\n" +
 			"keypool status -url lists routes and keys.",
 		done: "Enabled %s of route %s: it is back in rotation."},
