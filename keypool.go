@@ -35,8 +35,8 @@
 //     lexer of json.go.
 //  3. keypool.go: choosing a key — order and tiers (Key.Priority),
 //     conversations kept on their keys (affinity), requests at once
-//     (Limits.InFlight), waiting lines, careful return — and the Pool's
-//     report (Stats).
+//     (Limits.InFlight), keys an operator disabled, waiting lines, careful
+//     return — and the Pool's report (Stats).
 //  4. store*.go and window.go: the Store's atomic take of a key's windows
 //     and budget (the memory store unless WithStore gives another), and
 //     the window arithmetic it runs.
@@ -64,6 +64,8 @@
 //   - bench: a key out of rotation until a time, for one model or for
 //     every model (a Fallback's route is benched too). OnEvict reports a
 //     bench as an Eviction; its length is the cooldown.
+//   - disabled: a key an operator took out of rotation (Pool.Disable)
+//     until enabled, by no answer's evidence; never a bench, which ends.
 //   - level: the step of the quota ladder, which a key climbs by quota
 //     answers that date nothing and leaves on a success.
 //   - window: the pool's count of a key's requests or tokens per minute
