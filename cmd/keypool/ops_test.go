@@ -261,6 +261,17 @@ func benchedAccountProxy(t *testing.T) (base, state string, srv *server) {
 		require.NoError(t, err)
 		resp.Body.Close()
 	}
+	// A request counts for its client once the proxy has finished its
+	// answer, a moment after the client closed it: a status read before
+	// then would count five.
+	require.Eventually(t, func() bool {
+		for _, c := range srv.reportClients(time.Now()) {
+			if c.Name == "proxy_tokens[0]" {
+				return c.Today.Requests == 6
+			}
+		}
+		return false
+	}, 10*time.Second, 5*time.Millisecond, "the six requests counted")
 	return base, state, srv
 }
 
