@@ -67,12 +67,22 @@ func (s *Store) once(c *evalCall, n keyNames) *evalCall {
 	return c
 }
 
-// run returns a function that runs the call by EVALSHA, or EVAL when Redis
+// runner returns a function that runs c by EVALSHA, or EVAL when Redis
 // does not know the script.
-func (c *evalCall) run(rdb redis.UniversalClient) func(context.Context) error {
+func (s *Store) runner(c *evalCall) func(context.Context) error {
 	return func(ctx context.Context) error {
-		return storeScript.Run(ctx, rdb, c.keys, c.args...).Err()
+		return s.cfg.script.Run(ctx, s.rdb, c.keys, s.args(c)...).Err()
 	}
+}
+
+// args returns the script's arguments for c: its own, after the time to
+// count by when the store has a clock of its own in place of the server's
+// (the tests').
+func (s *Store) args(c *evalCall) []any {
+	if s.cfg.serverNow == nil {
+		return c.args
+	}
+	return append([]any{s.cfg.serverNow().UnixMilli()}, c.args...)
 }
 
 // exec runs calls by EVALSHA — several as one call of the op batch, which
@@ -90,18 +100,19 @@ func (s *Store) exec(ctx context.Context, calls []*evalCall, extra func(redis.Pi
 	default:
 		one = batch(calls)
 	}
+	script := s.cfg.script
 	switch {
 	case extra == nil && one != nil:
-		one.cmd = storeScript.Run(ctx, s.rdb, one.keys, one.args...)
+		one.cmd = script.Run(ctx, s.rdb, one.keys, s.args(one)...)
 	case extra != nil:
 		pipe := s.rdb.Pipeline()
 		if one != nil {
-			one.cmd = storeScript.EvalSha(ctx, pipe, one.keys, one.args...)
+			one.cmd = script.EvalSha(ctx, pipe, one.keys, s.args(one)...)
 		}
 		extra(pipe)
 		_, _ = pipe.Exec(ctx) // each command holds its own error
 		if one != nil && redis.HasErrorPrefix(one.cmd.Err(), "NOSCRIPT") {
-			one.cmd = storeScript.Run(ctx, s.rdb, one.keys, one.args...)
+			one.cmd = script.Run(ctx, s.rdb, one.keys, s.args(one)...)
 			_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 				extra(p)
 				return nil

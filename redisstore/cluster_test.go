@@ -112,5 +112,14 @@ func TestPlainClientOfClusterNodeRefused(t *testing.T) {
 
 func TestConformanceRedisCluster(t *testing.T) {
 	c, _ := realCluster(t)
-	storetest.Run(t, realHarness(t, c))
+	t.Run("ServerClock", func(t *testing.T) { storetest.Run(t, realHarness(t, c)) })
+	t.Run("TestClock", func(t *testing.T) { storetest.Run(t, clockHarness(c)) })
+}
+
+// TestSameAsMemoryStoreRedisCluster holds the store on a real Redis
+// Cluster to the MemoryStore's answers, as TestSameAsMemoryStore does on
+// miniredis, on a clock the test moves.
+func TestSameAsMemoryStoreRedisCluster(t *testing.T) {
+	c, _ := realCluster(t)
+	storetest.Parity(t, clockHarness(c))
 }

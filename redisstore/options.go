@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // An Option configures a Store; a bad value is an error from New or Open.
@@ -30,6 +32,11 @@ type config struct {
 	// probeEvery is how often a Redis taken as down is asked whether it
 	// is back: probeEvery (the constant) but in tests.
 	probeEvery time.Duration
+	// script is the store's script: storeScript but in tests, whose
+	// script counts by serverNow, the time each call passes first, in
+	// place of the server's TIME.
+	script    *redis.Script
+	serverNow func() time.Time
 }
 
 // WithClock sets the clock the store reads a bench's end against — the
@@ -115,7 +122,8 @@ func WithTimeout(d time.Duration) Option {
 // newConfig returns the configuration opts make, and an error naming what
 // is wrong with it.
 func newConfig(opts []Option) (config, error) {
-	c := config{prefix: "keypool", logger: slog.Default(), timeout: DefaultTimeout, clock: time.Now, probeEvery: probeEvery}
+	c := config{prefix: "keypool", logger: slog.Default(), timeout: DefaultTimeout, clock: time.Now, probeEvery: probeEvery,
+		script: storeScript}
 	var errs []error
 	for _, o := range opts {
 		if o != nil {

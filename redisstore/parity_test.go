@@ -16,3 +16,9 @@ func TestSameAsMemoryStore(t *testing.T) {
 	h.Now, h.Advance = f.Now, f.Advance
 	storetest.Parity(t, h)
 }
+
+// TestSameAsMemoryStoreRedis holds the store on a real redis-server to the
+// MemoryStore's answers, on a clock the test moves (WithServerClock).
+func TestSameAsMemoryStoreRedis(t *testing.T) {
+	storetest.Parity(t, clockHarness(realRedis(t)))
+}

@@ -63,6 +63,7 @@ const (
 // as long as it should when the server's clock steps back.
 const prelude = `
 redis.replicate_commands()
+$SERVERTIME
 local MN, MW, DN, DW, MAXB, MARGIN, REFRESH = $MN, $MW, $DN, $DW, $MAXB, $MARGIN, $REFRESH
 -- GUARD: how much longer than its span an exact window counts a request
 -- (keypool's spanMs).
@@ -72,8 +73,7 @@ local function int(x) return string.format('%d', x) end
 -- latest take; whether the key knows model m; when the index's expiry was
 -- last set.
 local function key(idx, m)
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local now = servertime()
   local v = redis.call('HMGET', idx, 't', 'x', 'm' .. m)
   local last = tonumber(v[1]) or 0
   if last > now then now = last end
@@ -915,12 +915,24 @@ end
 return out
 `
 
+// serverTime is the Lua function that reads the time the scripts count
+// by: the Redis server's, in milliseconds.
+const serverTime = `local function servertime()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end`
+
 // storeScript is the store's one Lua script: every call names an op, so
 // that every call of a pipeline is known to Redis, or none is (after a
 // restart, a failover or SCRIPT FLUSH), and a pipeline re-sent by EVAL keeps
 // its order.
-var storeScript = func() *redis.Script {
+var storeScript = newScript(serverTime)
+
+// newScript returns the store's script with clock, the Lua that defines
+// servertime.
+func newScript(clock string) *redis.Script {
 	r := strings.NewReplacer(
+		"$SERVERTIME", clock,
 		"$MN", strconv.Itoa(minuteBuckets),
 		"$MW", strconv.FormatInt(minuteWidth, 10),
 		"$DN", strconv.Itoa(dayBuckets),
@@ -940,4 +952,4 @@ var storeScript = func() *redis.Script {
 	)
 	return redis.NewScript(r.Replace(prelude + "local ops = {}\n" +
 		takeSource + learnSource + adjustSource + benchSource + resetLevelSource + forgetSource + resetSpendSource + dispatch))
-}()
+}

@@ -43,6 +43,9 @@ func (s *Store) state(ctx context.Context, provider, keyID string, clientNow tim
 	}
 	idx, b := index.Val(), benches.Val()
 	now := clock.Val().UnixMilli()
+	if s.cfg.serverNow != nil {
+		now = s.cfg.serverNow().UnixMilli()
+	}
 	if last, err := strconv.ParseInt(idx["t"], 10, 64); err == nil {
 		now = max(now, last)
 	}

@@ -435,7 +435,7 @@ func (s *Store) Bench(ctx context.Context, b keypool.Bench) error {
 			// Only the level, back to zero: a success after quota answers.
 			c = call("reset", []string{n.index(), n.benches()}, b.Model, overflowModel, maxModels)
 		}
-		return c.run(s.rdb)(ctx)
+		return s.runner(c)(ctx)
 	}
 	return s.change(ctx, s.bounded(remote), func() error { return s.local.Bench(ctx, b) })
 }
@@ -501,7 +501,7 @@ func (s *Store) Unbench(ctx context.Context, provider, keyID string) error {
 				keys = append(keys, n.minute(m), n.day(m), n.calendar(m))
 			}
 		}
-		return call("forget", keys).run(s.rdb)(ctx)
+		return s.runner(call("forget", keys))(ctx)
 	})
 	return s.change(ctx, remote, func() error { return s.local.Unbench(ctx, provider, keyID) })
 }
@@ -509,7 +509,7 @@ func (s *Store) Unbench(ctx context.Context, provider, keyID string) error {
 // ResetSpend implements keypool.SpendResetter.
 func (s *Store) ResetSpend(ctx context.Context, provider, keyID string) error {
 	key := names(s.cfg.prefix, provider, keyID).spend()
-	remote := s.bounded(call("resetspend", []string{key}).run(s.rdb))
+	remote := s.bounded(s.runner(call("resetspend", []string{key})))
 	return s.change(ctx, remote, func() error {
 		if r, ok := s.local.(keypool.SpendResetter); ok {
 			return r.ResetSpend(ctx, provider, keyID)

@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,7 +41,36 @@ func TestConformanceMiniredis(t *testing.T) {
 
 func TestConformanceRedis(t *testing.T) {
 	c := realRedis(t)
-	storetest.Run(t, realHarness(t, c))
+	t.Run("ServerClock", func(t *testing.T) { storetest.Run(t, realHarness(t, c)) })
+	t.Run("TestClock", func(t *testing.T) { storetest.Run(t, clockHarness(c)) })
+}
+
+// clockHarness is the suite's harness over a real Redis on a clock the
+// test moves: the scripts count by it in place of the server's TIME
+// (WithServerClock), so the cases that need hours run in a moment.
+func clockHarness(c redis.UniversalClient) storetest.Harness {
+	clk := &testClock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	h := harness(c, redisstore.WithServerClock(clk.Now), redisstore.WithClock(clk.Now))
+	h.Now, h.Advance = clk.Now, clk.Advance
+	return h
+}
+
+// testClock is a clock a test moves.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *testClock) Advance(_ *testing.T, d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
 }
 
 // realHarness is the suite's harness over a real Redis, on its clock: the
