@@ -386,12 +386,12 @@ func (t *Claim) record(r *memReservation, own, k *memKey, m *memModel, now int64
 
 // clock returns the time to count a take or a statement at: the pool's
 // clock t, never before the latest time the key has seen, so what is taken
-// counts at least as long as it should. A step back of more than maxStepBack
+// counts at least as long as it should. A step back of more than MaxStepBack
 // is a clock put right after running ahead: the key's windows and benches,
 // dated by the wrong clock, move back with it. k.mu must be held.
 func (k *memKey) clock(t time.Time, days calendar) int64 {
 	n := t.UnixNano()
-	if k.last-n > int64(maxStepBack) {
+	if k.last-n > int64(windowspec.MaxStepBack) {
 		k.shiftBack(k.last-n, n, days)
 	}
 	now := max(n, k.last)
@@ -582,10 +582,6 @@ func (r *memReservation) add(req, tok int64) {
 	}
 	r.key.dirty = true
 }
-
-// maxStepBack is the longest step back of the clock a key's windows ride
-// out by counting at the latest time seen.
-const maxStepBack = time.Hour
 
 // shiftBack moves the key's windows and benches d nanoseconds earlier, to
 // now, after the clock that dated them was put back by d: what was taken

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -62,6 +63,84 @@ func TestClocksApartBenchTheSame(t *testing.T) {
 			check("59 s later", true)
 			f.Advance(t, 1001*time.Millisecond)
 			check("60 s later", false)
+		})
+	}
+}
+
+// Issue 36: a Redis server's clock that ran a day ahead and is put right
+// leaves what the keys hold dated a day late. The store moves it back, as
+// the MemoryStore does with a pool's clock: the requests taken still count
+// for the rest of their minute and their day, a bench for the rest of its
+// length, and a key is back after a minute, not after a day. Both stores
+// answer every step the same.
+func TestServerClockPutRightAfterRunningAhead(t *testing.T) {
+	redises := map[string]func(t *testing.T) redis.UniversalClient{
+		"miniredis": func(t *testing.T) redis.UniversalClient { return newFakeRedis(t).client(t) },
+		"redis":     func(t *testing.T) redis.UniversalClient { return realRedis(t) },
+		"cluster": func(t *testing.T) redis.UniversalClient {
+			c, _ := realCluster(t)
+			return c
+		},
+	}
+	for name, open := range redises {
+		t.Run(name, func(t *testing.T) {
+			right := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+			clk := &testClock{now: right.Add(24 * time.Hour)} // a day ahead
+			c := open(t)
+			rs := newStore(t, c, redisstore.WithPrefix(newPrefix(t, c)),
+				redisstore.WithServerClock(clk.Now), redisstore.WithClock(clk.Now))
+			ms := keypool.NewMemoryStore()
+			exact := keypool.Limits{RPM: 3, RPD: 5}       // counted by each request's time
+			buckets := keypool.Limits{RPM: 200, TPD: 900} // counted in buckets
+			claims := func(now time.Time) map[string]keypool.Claim {
+				acct := take("b", "m", exact, 0, now)
+				acct.Account = "team"
+				return map[string]keypool.Claim{
+					"exact":   take("a", "m", exact, 0, now),
+					"buckets": take("a", "n:ü {x}%", buckets, 300, now), // a name the keys escape
+					"account": acct,
+				}
+			}
+			step := func(when string, want map[string]bool) map[string]keypool.Grant {
+				got := map[string]keypool.Grant{}
+				for what, c := range claims(clk.Now()) {
+					rg, err := rs.Take(t.Context(), c)
+					require.NoError(t, err)
+					mg, err := ms.Take(t.Context(), c)
+					require.NoError(t, err)
+					assert.Equal(t, mg.OK, rg.OK, "%s, %s: the stores' answers", when, what)
+					assert.WithinDuration(t, mg.RetryAt, rg.RetryAt, time.Millisecond, "%s, %s: RetryAt", when, what)
+					if w, ok := want[what]; ok {
+						assert.Equal(t, w, rg.OK, "%s, %s: served", when, what)
+					}
+					got[what] = rg
+				}
+				return got
+			}
+			for range 3 {
+				step("ahead", map[string]bool{"exact": true, "buckets": true, "account": true})
+				clk.Advance(t, time.Second)
+			}
+			// While ahead, the key with an account is benched for 30 s by
+			// itself (a revoked key).
+			for _, s := range []keypool.Store{rs, ms} {
+				require.NoError(t, s.Bench(t.Context(), keypool.Bench{Provider: "test", KeyID: "b", AllModels: true,
+					Kind: keypool.KindAuth, Until: clk.Now().Add(30 * time.Second)}))
+			}
+
+			clk.now = right // put right: a day back, less 3 s
+			g := step("put right", map[string]bool{"exact": false, "buckets": false, "account": false})
+			assert.WithinDuration(t, right.Add(60*time.Second), g["exact"].RetryAt, 2*time.Second,
+				"the minute's three requests leave a minute after they were taken, not a day")
+			assert.Equal(t, keypool.KindAuth, g["account"].Reason, "the key's own bench holds")
+			assert.WithinDuration(t, right.Add(30*time.Second), g["account"].RetryAt, 4*time.Second,
+				"the key's own bench lasts what was left of it")
+
+			clk.Advance(t, 61*time.Second)
+			step("a minute later", map[string]bool{"exact": true, "buckets": false, "account": true})
+			step("a minute later, again", map[string]bool{"exact": true, "account": true})
+			g = step("the day's sixth", map[string]bool{"exact": false, "account": false})
+			assert.Equal(t, keypool.KindQuota, g["exact"].Reason, "the day still counts the requests taken ahead")
 		})
 	}
 }

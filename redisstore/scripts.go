@@ -60,7 +60,9 @@ const (
 // with an exponent, and Redis 7.2.0–7.2.4 wrote large numbers passed to
 // redis.call that way). Time is the server's, in milliseconds, and never
 // earlier than the latest take of the key, so what is taken counts at least
-// as long as it should when the server's clock steps back.
+// as long as it should when the server's clock steps back; a step back of
+// more than windowspec.MaxStepBack, a clock put right after running ahead,
+// moves what the key holds back with it, as the MemoryStore does.
 const prelude = `
 redis.replicate_commands()
 $SERVERTIME
@@ -68,17 +70,10 @@ local MN, MW, DN, DW, MAXB, MARGIN, REFRESH = $MN, $MW, $DN, $DW, $MAXB, $MARGIN
 -- GUARD: how much longer than its span an exact window counts a request
 -- (keypool's spanMs).
 local GUARD = $GUARD
+-- MAXSTEP: the longest step back of the clock the windows ride out by
+-- counting at the latest time seen (keypool's MaxStepBack).
+local MAXSTEP = $MAXSTEP
 local function int(x) return string.format('%d', x) end
--- key reads a key's index: the server's time, never before the key's
--- latest take; whether the key knows model m; when the index's expiry was
--- last set.
-local function key(idx, m)
-  local now = servertime()
-  local v = redis.call('HMGET', idx, 't', 'x', 'm' .. m)
-  local last = tonumber(v[1]) or 0
-  if last > now then now = last end
-  return now, v[3] and true or false, tonumber(v[2]) or 0, v[3]
-end
 -- entry reads a model's field of the index, "<busy>;<rpm>,<rpd>,<tpm>,<tpd>":
 -- when its windows last count a take (Unix milliseconds), and the limits
 -- the vendor last stated for it (0: not stated).
@@ -96,6 +91,112 @@ end
 local function entryString(busy, l)
   return int(busy) .. ';' .. int(l[1]) .. ',' .. int(l[2]) .. ',' .. int(l[3]) .. ',' .. int(l[4])
 end
+-- bench reads a bench, "kind:end"; no bench is 0, 0.
+local function bench(v)
+  if not v then return 0, 0 end
+  local k, e = string.match(v, '^(%d+):(%d+)$')
+  return tonumber(k) or 0, tonumber(e) or 0
+end
+-- esc is the store's escape of a name within a Redis key's name.
+local function esc(s)
+  return (string.gsub(s, '[%z\1- \127-\255:{}%%]', function(c) return string.format('%%%02X', string.byte(c)) end))
+end
+-- shiftSliding moves what the sliding window of n buckets of width at key
+-- holds d ms earlier, as when the clock that dated it is put back: by whole
+-- buckets, no more than d, so that what was taken counts at least as long
+-- as it should (keypool's sliding.shiftBack).
+local function shiftSliding(key, width, n, d)
+  local m = math.floor(d / width)
+  local kv = redis.call('HGETALL', key)
+  if m <= 0 or #kv == 0 then return end
+  local exact = false
+  for j = 1, #kv, 2 do
+    if kv[j] == 'e' then exact = true end
+  end
+  local fields = {}
+  for j = 1, #kv, 2 do
+    local f, v = kv[j], kv[j + 1]
+    local c, i = string.sub(f, 1, 1), tonumber(string.sub(f, 2))
+    if f == 'x' then
+      v = '0' -- its expiry is set again at the next write
+    elseif exact and c == 'r' and i then
+      v = int((tonumber(v) or 0) - m * width) -- a request's own time
+    elseif not exact and i then
+      f = c .. int(i - m)
+    end
+    fields[#fields + 1] = f
+    fields[#fields + 1] = v
+  end
+  redis.call('DEL', key)
+  redis.call('HSET', key, unpack(fields))
+  redis.call('PEXPIRE', key, int(n * width + MARGIN))
+end
+-- shiftBenches moves each bench in force at the wrong clock d ms earlier,
+-- never to before now (keypool's benchState.shiftBack).
+local function shiftBenches(key, d, now)
+  local kv = redis.call('HGETALL', key)
+  for j = 1, #kv, 2 do
+    local c = string.sub(kv[j], 1, 1)
+    if c == '*' or c == 'b' then
+      local k, e = bench(kv[j + 1])
+      if e > now then redis.call('HSET', key, kv[j], int(k) .. ':' .. int(math.max(e - d, now))) end
+    end
+  end
+end
+-- shift moves everything the index idx stands for — its benches, its
+-- cap's windows, each model's windows and when they last count a take —
+-- d ms earlier, to now, after the clock that dated them was put back by
+-- d (keypool's memKey.shiftBack). Calendar days carry over in calendar.
+local function shift(idx, d, now)
+  local base, k = string.match(idx, '^(.*:)i:([^:]*)$')
+  if not base then return end
+  shiftBenches(base .. 'b:' .. k, d, now)
+  shiftSliding(base .. 'cm:' .. k, MW, MN, d)
+  shiftSliding(base .. 'cd:' .. k, DW, DN, d)
+  local kv = redis.call('HGETALL', idx)
+  local fields = {'t', int(now), 'x', '0'}
+  for j = 1, #kv, 2 do
+    if string.sub(kv[j], 1, 1) == 'm' then
+      local name = esc(string.sub(kv[j], 2))
+      shiftSliding(base .. 'wm:' .. k .. ':' .. name, MW, MN, d)
+      shiftSliding(base .. 'wd:' .. k .. ':' .. name, DW, DN, d)
+      local busy, l = entry(kv[j + 1])
+      if busy > 0 then
+        fields[#fields + 1] = kv[j]
+        fields[#fields + 1] = entryString(math.max(busy - d, 0), l)
+      end
+    end
+  end
+  redis.call('HSET', idx, unpack(fields))
+end
+-- key reads a key's index: the server's time, never before the key's
+-- latest take, or, after a step back of the clock of more than MAXSTEP,
+-- the server's time, to which what the key holds moves back (shift);
+-- whether the key knows model m; when the index's expiry was last set;
+-- the model's entry; and the latest time the key had seen.
+local function key(idx, m)
+  local now = servertime()
+  local v = redis.call('HMGET', idx, 't', 'x', 'm' .. m)
+  local last, x = tonumber(v[1]) or 0, tonumber(v[2]) or 0
+  if last - now > MAXSTEP then
+    shift(idx, last - now, now)
+    x, last = 0, now
+    v[3] = redis.call('HGET', idx, 'm' .. m)
+  elseif last > now then
+    now = last
+  end
+  return now, v[3] and true or false, x, v[3], last
+end
+-- seen records that the key of index idx has seen the time now, after it
+-- saw last, and sets the index's expiry again once REFRESH after x.
+local function seen(idx, now, last, x)
+  if now - x >= REFRESH then
+    redis.call('HSET', idx, 't', int(now), 'x', int(now))
+    redis.call('PEXPIRE', idx, '$INDEXLIFE')
+  elseif now ~= last then
+    redis.call('HSET', idx, 't', int(now))
+  end
+end
 -- tight returns the tighter of two limits, where 0 is no limit.
 local function tight(a, b)
   if a == 0 then return b end
@@ -110,12 +211,6 @@ local function takenAt(now, leaves, span, width, n, exact)
   local earliest = (math.floor(now / width) - n + 2) * width
   if exact then earliest = now - span + 1 end
   return math.min(math.max(leaves - span, earliest), now)
-end
--- bench reads a bench, "kind:end"; no bench is 0, 0.
-local function bench(v)
-  if not v then return 0, 0 end
-  local k, e = string.match(v, '^(%d+):(%d+)$')
-  return tonumber(k) or 0, tonumber(e) or 0
 end
 -- evict removes from a full key one model entry that holds nothing in force
 -- at now — its field m<name> holds when its windows last count a take, and
@@ -517,6 +612,11 @@ local function calendar(key, now, s, e, e2)
   if s and (not c.e or now >= c.e) then
     if now >= e then s, e = e, e2 end
     c.s, c.e, c.r, c.t, c.life = math.min(s, now), e, 0, 0, e - now + MARGIN
+  elseif s and now < c.s then
+    -- The clock was put back before the day began: what it counts still
+    -- counts, in the day that holds now (keypool's fixed.shiftBack).
+    if now >= e then s, e = e, e2 end
+    c.s, c.e, c.life = math.min(s, now), e, e - now + MARGIN
   end
   return c
 end
@@ -538,8 +638,9 @@ end
 // KEYS: the index of the key (or of its account), its benches, the model's
 // minute and day windows, the overflow model's minute and day windows, the
 // cap's minute and day windows, the key's own benches (the same as the
-// second without an account), the key's spend and its account's spend. The
-// day keys name calendar or sliding windows as ARGV says.
+// second without an account), the key's spend and its account's spend, the
+// key's own index (the same as the first without an account). The day keys
+// name calendar or sliding windows as ARGV says.
 //
 // ARGV, after the op: model, overflow model, max models, tokens, RPM, TPM, RPD, TPD, cap
 // RPM, cap TPM, cap RPD, cap TPD, for calendar days the day's start and end
@@ -589,6 +690,9 @@ local kind, ends = bench(b[1])
 local mkind, mends = bench(b[2])
 if mends > ends then kind, ends = mkind, mends end
 if KEYS[9] ~= KEYS[2] then
+  -- The key's own index, under its account's: its clock, for its benches.
+  local onow, _, ox, _, olast = key(KEYS[12], ARGV[1])
+  seen(KEYS[12], onow, olast, ox)
   local kkind, kends = bench(redis.call('HGET', KEYS[9], '*'))
   if kends > ends then kind, ends = kkind, kends end
 end
@@ -690,7 +794,8 @@ end
 const learnSource = `
 ops.learn = function()
 local idx = KEYS[1]
-local now, known = key(idx, ARGV[1])
+local now, known, x, _, last = key(idx, ARGV[1])
+seen(idx, now, last, x)
 local m = model(idx, KEYS[2], ARGV[1], known, ARGV[2], tonumber(ARGV[3]), true, now, false)
 local mk, dk = KEYS[3], KEYS[4]
 if m == ARGV[2] then mk, dk = KEYS[5], KEYS[6] end
@@ -940,6 +1045,7 @@ func newScript(clock string) *redis.Script {
 		"$MAXB", strconv.FormatInt(maxBucket, 10),
 		"$MARGIN", strconv.FormatInt(windowMargin, 10),
 		"$GUARD", strconv.FormatInt(int64(windowspec.ExactGuard/time.Millisecond), 10),
+		"$MAXSTEP", strconv.FormatInt(int64(windowspec.MaxStepBack/time.Millisecond), 10),
 		"$REFRESH", strconv.FormatInt(expiryRefresh, 10),
 		"$INDEXLIFE", strconv.FormatInt(indexLife, 10),
 		"$LEVELLIFE", strconv.FormatInt(levelLife, 10),

@@ -342,7 +342,7 @@ func (s *Store) takeCall(t keypool.Claim) *evalCall {
 	return s.once(call("take",
 		[]string{n.index(), n.benches(), n.minute(t.Model), n.dayOf(t.Model, cal),
 			n.minute(overflowModel), n.dayOf(overflowModel, cal), n.capMinute(), n.capDayOf(cal), own.benches(),
-			own.spend(), n.spend()},
+			own.spend(), n.spend(), own.index()},
 		t.Model, overflowModel, maxModels, exact(t.Tokens),
 		exact(t.Limits.RPM), exact(t.Limits.TPM), exact(t.Limits.RPD), exact(t.Limits.TPD),
 		exact(t.Cap.RPM), exact(t.Cap.TPM), exact(t.Cap.RPD), exact(t.Cap.TPD),

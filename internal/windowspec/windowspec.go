@@ -34,6 +34,12 @@ const (
 // the vendor's window that moment early, once a span.
 const ExactGuard = 5 * time.Millisecond
 
+// MaxStepBack is the longest step back of a clock a key's windows ride out
+// by counting at the latest time they have seen; a longer one is a clock
+// put right after running ahead, and what the windows and benches hold,
+// dated by the wrong clock, moves back with it.
+const MaxStepBack = time.Hour
+
 // MaxModelsPerKey bounds the models a store tracks for one key: model names
 // come from requests, and a client sending endless names must not grow the
 // state without end. Models beyond it share one entry, OverflowModel.
