@@ -224,7 +224,7 @@ func (s *Store) adjustCall(a adjustment) *evalCall {
 			own.spend(), n.spend()},
 		t.Model, a.at, a.requests, a.tokens,
 		flag(a.counted&1 != 0), flag(a.counted&2 != 0), flag(a.counted&4 != 0), flag(a.counted&8 != 0), flag(cal),
-		a.cost, flag(a.counted&16 != 0), flag(a.counted&32 != 0), t.Now.UnixMilli(),
+		a.cost, flag(a.counted&16 != 0), flag(a.counted&32 != 0),
 		a.held[0], a.resets[0], a.held[1], a.resets[1]), n)
 }
 

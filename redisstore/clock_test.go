@@ -144,3 +144,53 @@ func TestServerClockPutRightAfterRunningAhead(t *testing.T) {
 		})
 	}
 }
+
+// Issue 36: spend counts by the server's clock. Two replicas, one 3 min
+// fast, share a key's budget of $0.05 a day a minute before the server's
+// midnight: what the fast one spends there counts in the server's day that
+// is ending, so the other's take in the same minute is refused, and both
+// are served once the server's day has turned.
+func TestSpendCountsByTheServersClock(t *testing.T) {
+	f := newFakeRedis(t)
+	f.Advance(t, 11*time.Hour+59*time.Minute) // 23:59 by the server
+	fast := func() time.Time { return f.Now().Add(3 * time.Minute) }
+	a := newStore(t, f.client(t), redisstore.WithClock(fast))
+	b := newStore(t, f.client(t), redisstore.WithClock(f.Now))
+	claim := func(now time.Time) keypool.Claim {
+		c := take("k", "m", keypool.Limits{}, 0, now)
+		c.Budget, c.Cost = keypool.Budget{PerDay: 0.05}, 40_000 // $0.04
+		return c
+	}
+	g, err := a.Take(t.Context(), claim(fast()))
+	require.NoError(t, err)
+	require.True(t, g.OK, "the fast replica's take")
+	require.NoError(t, g.Reservation.Settle(t.Context(), 0, 40_000))
+	_, err = a.State(t.Context(), "test", "k", fast()) // sends the settle
+	require.NoError(t, err)
+
+	f.Advance(t, 30*time.Second) // 23:59:30, 00:02:30 by the fast clock
+	g, err = b.Take(t.Context(), claim(f.Now()))
+	require.NoError(t, err)
+	assert.False(t, g.OK, "the server's day holds the fast replica's spend")
+	assert.Equal(t, keypool.KindQuota, g.Reason)
+	assert.Equal(t, time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC), g.RetryAt, "back at the server's midnight")
+	st, err := b.State(t.Context(), "test", "k", f.Now())
+	require.NoError(t, err)
+	assert.InDelta(t, 0.04, st.Spent.PerDay, 1e-9, "State reads the server's day")
+
+	f.Advance(t, 31*time.Second) // 00:00:01
+	for name, s := range map[string]*redisstore.Store{"fast": a, "on time": b} {
+		now := f.Now()
+		if name == "fast" {
+			now = fast()
+		}
+		g, err = s.Take(t.Context(), claim(now))
+		require.NoError(t, err)
+		assert.True(t, g.OK, "the %s replica, in the server's new day", name)
+		if g.OK {
+			require.NoError(t, g.Reservation.Release(t.Context()))
+			_, err = s.State(t.Context(), "test", "k", now) // sends the release
+			require.NoError(t, err)
+		}
+	}
+}

@@ -39,18 +39,25 @@
 //
 // # The clock
 //
-// The time is the server's (TIME, in milliseconds), never the replicas':
-// Take.Now and State's now are ignored, except that Take.Now places
-// calendar days. The replica computes the calendar day of Take.Now and the
-// next one's end, and the script takes the one that holds the server's
-// time: a replica's clock that is off shifts nothing but the day's
-// boundaries, by the zone rules the replica holds. A bench lasts, from the
+// The time is the server's (TIME, in milliseconds), never the replicas',
+// for windows, benches and spend alike: Take.Now and State's now only
+// place calendar days and move the times the store answers. The replica
+// computes, by the zone rules it holds, the calendar day and month that
+// hold the server's time — its own clock moved by how far apart the latest
+// take's answer showed the two — and the next ones' ends, and the script
+// takes the one that holds the server's time. A bench lasts, from the
 // server's time, as long as Bench.Until is after the replica's clock
 // (WithClock, the pool's), rounded up to the millisecond; the times the
 // store answers — a refused take's RetryAt, a bench's end in State — are
 // the server's moved to the replica's clock. Replicas whose clocks are
-// minutes apart thus bench a key for as long, and see it back at the same
-// moment. Spend still counts by the replica's clock (its calendar days).
+// minutes apart thus bench a key for as long, see it back at the same
+// moment, and count a day's spend in the same day.
+//
+// A server's clock put back by more than an hour — right after running
+// ahead — moves what each key holds back with it, as the MemoryStore does
+// with a pool's clock: what was taken counts for the rest of its window,
+// a bench lasts the rest of its length. A step back of up to an hour is
+// ridden out: the key counts at the latest time it has seen.
 //
 // # Layout
 //

@@ -546,9 +546,10 @@ end
 -- spendLoad loads a spend hash — what a key or an account spent, in
 -- millionths of a dollar, in a calendar day (ds, de, d) and month (ms, me,
 -- m), what requests in flight reserve of them (dh, mh), and how often it
--- was reset (g) — given the client's day and month that hold now and the
--- ends of the next ones; a period that has ended gives way to the one that
--- holds now.
+-- was reset (g) — given the client's day and month that hold its own time
+-- and the ends of the next ones; a period that has ended by the server's
+-- clock gives way to the one of them that holds now, from now when the
+-- server's clock is behind the client's.
 local function spendLoad(key, now, ds, de, de2, ms, me, me2)
   local v = redis.call('HMGET', key, 'ds', 'de', 'd', 'ms', 'me', 'm', 'dh', 'mh', 'g')
   local s = {key = key, ds = tonumber(v[1]), de = tonumber(v[2]), d = tonumber(v[3]) or 0,
@@ -556,11 +557,11 @@ local function spendLoad(key, now, ds, de, de2, ms, me, me2)
     dh = tonumber(v[7]) or 0, mh = tonumber(v[8]) or 0, g = tonumber(v[9]) or 0}
   if not s.de or now >= s.de then
     if now >= de then ds, de = de, de2 end
-    s.ds, s.de, s.d, s.dh = ds, de, 0, 0
+    s.ds, s.de, s.d, s.dh = math.min(ds, now), de, 0, 0
   end
   if not s.me or now >= s.me then
     if now >= me then ms, me = me, me2 end
-    s.ms, s.me, s.m, s.mh = ms, me, 0, 0
+    s.ms, s.me, s.m, s.mh = math.min(ms, now), me, 0, 0
   end
   return s
 end
@@ -646,12 +647,12 @@ end
 // RPM, cap TPM, cap RPD, cap TPD, for calendar days the day's start and end
 // and the next day's end (0 0 0 for sliding days), 1 for a named model (0
 // otherwise), the cost, the key's and the account's day and month budgets
-// (0: none; millionths of a dollar), the budgets' day's start, end and next
-// end, and month's start, end and next end, and the client's time (Unix
-// milliseconds), by which spend counts. The limits enforced are,
-// axis by axis, the tighter of these and those the model's entry learned.
+// (0: none; millionths of a dollar), and the budgets' day's start, end and
+// next end, and month's start, end and next end, by the client's clock;
+// spend counts by the server's. The limits enforced are, axis by axis, the
+// tighter of these and those the model's entry learned.
 //
-// ARGV[29] is 1 for an unbounded take (keypool.Claim.Unbounded), which
+// ARGV[28] is 1 for an unbounded take (keypool.Claim.Unbounded), which
 // reserves all that is left of each budget it counts in, else 0.
 //
 // It returns {1, at, 0, level, counted, tokens, keyHeld, accountHeld,
@@ -732,17 +733,16 @@ for _, s in ipairs(sets) do
   if s.cal then fit, at = calendarRoom(s.cal, s.dr, s.dt, tok) end
   if not fit then ok, retry, reason = false, math.max(retry, at), reasonDay end
 end
--- Spend counts by the client's clock (ARGV[28]), as its calendar days do:
--- replicas' clocks agree within seconds, and a day is long.
-local cost, snow = tonumber(ARGV[17]), tonumber(ARGV[28])
+-- Spend counts by the server's clock, in the client's calendar periods.
+local cost = tonumber(ARGV[17])
 local budgets = {{key = KEYS[10], d = tonumber(ARGV[18]), m = tonumber(ARGV[19]), bit = 16},
   {key = KEYS[11], d = tonumber(ARGV[20]), m = tonumber(ARGV[21]), bit = 32}}
 local spentOut = false
 for _, b in ipairs(budgets) do
   if b.d > 0 or b.m > 0 then
-    b.s = spendLoad(b.key, snow, tonumber(ARGV[22]), tonumber(ARGV[23]), tonumber(ARGV[24]),
+    b.s = spendLoad(b.key, now, tonumber(ARGV[22]), tonumber(ARGV[23]), tonumber(ARGV[24]),
       tonumber(ARGV[25]), tonumber(ARGV[26]), tonumber(ARGV[27]))
-    local fit, at, spent = spendRoom(b.s, cost, b.d, b.m, snow)
+    local fit, at, spent = spendRoom(b.s, cost, b.d, b.m, now)
     if not fit then ok, retry = false, math.max(retry, at) end
     spentOut = spentOut or spent
   end
@@ -761,8 +761,8 @@ local held = {0, 0}
 for i, b in ipairs(budgets) do
   if b.s then
     held[i] = cost
-    if ARGV[29] == '1' then held[i] = math.max(cost, spendLeft(b.s, b.d, b.m)) end
-    spendAdd(b.s, snow, 0, held[i], snow)
+    if ARGV[28] == '1' then held[i] = math.max(cost, spendLeft(b.s, b.d, b.m)) end
+    spendAdd(b.s, now, 0, held[i], now)
     counted = counted + b.bit
   end
 end
@@ -840,11 +840,10 @@ end
 // ARGV, after the op: model, at (the take's server time), requests, tokens, and 1 or 0 for
 // each of: the model's minute window, its day window, the cap's minute
 // window, the cap's day window, calendar days; then the cost spent, 1 or 0
-// for each of the key's and the account's spend, the client's time of the
-// take (Unix milliseconds), by which spend counts, and for each of the
-// key's and the account's spend the change of what the take reserves and
-// the spend's resets as of the take: a spend reset since holds nothing of
-// the take's.
+// for each of the key's and the account's spend (which counts it at at), and
+// for each of the key's and the account's spend the change of what the take
+// reserves and the spend's resets as of the take: a spend reset since holds
+// nothing of the take's.
 const adjustSource = `
 ops.adjust = function()
 local idx = KEYS[1]
@@ -865,16 +864,16 @@ local function apply(minute, day, fm, fd)
 end
 apply(mk, dk, ARGV[5], ARGV[6])
 apply(KEYS[6], KEYS[7], ARGV[7], ARGV[8])
-local cost, sat = tonumber(ARGV[10]) or 0, tonumber(ARGV[13]) or 0
+local cost = tonumber(ARGV[10]) or 0
 for i, f in ipairs({ARGV[11], ARGV[12]}) do
-  local held, g = tonumber(ARGV[12 + 2 * i]) or 0, tonumber(ARGV[13 + 2 * i]) or 0
+  local held, g = tonumber(ARGV[11 + 2 * i]) or 0, tonumber(ARGV[12 + 2 * i]) or 0
   if f == '1' and (cost ~= 0 or held ~= 0) then
     local v = redis.call('HMGET', KEYS[7 + i], 'ds', 'de', 'd', 'ms', 'me', 'm', 'dh', 'mh', 'g')
     local s = {key = KEYS[7 + i], ds = tonumber(v[1]), de = tonumber(v[2]), d = tonumber(v[3]) or 0,
       ms = tonumber(v[4]), me = tonumber(v[5]), m = tonumber(v[6]) or 0,
       dh = tonumber(v[7]) or 0, mh = tonumber(v[8]) or 0}
     if (tonumber(v[9]) or 0) ~= g then held = 0 end
-    spendAdd(s, sat, cost, held, sat)
+    spendAdd(s, at, cost, held, at)
   end
 end
 return 1

@@ -57,7 +57,7 @@ func (s *Store) state(ctx context.Context, provider, keyID string, clientNow tim
 	// Benches end by the server's clock; State answers by the caller's.
 	shift := clientNow.UnixMilli() - now
 	st := keypool.KeyStats{Bench: benchState(b["*"], now, shift), Cap: usage(cm.Val(), capDay.Val(), cal, now),
-		Spent: spentOf(spent.Val(), clientNow.UnixMilli())}
+		Spent: spentOf(spent.Val(), now)}
 
 	var models []string
 	for f := range idx {

@@ -49,6 +49,10 @@ type Store struct {
 	// its calls that run once (see once).
 	id    string
 	calls atomic.Uint64
+	// skew is the server's clock less the pool's, in milliseconds, as the
+	// latest take's answer showed: calendar days and months are placed at
+	// the server's time.
+	skew atomic.Int64
 
 	kick chan struct{} // wakes the store's goroutine
 	stop chan struct{}
@@ -201,8 +205,12 @@ func newStore(client redis.UniversalClient, owned bool, cfg config) (*Store, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	err := client.Ping(ctx).Err()
+	server, err := client.Time(ctx).Result() // a PING that also tells the server's time
 	if err == nil {
+		if cfg.serverNow != nil {
+			server = cfg.serverNow()
+		}
+		s.skew.Store(server.UnixMilli() - cfg.clock().UnixMilli())
 		err = s.notClusterNode(ctx)
 	}
 	switch {
@@ -271,6 +279,11 @@ func (s *Store) Take(ctx context.Context, t keypool.Claim) (keypool.Grant, error
 		return s.takeLocal(ctx, t, s.fail(ctx, err))
 	}
 	s.sound(t.Provider, t.KeyID)
+	server := v[4] // the server's time of a refusal, or of the take
+	if v[0] == 1 {
+		server = v[1]
+	}
+	s.skew.Store(server - t.Now.UnixMilli())
 	if v[0] == 1 && len(v) == 10 {
 		r := &reservation{store: s, claim: t, at: v[1], counted: v[4], tokens: v[5],
 			held: [2]int64{v[6], v[7]}, resets: [2]int64{v[8], v[9]}}
@@ -330,15 +343,16 @@ func (s *Store) takeCall(t keypool.Claim) *evalCall {
 	n := s.scope(t.Provider, t.KeyID, t.Account)
 	own := names(s.cfg.prefix, t.Provider, t.KeyID)
 	cal := t.DayZone != nil
-	start, end, next := calendarDays(t.DayZone, t.DayHour, t.Now)
+	now := s.serverTime(t.Now)
+	start, end, next := calendarDays(t.DayZone, t.DayHour, now)
 	bd, bm := budgetMicros(t.Budget)
 	ad, am := budgetMicros(t.AccountBudget)
 	zone, hour := t.DayZone, t.DayHour
 	if zone == nil {
 		zone, hour = time.UTC, 0 // budgets count calendar days: midnight UTC when windows slide
 	}
-	dayStart, dayEnd, nextDay := calendarDays(zone, hour, t.Now)
-	monthStart, monthEnd, nextMonth := calendarMonths(zone, hour, t.Now)
+	dayStart, dayEnd, nextDay := calendarDays(zone, hour, now)
+	monthStart, monthEnd, nextMonth := calendarMonths(zone, hour, now)
 	return s.once(call("take",
 		[]string{n.index(), n.benches(), n.minute(t.Model), n.dayOf(t.Model, cal),
 			n.minute(overflowModel), n.dayOf(overflowModel, cal), n.capMinute(), n.capDayOf(cal), own.benches(),
@@ -347,7 +361,13 @@ func (s *Store) takeCall(t keypool.Claim) *evalCall {
 		exact(t.Limits.RPM), exact(t.Limits.TPM), exact(t.Limits.RPD), exact(t.Limits.TPD),
 		exact(t.Cap.RPM), exact(t.Cap.TPM), exact(t.Cap.RPD), exact(t.Cap.TPD),
 		start, end, next, flag(t.Named), exact(t.Cost), bd, bm, ad, am,
-		dayStart, dayEnd, nextDay, monthStart, monthEnd, nextMonth, t.Now.UnixMilli(), flag(t.Unbounded)), n)
+		dayStart, dayEnd, nextDay, monthStart, monthEnd, nextMonth, flag(t.Unbounded)), n)
+}
+
+// serverTime returns the server's time at the pool's time now, as the
+// latest take's answer showed the two clocks apart.
+func (s *Store) serverTime(now time.Time) time.Time {
+	return now.Add(time.Duration(s.skew.Load()) * time.Millisecond)
 }
 
 // exact returns n within what a Lua number holds exactly, and never below
@@ -461,7 +481,7 @@ func (s *Store) Learn(ctx context.Context, st keypool.Stated) error {
 func (s *Store) learnCall(st keypool.Stated) *evalCall {
 	n := s.scope(st.Provider, st.KeyID, st.Account)
 	cal := st.DayZone != nil
-	start, end, next := calendarDays(st.DayZone, st.DayHour, st.Now)
+	start, end, next := calendarDays(st.DayZone, st.DayHour, s.serverTime(st.Now))
 	leaves := func(t time.Time) int64 { // rounded up: a count leaves no sooner than stated
 		if t.IsZero() {
 			return 0
@@ -647,9 +667,8 @@ func (s *Store) SetAffinity(ctx context.Context, provider, conversation, keyID s
 	return nil
 }
 
-// State implements keypool.Store, on the server's clock; now places only
-// calendar days of spend, which count by the client's clock. It
-// sends the adjustments not yet sent first.
+// State implements keypool.Store, on the server's clock; the times it
+// answers are moved to now's. It sends the adjustments not yet sent first.
 func (s *Store) State(ctx context.Context, provider, keyID string, now time.Time) (keypool.KeyStats, error) {
 	if err := s.unavailable(); err != nil {
 		if !s.fallback(err) {
