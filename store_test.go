@@ -2,7 +2,6 @@ package keypool_test
 
 import (
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,25 +11,9 @@ import (
 	"github.com/keypool-go/keypool/storetest"
 )
 
-// fakeClock is a clock the suite moves.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
+func newFakeClock() *storetest.Clock {
+	return storetest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(_ *testing.T, d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)} }
 
 func memoryHarness() storetest.Harness {
 	clock := newFakeClock()

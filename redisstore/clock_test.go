@@ -11,6 +11,7 @@ import (
 
 	"github.com/keypool-go/keypool"
 	"github.com/keypool-go/keypool/redisstore"
+	"github.com/keypool-go/keypool/storetest"
 )
 
 // Issue 36: two replicas whose clocks are off — one 90 s slow, one 3 min
@@ -85,7 +86,7 @@ func TestServerClockPutRightAfterRunningAhead(t *testing.T) {
 	for name, open := range redises {
 		t.Run(name, func(t *testing.T) {
 			right := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-			clk := &testClock{now: right.Add(24 * time.Hour)} // a day ahead
+			clk := storetest.NewClock(right.Add(24 * time.Hour)) // a day ahead
 			c := open(t)
 			rs := newStore(t, c, redisstore.WithPrefix(newPrefix(t, c)),
 				redisstore.WithServerClock(clk.Now), redisstore.WithClock(clk.Now))
@@ -128,7 +129,7 @@ func TestServerClockPutRightAfterRunningAhead(t *testing.T) {
 					Kind: keypool.KindAuth, Until: clk.Now().Add(30 * time.Second)}))
 			}
 
-			clk.now = right // put right: a day back, less 3 s
+			clk.Advance(t, right.Sub(clk.Now())) // put right: a day back, less 3 s
 			g := step("put right", map[string]bool{"exact": false, "buckets": false, "account": false})
 			assert.WithinDuration(t, right.Add(60*time.Second), g["exact"].RetryAt, 2*time.Second,
 				"the minute's three requests leave a minute after they were taken, not a day")

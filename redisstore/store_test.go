@@ -2,7 +2,6 @@ package redisstore_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -49,28 +48,10 @@ func TestConformanceRedis(t *testing.T) {
 // test moves: the scripts count by it in place of the server's TIME
 // (WithServerClock), so the cases that need hours run in a moment.
 func clockHarness(c redis.UniversalClient) storetest.Harness {
-	clk := &testClock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	clk := storetest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	h := harness(c, redisstore.WithServerClock(clk.Now), redisstore.WithClock(clk.Now))
 	h.Now, h.Advance = clk.Now, clk.Advance
 	return h
-}
-
-// testClock is a clock a test moves.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Advance(_ *testing.T, d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
 }
 
 // realHarness is the suite's harness over a real Redis, on its clock: the
