@@ -131,6 +131,10 @@ func TestTelemetryMetrics(t *testing.T) {
 	assert.Equal(t, map[string]float64{"keypool.provider=openai": 2}, points(t, reader, "keypool.keys.available"), "b is back")
 	require.NoError(t, p.Unbench(t.Context(), "a"))
 	assert.Equal(t, map[string]float64{"keypool.provider=openai": 3}, points(t, reader, "keypool.keys.available"), "a unbenched")
+	require.NoError(t, p.Disable(t.Context(), "c", "operator"))
+	assert.Equal(t, map[string]float64{"keypool.provider=openai": 2}, points(t, reader, "keypool.keys.available"), "c disabled")
+	require.NoError(t, p.Enable(t.Context(), "c"))
+	assert.Equal(t, map[string]float64{"keypool.provider=openai": 3}, points(t, reader, "keypool.keys.available"), "c enabled")
 }
 
 func TestTelemetryTokensAndUtilization(t *testing.T) {
