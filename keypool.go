@@ -864,10 +864,11 @@ func conversationOf[T string | []byte](b T) conversation {
 // String returns the conversation as a store keeps it.
 func (c conversation) String() string { return strconv.FormatUint(uint64(c), 16) }
 
-// The defaults of WithAffinityMemory.
+// The defaults of WithAffinityMemory: how many conversations a Pool keeps
+// on their keys, and for how long after a conversation's last request.
 const (
-	defaultAffinitySize = 10000
-	defaultAffinityIdle = time.Hour
+	DefaultAffinityConversations = 10000
+	DefaultAffinityIdle          = time.Hour
 )
 
 // affinityRecheck is how long a pool whose store shares conversations

@@ -108,7 +108,7 @@ func newConfig(opts []Option, s scope) (config, error) {
 		estimator: DefaultEstimate,
 		bench:     defaultBenchPolicy(),
 		badger:    defaultBadgerConfig(),
-		affinity:  affinityConfig{size: defaultAffinitySize, idle: defaultAffinityIdle},
+		affinity:  affinityConfig{size: DefaultAffinityConversations, idle: DefaultAffinityIdle},
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -461,8 +461,9 @@ func WithAffinity(f func(*http.Request) string) Option {
 // WithAffinityMemory sets how many conversations a Pool keeps on their keys
 // (the least recently served go first when there are more), and for how
 // long after its last request a conversation stays (a vendor's prompt
-// cache lasts minutes to an hour). The defaults are 10000 and an hour;
-// conversations 0 turns affinity off. With a store that shares
+// cache lasts minutes to an hour). The defaults are
+// DefaultAffinityConversations and DefaultAffinityIdle; conversations 0
+// turns affinity off. With a store that shares
 // conversations among replicas (AffinityStore, such as redisstore's), a
 // conversation stays on one key in every replica.
 func WithAffinityMemory(conversations int, idle time.Duration) Option {

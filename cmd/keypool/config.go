@@ -839,7 +839,7 @@ func (a affinity) options(field string, m *mistakes) []keypool.Option {
 	if a.Conversations == nil && a.Idle == "" {
 		return opts
 	}
-	n, idle := 10000, time.Hour // the library's defaults
+	n, idle := keypool.DefaultAffinityConversations, keypool.DefaultAffinityIdle
 	if a.Conversations != nil {
 		n = *a.Conversations
 	}
