@@ -107,8 +107,10 @@ end
 -- as it should (keypool's sliding.shiftBack).
 local function shiftSliding(key, width, n, d)
   local m = math.floor(d / width)
-  local kv = redis.call('HGETALL', key)
-  if m <= 0 or #kv == 0 then return end
+  -- A key of another type is left as it is: the op that names it fails
+  -- on it, not every op of the key (see corrupt.go).
+  local kv = redis.pcall('HGETALL', key)
+  if kv.err or m <= 0 or #kv == 0 then return end
   local exact = false
   for j = 1, #kv, 2 do
     if kv[j] == 'e' then exact = true end
@@ -134,7 +136,8 @@ end
 -- shiftBenches moves each bench in force at the wrong clock d ms earlier,
 -- never to before now (keypool's benchState.shiftBack).
 local function shiftBenches(key, d, now)
-  local kv = redis.call('HGETALL', key)
+  local kv = redis.pcall('HGETALL', key)
+  if kv.err then return end
   for j = 1, #kv, 2 do
     local c = string.sub(kv[j], 1, 1)
     if c == '*' or c == 'b' then
@@ -179,6 +182,8 @@ local function key(idx, m)
   local v = redis.call('HMGET', idx, 't', 'x', 'm' .. m)
   local last, x = tonumber(v[1]) or 0, tonumber(v[2]) or 0
   if last - now > MAXSTEP then
+    -- The key's time first: a shift that fails halfway is not run again.
+    redis.call('HSET', idx, 't', int(now), 'x', '0')
     shift(idx, last - now, now)
     x, last = 0, now
     v[3] = redis.call('HGET', idx, 'm' .. m)
