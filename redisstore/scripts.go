@@ -563,10 +563,18 @@ local function spendLoad(key, now, ds, de, de2, ms, me, me2)
   if not s.de or now >= s.de then
     if now >= de then ds, de = de, de2 end
     s.ds, s.de, s.d, s.dh = math.min(ds, now), de, 0, 0
+  elseif now < s.ds then
+    -- The clock was put back before the day began: what it spent still
+    -- counts, in the day that holds now (as calendar does).
+    if now >= de then ds, de = de, de2 end
+    s.ds, s.de = math.min(ds, now), de
   end
   if not s.me or now >= s.me then
     if now >= me then ms, me = me, me2 end
     s.ms, s.me, s.m, s.mh = math.min(ms, now), me, 0, 0
+  elseif now < s.ms then
+    if now >= me then ms, me = me, me2 end
+    s.ms, s.me = math.min(ms, now), me
   end
   return s
 end
