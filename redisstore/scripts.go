@@ -681,6 +681,15 @@ const takeSource = `
 ops.take = function()
 local idx = KEYS[1]
 local now, known, x, raw = key(idx, ARGV[1])
+if ARGV[29] ~= '1' then
+  -- Days and months placed where the server's time is not: the client
+  -- asks again at the server's time it answers.
+  local function off(s, e2) return s ~= 0 and (now < s or now >= e2) end
+  if off(tonumber(ARGV[13]), tonumber(ARGV[15])) or off(tonumber(ARGV[22]), tonumber(ARGV[24]))
+    or off(tonumber(ARGV[25]), tonumber(ARGV[27])) then
+    return {2, servertime()}
+  end
+end
 local m = model(idx, KEYS[2], ARGV[1], known, ARGV[2], tonumber(ARGV[3]), true, now, ARGV[16] == '1')
 local mk, dk = KEYS[3], KEYS[4]
 if m == ARGV[2] then

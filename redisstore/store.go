@@ -260,7 +260,7 @@ func (s *Store) Take(ctx context.Context, t keypool.Claim) (keypool.Grant, error
 	if err := s.unavailable(); err != nil {
 		return s.takeLocal(ctx, t, err)
 	}
-	take := s.takeCall(t)
+	take := s.takeCall(t, false)
 	s.sends.RLock()
 	carried := s.carry(maxCarried, t.Provider)
 	cctx, cancel := s.bound(ctx)
@@ -269,6 +269,17 @@ func (s *Store) Take(ctx context.Context, t keypool.Claim) (keypool.Grant, error
 	s.sends.RUnlock()
 	s.checkCarried(ctx, carried)
 	v, err := take.cmd.Int64Slice()
+	if err == nil && len(v) == 2 && v[0] == 2 {
+		// The calendar days and months placed by the skew do not hold the
+		// server's time (a clock put right since the latest answer): once
+		// more, at the time the answer shows.
+		s.skew.Store(v[1] - t.Now.UnixMilli())
+		take = s.takeCall(t, true)
+		cctx, cancel := s.bound(ctx)
+		s.exec(cctx, []*evalCall{take}, nil)
+		cancel()
+		v, err = take.cmd.Int64Slice()
+	}
 	if err == nil && len(v) != 5 && len(v) != 10 {
 		err = fmt.Errorf("take script answered %v", v)
 	}
@@ -339,7 +350,7 @@ func budgetMicros(b keypool.Budget) (day, month int64) {
 }
 
 // takeCall returns the take script's call for t.
-func (s *Store) takeCall(t keypool.Claim) *evalCall {
+func (s *Store) takeCall(t keypool.Claim, again bool) *evalCall {
 	n := s.scope(t.Provider, t.KeyID, t.Account)
 	own := names(s.cfg.prefix, t.Provider, t.KeyID)
 	cal := t.DayZone != nil
@@ -361,7 +372,7 @@ func (s *Store) takeCall(t keypool.Claim) *evalCall {
 		exact(t.Limits.RPM), exact(t.Limits.TPM), exact(t.Limits.RPD), exact(t.Limits.TPD),
 		exact(t.Cap.RPM), exact(t.Cap.TPM), exact(t.Cap.RPD), exact(t.Cap.TPD),
 		start, end, next, flag(t.Named), exact(t.Cost), bd, bm, ad, am,
-		dayStart, dayEnd, nextDay, monthStart, monthEnd, nextMonth, flag(t.Unbounded)), n)
+		dayStart, dayEnd, nextDay, monthStart, monthEnd, nextMonth, flag(t.Unbounded), flag(again)), n)
 }
 
 // serverTime returns the server's time at the pool's time now, as the
