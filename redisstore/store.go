@@ -497,6 +497,7 @@ func (s *Store) learnCall(st keypool.Stated) *evalCall {
 		if t.IsZero() {
 			return 0
 		}
+		t = s.serverTime(t) // the script counts by the server's clock
 		return (t.UnixNano() + int64(time.Millisecond) - 1) / int64(time.Millisecond)
 	}
 	l, u := st.Limits, st.Used
