@@ -569,9 +569,12 @@ func (r *memReservation) unlock() {
 }
 
 // add changes what the take recorded in the windows by req requests and
-// tok tokens. The entries' locks must be held.
+// tok tokens. A take dated after the latest time its key has seen was
+// recorded before the clock was put back (shiftBack): it stays counted as
+// it was moved, and what it would change is dropped, as the Redis store
+// drops it. The entries' locks must be held.
 func (r *memReservation) add(req, tok int64) {
-	if req == 0 && tok == 0 {
+	if req == 0 && tok == 0 || r.at > r.key.last {
 		return
 	}
 	if r.model.win != nil {

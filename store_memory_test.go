@@ -100,6 +100,61 @@ func TestMemoryStoreClockPutRightMovesBenches(t *testing.T) {
 	assert.Equal(t, right.Add(time.Minute), g.RetryAt, "for the minute it was set for")
 }
 
+// A budget spent while the clock ran a day ahead still counts once the
+// clock is put right: the day's $0.05 admits $0.01, then two of $0.02, and
+// no third.
+func TestMemoryStoreClockPutRightKeepsSpend(t *testing.T) {
+	s := newMemoryStore()
+	right := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	claim := func(now time.Time, cost int64) Claim {
+		return Claim{Provider: "p", KeyID: "k", Model: "m", Now: now, Budget: Budget{PerDay: 0.05}, Cost: cost}
+	}
+	g, err := s.Take(t.Context(), claim(right.Add(24*time.Hour), 10_000))
+	require.NoError(t, err)
+	require.True(t, g.OK)
+	require.NoError(t, g.Reservation.Settle(t.Context(), 0, 10_000))
+	served := 0
+	for range 4 {
+		g, err := s.Take(t.Context(), claim(right.Add(5*time.Second), 20_000))
+		require.NoError(t, err)
+		if g.OK {
+			served++
+			require.NoError(t, g.Reservation.Settle(t.Context(), 0, 20_000))
+		}
+	}
+	assert.Equal(t, 2, served, "$0.01, then $0.02 twice, within $0.05 a day")
+}
+
+// A take recorded while the clock ran ahead and released once it is put
+// right stays counted, as it was moved: the release changes nothing rather
+// than emptying the window, so the minute of RPM 3 admits nothing more.
+func TestMemoryStoreClockPutRightKeepsReleasedTakes(t *testing.T) {
+	s := newMemoryStore()
+	right := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, lim := range []Limits{{RPM: 3}, {RPM: 3, TPM: 1 << 20}, {RPM: 200, TPM: 900}} {
+		t.Run(fmt.Sprint(lim), func(t *testing.T) {
+			k := fmt.Sprint(lim)
+			c := Claim{Provider: "p", KeyID: k, Model: "m", Limits: lim, Tokens: 300, Now: right.Add(24 * time.Hour)}
+			var held []Reservation
+			for range 3 {
+				g, err := s.Take(t.Context(), c)
+				require.NoError(t, err)
+				require.True(t, g.OK)
+				held = append(held, g.Reservation)
+			}
+			c.Now = right.Add(5 * time.Second)
+			g, err := s.Take(t.Context(), c)
+			require.NoError(t, err)
+			require.False(t, g.OK, "the minute holds the three taken ahead")
+			require.NoError(t, held[0].Release(t.Context()))
+			require.NoError(t, held[1].Settle(t.Context(), 0, 0))
+			g, err = s.Take(t.Context(), c)
+			require.NoError(t, err)
+			assert.False(t, g.OK, "the release and the settle left the minute as it was")
+		})
+	}
+}
+
 func TestMemoryStoreEvictsIdleModels(t *testing.T) {
 	s := newMemoryStore()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)

@@ -796,10 +796,15 @@ type period struct {
 }
 
 // roll starts the period that holds now once the current one has ended.
+// A clock put back before the period began carries what it counts into
+// the period that holds now: what was spent still counts.
 func (p *period) roll(now int64, bounds func(int64) (int64, int64)) {
-	if now >= p.end {
+	switch {
+	case now >= p.end:
 		p.start, p.end = bounds(now)
 		p.spent, p.held = 0, 0
+	case now < p.start:
+		p.start, p.end = bounds(now)
 	}
 }
 
