@@ -75,15 +75,7 @@ func TestClocksApartBenchTheSame(t *testing.T) {
 // length, and a key is back after a minute, not after a day. Both stores
 // answer every step the same.
 func TestServerClockPutRightAfterRunningAhead(t *testing.T) {
-	redises := map[string]func(t *testing.T) redis.UniversalClient{
-		"miniredis": func(t *testing.T) redis.UniversalClient { return newFakeRedis(t).client(t) },
-		"redis":     func(t *testing.T) redis.UniversalClient { return realRedis(t) },
-		"cluster": func(t *testing.T) redis.UniversalClient {
-			c, _ := realCluster(t)
-			return c
-		},
-	}
-	for name, open := range redises {
+	for name, open := range clockRedises {
 		t.Run(name, func(t *testing.T) {
 			right := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 			clk := storetest.NewClock(right.Add(24 * time.Hour)) // a day ahead
@@ -118,6 +110,19 @@ func TestServerClockPutRightAfterRunningAhead(t *testing.T) {
 				}
 				return got
 			}
+			// A model a minute idle when the clock is put right: its
+			// exact window then holds nothing in force.
+			idle := func(when string, want bool) {
+				for range 3 {
+					for _, s := range []keypool.Store{rs, ms} {
+						g, err := s.Take(t.Context(), take("a", "idle", keypool.Limits{RPM: 3}, 0, clk.Now()))
+						require.NoError(t, err)
+						assert.Equal(t, want, g.OK, "%s: the idle model", when)
+					}
+				}
+			}
+			idle("ahead", true)
+			clk.Advance(t, 2*time.Minute)
 			for range 3 {
 				step("ahead", map[string]bool{"exact": true, "buckets": true, "account": true})
 				clk.Advance(t, time.Second)
@@ -129,8 +134,9 @@ func TestServerClockPutRightAfterRunningAhead(t *testing.T) {
 					Kind: keypool.KindAuth, Until: clk.Now().Add(30 * time.Second)}))
 			}
 
-			clk.Advance(t, right.Sub(clk.Now())) // put right: a day back, less 3 s
+			clk.Advance(t, right.Sub(clk.Now())) // put right: a day back, less 2 min 3 s
 			g := step("put right", map[string]bool{"exact": false, "buckets": false, "account": false})
+			idle("put right", true)
 			assert.WithinDuration(t, right.Add(60*time.Second), g["exact"].RetryAt, 2*time.Second,
 				"the minute's three requests leave a minute after they were taken, not a day")
 			assert.Equal(t, keypool.KindAuth, g["account"].Reason, "the key's own bench holds")
@@ -193,5 +199,292 @@ func TestSpendCountsByTheServersClock(t *testing.T) {
 			_, err = s.State(t.Context(), "test", "k", now) // sends the release
 			require.NoError(t, err)
 		}
+	}
+}
+
+// clockRedises are the servers the clock's tests run on.
+var clockRedises = map[string]func(t *testing.T) redis.UniversalClient{
+	"miniredis": func(t *testing.T) redis.UniversalClient { return newFakeRedis(t).client(t) },
+	"redis":     func(t *testing.T) redis.UniversalClient { return realRedis(t) },
+	"cluster": func(t *testing.T) redis.UniversalClient {
+		c, _ := realCluster(t)
+		return c
+	},
+}
+
+// The realistic case of a server's clock put right: the Redis server's
+// clock ran a day ahead, the pool's is right all along. Spend taken after
+// the clock is put right must count against the day's budget.
+func TestSpendCountsAfterServerClockPutRight(t *testing.T) {
+	for name, open := range clockRedises {
+		t.Run(name, func(t *testing.T) {
+			right := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+			pool := storetest.NewClock(right)
+			srv := storetest.NewClock(right.Add(24 * time.Hour)) // a day ahead
+			c := open(t)
+			s := newStore(t, c, redisstore.WithPrefix(newPrefix(t, c)),
+				redisstore.WithServerClock(srv.Now), redisstore.WithClock(pool.Now))
+			claim := func(cost int64) keypool.Claim {
+				cl := take("k", "m", keypool.Limits{}, 0, pool.Now())
+				cl.Budget, cl.Cost = keypool.Budget{PerDay: 0.05}, cost
+				return cl
+			}
+			spend := func(what string, cost int64) keypool.Grant {
+				g, err := s.Take(t.Context(), claim(cost))
+				require.NoError(t, err)
+				if g.OK {
+					require.NoError(t, g.Reservation.Settle(t.Context(), 0, cost))
+					_, err = s.State(t.Context(), "test", "k", pool.Now()) // sends the settle
+					require.NoError(t, err)
+				}
+				t.Logf("%s: OK %v RetryAt %v", what, g.OK, g.RetryAt)
+				return g
+			}
+			require.True(t, spend("ahead, $0.01", 10_000).OK)
+			srv.Advance(t, -24*time.Hour+5*time.Second) // put right
+			pool.Advance(t, 5*time.Second)
+			require.True(t, spend("put right, $0.02", 20_000).OK)
+			require.True(t, spend("put right, $0.02 more", 20_000).OK) // $0.05 in all
+			g := spend("put right, $0.02 over the day's $0.05", 20_000)
+			assert.False(t, g.OK, "a day's budget of $0.05 admits no $0.07")
+			st, err := s.State(t.Context(), "test", "k", pool.Now())
+			require.NoError(t, err)
+			assert.InDelta(t, 0.05, st.Spent.PerDay, 1e-9, "State: the day's spend")
+		})
+	}
+}
+
+// The same with a budget spent while the server ran ahead: once it is put
+// right, the key is back at the day's end by the right clock — the next
+// midnight, half a day on — not a day and a half later.
+func TestSpentBudgetBackAtTheRightMidnight(t *testing.T) {
+	for name, open := range clockRedises {
+		t.Run(name, func(t *testing.T) {
+			right := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+			pool := storetest.NewClock(right)
+			srv := storetest.NewClock(right.Add(24 * time.Hour))
+			c := open(t)
+			s := newStore(t, c, redisstore.WithPrefix(newPrefix(t, c)),
+				redisstore.WithServerClock(srv.Now), redisstore.WithClock(pool.Now))
+			claim := func() keypool.Claim {
+				cl := take("k", "m", keypool.Limits{}, 0, pool.Now())
+				cl.Budget, cl.Cost = keypool.Budget{PerDay: 0.05}, 40_000
+				return cl
+			}
+			g, err := s.Take(t.Context(), claim())
+			require.NoError(t, err)
+			require.True(t, g.OK)
+			require.NoError(t, g.Reservation.Settle(t.Context(), 0, 40_000))
+			_, err = s.State(t.Context(), "test", "k", pool.Now())
+			require.NoError(t, err)
+
+			srv.Advance(t, -24*time.Hour+5*time.Second)
+			pool.Advance(t, 5*time.Second)
+			g, err = s.Take(t.Context(), claim())
+			require.NoError(t, err)
+			assert.False(t, g.OK)
+			assert.Equal(t, time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC), g.RetryAt, "back at the next midnight")
+		})
+	}
+}
+
+// Calendar days, with the Redis server's clock a day ahead and put right,
+// the pool's right all along: the day's count carries into the day that
+// holds the right time, which ends at the next midnight.
+func TestCalendarDayAfterServerClockPutRight(t *testing.T) {
+	for name, open := range clockRedises {
+		t.Run(name, func(t *testing.T) {
+			right := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+			pool := storetest.NewClock(right)
+			srv := storetest.NewClock(right.Add(24 * time.Hour))
+			c := open(t)
+			s := newStore(t, c, redisstore.WithPrefix(newPrefix(t, c)),
+				redisstore.WithServerClock(srv.Now), redisstore.WithClock(pool.Now))
+			claim := func() keypool.Claim {
+				cl := take("k", "m", keypool.Limits{RPD: 3}, 0, pool.Now())
+				cl.DayZone = time.UTC
+				return cl
+			}
+			step := func(what string) keypool.Grant {
+				g, err := s.Take(t.Context(), claim())
+				require.NoError(t, err)
+				t.Logf("%s: OK %v RetryAt %v", what, g.OK, g.RetryAt)
+				return g
+			}
+			require.True(t, step("ahead 1").OK)
+			require.True(t, step("ahead 2").OK)
+			srv.Advance(t, -24*time.Hour+5*time.Second) // put right
+			pool.Advance(t, 5*time.Second)
+			require.True(t, step("put right, the day's third").OK)
+			g := step("put right, the day's fourth")
+			assert.False(t, g.OK)
+			assert.Equal(t, time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC), g.RetryAt, "back at the next midnight")
+			srv.Advance(t, 12*time.Hour)
+			pool.Advance(t, 12*time.Hour)
+			assert.True(t, step("the next day").OK, "a new day by the right clock")
+		})
+	}
+}
+
+// A Redis key of the wrong type under one model of a key (its minute
+// window) must not stop the key's other models, as it did not before the
+// shift; and a shift that fails halfway must not move what it had moved
+// again at the next take.
+func TestShiftPassesOverAWrongTypeWindow(t *testing.T) {
+	for name, open := range clockRedises {
+		t.Run(name, func(t *testing.T) {
+			right := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+			clk := storetest.NewClock(right.Add(24 * time.Hour))
+			c := open(t)
+			prefix := newPrefix(t, c)
+			s := newStore(t, c, redisstore.WithPrefix(prefix),
+				redisstore.WithServerClock(clk.Now), redisstore.WithClock(clk.Now))
+			claim := func(m string) keypool.Claim {
+				cl := take("k", m, keypool.Limits{RPM: 50}, 0, clk.Now())
+				cl.Cap = keypool.Limits{RPM: 100}
+				return cl
+			}
+			for _, m := range []string{"m1", "m2", "m1"} {
+				g, err := s.Take(t.Context(), claim(m))
+				require.NoError(t, err)
+				require.True(t, g.OK)
+			}
+			bad := prefix + ":{test}:wm:k:m2"
+			require.NoError(t, c.Del(t.Context(), bad).Err())
+			require.NoError(t, c.Set(t.Context(), bad, "not a hash", 0).Err())
+
+			clk.Advance(t, -24*time.Hour+5*time.Second) // put right
+			for i := range 3 {
+				g, err := s.Take(t.Context(), claim("m1"))
+				require.NoError(t, err)
+				t.Logf("take %d of m1 after the put right: OK %v reason %v", i, g.OK, g.Reason)
+				assert.True(t, g.OK, "m1's windows are sound: take %d", i)
+			}
+			if h := s.Health(); h != nil {
+				t.Logf("Health: %v", h)
+			}
+			require.NoError(t, c.Del(t.Context(), bad).Err())
+			g, err := s.Take(t.Context(), claim("m1"))
+			require.NoError(t, err)
+			require.True(t, g.OK)
+			st, err := s.State(t.Context(), "test", "k", clk.Now())
+			require.NoError(t, err)
+			assert.GreaterOrEqual(t, st.Cap.MinuteRequests, int64(4),
+				"the cap's minute still counts the three takes from before the put right, and this one")
+			t.Logf("cap's minute counts %d", st.Cap.MinuteRequests)
+		})
+	}
+}
+
+// A vendor's minute reset, stated by a pool whose clock is 40 s behind the
+// server's: the count must hold until the vendor's reset, 50 s on, by
+// either clock. Learn passes MinuteReset by the pool's clock, and the
+// script counts it by the server's, so the count leaves 40 s early.
+func TestLearnResetOnTheServersClock(t *testing.T) {
+	for name, open := range clockRedises {
+		for _, behind := range []time.Duration{0, 40 * time.Second} {
+			t.Run(name+"/behind="+behind.String(), func(t *testing.T) {
+				srv := storetest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+				pool := storetest.NewClock(srv.Now().Add(-behind))
+				c := open(t)
+				s := newStore(t, c, redisstore.WithPrefix(newPrefix(t, c)),
+					redisstore.WithServerClock(srv.Now), redisstore.WithClock(pool.Now))
+				lim := keypool.Limits{RPM: 10}
+				g, err := s.Take(t.Context(), take("k", "m", lim, 0, pool.Now())) // the skew from an answer
+				require.NoError(t, err)
+				require.True(t, g.OK)
+				require.NoError(t, g.Reservation.Release(t.Context()))
+				require.NoError(t, s.Learn(t.Context(), keypool.Stated{Provider: "test", KeyID: "k", Model: "m",
+					Limits: lim, Used: keypool.Limits{RPM: 10, RPD: -1, TPM: -1, TPD: -1},
+					MinuteReset: pool.Now().Add(50 * time.Second), Now: pool.Now()}))
+				_, err = s.State(t.Context(), "test", "k", pool.Now()) // sends the statement
+				require.NoError(t, err)
+
+				srv.Advance(t, 20*time.Second)
+				pool.Advance(t, 20*time.Second)
+				g, err = s.Take(t.Context(), take("k", "m", lim, 0, pool.Now()))
+				require.NoError(t, err)
+				assert.False(t, g.OK, "20 s on, the vendor's minute is full for 30 s more")
+				if !g.OK {
+					assert.WithinDuration(t, pool.Now().Add(30*time.Second), g.RetryAt, 2*time.Second)
+				}
+			})
+		}
+	}
+}
+
+// The skew is read off each take's answer, whose time is pinned to the
+// key's latest take: a key whose windows ride out a step back of the
+// server's clock (50 min, less than MaxStepBack) answers a time 50 min
+// ahead of the server's, and the next take of another key places its
+// calendar day there. Near midnight that is the next day: key b's first
+// spend at 23:31 opens a day that lasts until the midnight after next.
+func TestSkewNotPinnedToAnotherKeysTake(t *testing.T) {
+	for name, open := range clockRedises {
+		t.Run(name, func(t *testing.T) {
+			pool := storetest.NewClock(time.Date(2026, 3, 1, 23, 30, 0, 0, time.UTC))
+			srv := storetest.NewClock(pool.Now().Add(50 * time.Minute)) // ahead, within MaxStepBack
+			c := open(t)
+			s := newStore(t, c, redisstore.WithPrefix(newPrefix(t, c)),
+				redisstore.WithServerClock(srv.Now), redisstore.WithClock(pool.Now))
+			g, err := s.Take(t.Context(), take("a", "m", keypool.Limits{}, 0, pool.Now()))
+			require.NoError(t, err)
+			require.True(t, g.OK)
+			srv.Advance(t, -50*time.Minute) // put right: a rides it out
+			g, err = s.Take(t.Context(), take("a", "m", keypool.Limits{}, 0, pool.Now()))
+			require.NoError(t, err)
+			require.True(t, g.OK)
+
+			spend := func(what string) keypool.Grant {
+				cl := take("b", "m", keypool.Limits{}, 0, pool.Now())
+				cl.Budget, cl.Cost = keypool.Budget{PerDay: 0.05}, 40_000
+				g, err := s.Take(t.Context(), cl)
+				require.NoError(t, err)
+				if g.OK {
+					require.NoError(t, g.Reservation.Settle(t.Context(), 0, 40_000))
+					_, err = s.State(t.Context(), "test", "b", pool.Now())
+					require.NoError(t, err)
+				}
+				t.Logf("%s: OK %v RetryAt %v", what, g.OK, g.RetryAt)
+				return g
+			}
+			pool.Advance(t, time.Minute)
+			srv.Advance(t, time.Minute)
+			require.True(t, spend("23:31").OK)
+			pool.Advance(t, 40*time.Minute)
+			srv.Advance(t, 40*time.Minute)
+			assert.True(t, spend("00:11, a new day").OK, "b's $0.04 of yesterday does not count today")
+		})
+	}
+}
+
+// A take recorded while the server ran ahead and released once its clock
+// is put right stays counted, as it was moved, in the Redis store as in the
+// MemoryStore: the minute of RPM 3 admits nothing more.
+func TestReleaseAfterServerClockPutRight(t *testing.T) {
+	right := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for name, open := range clockRedises {
+		t.Run(name, func(t *testing.T) {
+			clk := storetest.NewClock(right.Add(24 * time.Hour))
+			c := open(t)
+			s := newStore(t, c, redisstore.WithPrefix(newPrefix(t, c)),
+				redisstore.WithServerClock(clk.Now), redisstore.WithClock(clk.Now))
+			lim := keypool.Limits{RPM: 3}
+			var held []keypool.Reservation
+			for range 3 {
+				g, err := s.Take(t.Context(), take("k", "m", lim, 0, clk.Now()))
+				require.NoError(t, err)
+				require.True(t, g.OK)
+				held = append(held, g.Reservation)
+			}
+			clk.Advance(t, -24*time.Hour+5*time.Second) // put right
+			g, err := s.Take(t.Context(), take("k", "m", lim, 0, clk.Now()))
+			require.NoError(t, err)
+			require.False(t, g.OK, "the minute holds the three taken ahead")
+			require.NoError(t, held[0].Release(t.Context()))
+			g, err = s.Take(t.Context(), take("k", "m", lim, 0, clk.Now()))
+			require.NoError(t, err)
+			assert.False(t, g.OK, "the release left the minute as it was")
+		})
 	}
 }

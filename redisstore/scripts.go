@@ -160,10 +160,17 @@ local function shift(idx, d, now)
   local fields = {'t', int(now), 'x', '0'}
   for j = 1, #kv, 2 do
     if string.sub(kv[j], 1, 1) == 'm' then
-      local name = esc(string.sub(kv[j], 2))
-      shiftSliding(base .. 'wm:' .. k .. ':' .. name, MW, MN, d)
-      shiftSliding(base .. 'wd:' .. k .. ':' .. name, DW, DN, d)
       local busy, l = entry(kv[j + 1])
+      -- Windows that still count a take once moved move; the rest hold
+      -- nothing in force then, and go (the entry may lag its windows by
+      -- REFRESH).
+      local wm, wd = base .. 'wm:' .. k .. ':' .. esc(string.sub(kv[j], 2)), base .. 'wd:' .. k .. ':' .. esc(string.sub(kv[j], 2))
+      if busy + REFRESH + MW - d > now then
+        shiftSliding(wm, MW, MN, d)
+        shiftSliding(wd, DW, DN, d)
+      else
+        redis.pcall('DEL', wm, wd)
+      end
       if busy > 0 then
         fields[#fields + 1] = kv[j]
         fields[#fields + 1] = entryString(math.max(busy - d, 0), l)
@@ -661,12 +668,15 @@ end
 // and the next day's end (0 0 0 for sliding days), 1 for a named model (0
 // otherwise), the cost, the key's and the account's day and month budgets
 // (0: none; millionths of a dollar), and the budgets' day's start, end and
-// next end, and month's start, end and next end, by the client's clock;
-// spend counts by the server's. The limits enforced are, axis by axis, the
-// tighter of these and those the model's entry learned.
+// next end, and month's start, end and next end, placed at the client's
+// estimate of the server's time; spend counts by the server's. The limits
+// enforced are, axis by axis, the tighter of these and those the model's
+// entry learned.
 //
 // ARGV[28] is 1 for an unbounded take (keypool.Claim.Unbounded), which
-// reserves all that is left of each budget it counts in, else 0.
+// reserves all that is left of each budget it counts in, else 0. ARGV[29]
+// is 1 for a take sent again after a {2, server} answer, which takes the
+// days and months as they are.
 //
 // It returns {1, at, 0, level, counted, tokens, keyHeld, accountHeld,
 // keyResets, accountResets} for a take it recorded at server time at —
@@ -676,18 +686,22 @@ end
 // resets as of the take; and {0, retryAt, reason, level, now} for one it
 // refused at server time now: reason is the kind of the bench that holds the key, or
 // reasonMinute (a minute window, or a budget that requests in flight
-// reserve) or reasonDay (a day window or a spent budget).
+// reserve) or reasonDay (a day window or a spent budget). Each answer ends
+// with the server's own time, not held back to the key's latest take, by
+// which the client places days. A take whose days or months do not hold
+// the server's time records nothing and answers {2, server}.
 const takeSource = `
 ops.take = function()
 local idx = KEYS[1]
 local now, known, x, raw = key(idx, ARGV[1])
+local server = servertime() -- not held back to the key's latest take
 if ARGV[29] ~= '1' then
   -- Days and months placed where the server's time is not: the client
   -- asks again at the server's time it answers.
   local function off(s, e2) return s ~= 0 and (now < s or now >= e2) end
   if off(tonumber(ARGV[13]), tonumber(ARGV[15])) or off(tonumber(ARGV[22]), tonumber(ARGV[24]))
     or off(tonumber(ARGV[25]), tonumber(ARGV[27])) then
-    return {2, servertime()}
+    return {2, server}
   end
 end
 local m = model(idx, KEYS[2], ARGV[1], known, ARGV[2], tonumber(ARGV[3]), true, now, ARGV[16] == '1')
@@ -719,7 +733,7 @@ if KEYS[9] ~= KEYS[2] then
   local kkind, kends = bench(redis.call('HGET', KEYS[9], '*'))
   if kends > ends then kind, ends = kkind, kends end
 end
-if ends > now then return {0, ends, kind, level, now} end
+if ends > now then return {0, ends, kind, level, now, server} end
 
 local lr, lt = tight(tonumber(ARGV[5]), lrn[1]), tight(tonumber(ARGV[6]), lrn[3])
 local dr, dt = tight(tonumber(ARGV[7]), lrn[2]), tight(tonumber(ARGV[8]), lrn[4])
@@ -770,7 +784,7 @@ for _, b in ipairs(budgets) do
   end
 end
 if spentOut then reason = reasonDay end
-if not ok then return {0, retry, reason, level, now} end
+if not ok then return {0, retry, reason, level, now, server} end
 local counted, bit = 0, 1
 for _, s in ipairs(sets) do
   if s.minute then slidingAdd(s.minute, 1, tok); counted = counted + bit end
@@ -796,7 +810,7 @@ if sets[1].minute then hold = now + MW * MN end
 if sets[1].day or sets[1].cal then hold = now + DW * DN end
 if m ~= ARGV[2] and hold - busy > REFRESH then redis.call('HSET', idx, 'm' .. m, entryString(hold, lrn)) end
 local function resets(b) if b.s then return b.s.g end return 0 end
-return {1, now, 0, level, counted, tok, held[1], held[2], resets(budgets[1]), resets(budgets[2])}
+return {1, now, 0, level, counted, tok, held[1], held[2], resets(budgets[1]), resets(budgets[2]), server}
 end
 `
 

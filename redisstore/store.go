@@ -251,7 +251,8 @@ func (s *Store) Close() error {
 }
 
 // Take implements keypool.Store: one script checks and records the request,
-// on the server's clock; t.Now only places calendar days. The adjustments
+// on the server's clock; t.Now, moved by how far the clocks were apart at
+// the latest answer, only places calendar days and months. The adjustments
 // of earlier settles and releases not yet sent ride in the same round trip.
 func (s *Store) Take(ctx context.Context, t keypool.Claim) (keypool.Grant, error) {
 	if err := windowspec.CheckModel(t.Model); err != nil {
@@ -280,7 +281,7 @@ func (s *Store) Take(ctx context.Context, t keypool.Claim) (keypool.Grant, error
 		cancel()
 		v, err = take.cmd.Int64Slice()
 	}
-	if err == nil && len(v) != 5 && len(v) != 10 {
+	if err == nil && len(v) != 6 && len(v) != 11 {
 		err = fmt.Errorf("take script answered %v", v)
 	}
 	if wrongType(err) {
@@ -290,12 +291,8 @@ func (s *Store) Take(ctx context.Context, t keypool.Claim) (keypool.Grant, error
 		return s.takeLocal(ctx, t, s.fail(ctx, err))
 	}
 	s.sound(t.Provider, t.KeyID)
-	server := v[4] // the server's time of a refusal, or of the take
-	if v[0] == 1 {
-		server = v[1]
-	}
-	s.skew.Store(server - t.Now.UnixMilli())
-	if v[0] == 1 && len(v) == 10 {
+	s.skew.Store(v[len(v)-1] - t.Now.UnixMilli()) // the server's own time, last
+	if v[0] == 1 && len(v) == 11 {
 		r := &reservation{store: s, claim: t, at: v[1], counted: v[4], tokens: v[5],
 			held: [2]int64{v[6], v[7]}, resets: [2]int64{v[8], v[9]}}
 		return keypool.Grant{OK: true, Level: int(v[3]), Reservation: r}, nil
