@@ -143,6 +143,11 @@
 //     PEXPIRE and PTTL, and no library beyond Lua 5.1's base, string, table
 //     and math: Redis 5 or later should serve (the tests run Redis 7.0 and
 //     miniredis). Managed servers that refuse TIME in scripts do not.
+//   - After a step back of the server's clock (see The clock), a key's
+//     next call moves its windows and benches: keys of the pool's slot
+//     that the call does not name, which Redis and Redis Cluster 7 allow
+//     to scripts; servers that refuse it (Dragonfly by default) do not
+//     serve. A key of another type there is left as it is.
 //   - A take touches at most eight hashes. A busy minute window holds up to
 //     163 fields, more than the default hash-max-listpack-entries (128), so
 //     Redis keeps it as a plain hash: a few KiB a key and model.

@@ -149,7 +149,10 @@ end
 -- shift moves everything the index idx stands for — its benches, its
 -- cap's windows, each model's windows and when they last count a take —
 -- d ms earlier, to now, after the clock that dated them was put back by
--- d (keypool's memKey.shiftBack). Calendar days carry over in calendar.
+-- d (keypool's memKey.shiftBack). Calendar days and spend carry over
+-- where they are loaded (calendar, spendLoad). It reads the windows of
+-- each model that still counts a take once moved, up to 1024 and the
+-- named ones: once a step back, tens of milliseconds for a busy key.
 local function shift(idx, d, now)
   local base, k = string.match(idx, '^(.*:)i:([^:]*)$')
   if not base then return end
@@ -558,10 +561,11 @@ end
 -- spendLoad loads a spend hash — what a key or an account spent, in
 -- millionths of a dollar, in a calendar day (ds, de, d) and month (ms, me,
 -- m), what requests in flight reserve of them (dh, mh), and how often it
--- was reset (g) — given the client's day and month that hold its own time
--- and the ends of the next ones; a period that has ended by the server's
--- clock gives way to the one of them that holds now, from now when the
--- server's clock is behind the client's.
+-- was reset (g) — given the day and month the client placed at its
+-- estimate of the server's time and the ends of the next ones; a period
+-- that has ended gives way to the one of them that holds now (from now,
+-- when the estimate was late), and one that began after now — the clock
+-- put back — carries what it counts into it.
 local function spendLoad(key, now, ds, de, de2, ms, me, me2)
   local v = redis.call('HMGET', key, 'ds', 'de', 'd', 'ms', 'me', 'm', 'dh', 'mh', 'g')
   local s = {key = key, ds = tonumber(v[1]), de = tonumber(v[2]), d = tonumber(v[3]) or 0,
