@@ -152,7 +152,8 @@ end
 -- d (keypool's memKey.shiftBack). Calendar days and spend carry over
 -- where they are loaded (calendar, spendLoad). It reads the windows of
 -- each model that still counts a take once moved, up to 1024 and the
--- named ones: once a step back, tens of milliseconds for a busy key.
+-- named ones: once a step back, up to about a quarter of a second for
+-- a key of 1024 models with full windows.
 local function shift(idx, d, now)
   local base, k = string.match(idx, '^(.*:)i:([^:]*)$')
   if not base then return end
