@@ -1,0 +1,59 @@
+package redisstore_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/keypool-go/keypool"
+	"github.com/keypool-go/keypool/redisstore"
+	"github.com/keypool-go/keypool/storetest"
+)
+
+// The overflow model's entry is never written by a take (take script:
+// "if m ~= ARGV[2] and hold - busy > REFRESH"), so its busy stays 0, and a
+// shift DELetes the overflow model's windows though they count takes in
+// force. The MemoryStore moves them back and keeps refusing.
+func TestReviewShiftKeepsOverflowWindows(t *testing.T) {
+	for name, open := range clockRedises {
+		t.Run(name, func(t *testing.T) {
+			right := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+			clk := storetest.NewClock(right.Add(24 * time.Hour)) // a day ahead
+			c := open(t)
+			rs := newStore(t, c, redisstore.WithPrefix(newPrefix(t, c)),
+				redisstore.WithServerClock(clk.Now), redisstore.WithClock(clk.Now))
+			ms := keypool.NewMemoryStore()
+			stores := map[string]keypool.Store{"redis": rs, "memory": ms}
+			// Fill the key with 1024 models, each with a take in force.
+			for i := range 1024 {
+				for _, s := range stores {
+					g, err := s.Take(t.Context(), take("k", fmt.Sprintf("m%d", i), keypool.Limits{RPM: 1000}, 0, clk.Now()))
+					require.NoError(t, err)
+					require.True(t, g.OK)
+				}
+			}
+			lim := keypool.Limits{RPM: 2}
+			for i := range 2 {
+				for sn, s := range stores {
+					g, err := s.Take(t.Context(), take("k", fmt.Sprintf("extra%d", i), lim, 0, clk.Now()))
+					require.NoError(t, err)
+					require.True(t, g.OK, "%s: overflow take %d", sn, i)
+				}
+			}
+			for sn, s := range stores {
+				g, err := s.Take(t.Context(), take("k", "extra9", lim, 0, clk.Now()))
+				require.NoError(t, err)
+				require.False(t, g.OK, "%s: the overflow minute is full while ahead", sn)
+			}
+			clk.Advance(t, -24*time.Hour+5*time.Second) // put right
+			for sn, s := range stores {
+				g, err := s.Take(t.Context(), take("k", "extra9", lim, 0, clk.Now()))
+				require.NoError(t, err)
+				assert.False(t, g.OK, "%s: the overflow minute still holds its two takes after the put right", sn)
+			}
+		})
+	}
+}
