@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -73,6 +74,8 @@ local GUARD = $GUARD
 -- MAXSTEP: the longest step back of the clock the windows ride out by
 -- counting at the latest time seen (keypool's MaxStepBack).
 local MAXSTEP = $MAXSTEP
+-- OVER: the entry models beyond the bound share (keypool's overflowModel).
+local OVER = $OVER
 local function int(x) return string.format('%d', x) end
 -- entry reads a model's field of the index, "<busy>;<rpm>,<rpd>,<tpm>,<tpd>":
 -- when its windows last count a take (Unix milliseconds), and the limits
@@ -167,9 +170,10 @@ local function shift(idx, d, now)
       local busy, l = entry(kv[j + 1])
       -- Windows that still count a take once moved move; the rest hold
       -- nothing in force then, and go (the entry may lag its windows by
-      -- REFRESH).
+      -- REFRESH). The overflow model's entry is not kept up by takes: its
+      -- windows always move.
       local wm, wd = base .. 'wm:' .. k .. ':' .. esc(string.sub(kv[j], 2)), base .. 'wd:' .. k .. ':' .. esc(string.sub(kv[j], 2))
-      if busy + REFRESH + MW - d > now then
+      if kv[j] == 'm' .. OVER or busy + REFRESH + MW - d > now then
         shiftSliding(wm, MW, MN, d)
         shiftSliding(wd, DW, DN, d)
       else
@@ -1090,6 +1094,7 @@ func newScript(clock string) *redis.Script {
 		"$INDEXLIFE", strconv.FormatInt(indexLife, 10),
 		"$LEVELLIFE", strconv.FormatInt(levelLife, 10),
 		"$EVICTSCAN", strconv.Itoa(evictScan),
+		"$OVER", luaString(overflowModel),
 		"$MAXEXACT", strconv.FormatInt(maxExact, 10),
 		"$RESERVED", strconv.FormatInt(int64(windowspec.ReservedRetry/time.Millisecond), 10),
 		"$ONCELIFE", strconv.FormatInt(onceLife, 10),
@@ -1098,4 +1103,22 @@ func newScript(clock string) *redis.Script {
 	)
 	return redis.NewScript(r.Replace(prelude + "local ops = {}\n" +
 		takeSource + learnSource + adjustSource + benchSource + resetLevelSource + forgetSource + resetSpendSource + dispatch))
+}
+
+// luaString returns s as a Lua 5.1 string literal: every byte outside
+// printable ASCII, and the quote and the backslash, as a three-digit
+// decimal escape, which no digit after it extends.
+func luaString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < ' ' || c >= 0x7f || c == '"' || c == '\\' {
+			fmt.Fprintf(&b, "\\%03d", c)
+			continue
+		}
+		b.WriteByte(c)
+	}
+	b.WriteByte('"')
+	return b.String()
 }
