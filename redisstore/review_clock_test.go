@@ -57,3 +57,40 @@ func TestReviewShiftKeepsOverflowWindows(t *testing.T) {
 		})
 	}
 }
+
+// The Redis store's form of the same: the server ran two hours ahead, past
+// midnight; a take from then settles after it is put right, and after a
+// take that carried the day's spend back.
+func TestReviewSettleAfterServerClockPutRightCountsItsCost(t *testing.T) {
+	for name, open := range clockRedises {
+		t.Run(name, func(t *testing.T) {
+			right := time.Date(2026, 3, 1, 22, 30, 0, 0, time.UTC)
+			pool := storetest.NewClock(right)
+			srv := storetest.NewClock(right.Add(2 * time.Hour))
+			c := open(t)
+			s := newStore(t, c, redisstore.WithPrefix(newPrefix(t, c)),
+				redisstore.WithServerClock(srv.Now), redisstore.WithClock(pool.Now))
+			claim := func(cost int64) keypool.Claim {
+				cl := take("k", "m", keypool.Limits{}, 0, pool.Now())
+				cl.Budget, cl.Cost = keypool.Budget{PerDay: 0.05}, cost
+				return cl
+			}
+			a, err := s.Take(t.Context(), claim(10_000))
+			require.NoError(t, err)
+			require.True(t, a.OK)
+			srv.Advance(t, -2*time.Hour+5*time.Second) // put right
+			pool.Advance(t, 5*time.Second)
+			b, err := s.Take(t.Context(), claim(20_000))
+			require.NoError(t, err)
+			require.True(t, b.OK)
+			require.NoError(t, a.Reservation.Settle(t.Context(), 0, 40_000))
+			require.NoError(t, b.Reservation.Settle(t.Context(), 0, 20_000))
+			st, err := s.State(t.Context(), "test", "k", pool.Now()) // sends the settles
+			require.NoError(t, err)
+			assert.InDelta(t, 0.06, st.Spent.PerDay, 1e-9, "the day's spend: both takes' costs")
+			g, err := s.Take(t.Context(), claim(20_000))
+			require.NoError(t, err)
+			assert.False(t, g.OK, "$0.06 spent: no $0.02 more within $0.05 a day")
+		})
+	}
+}
