@@ -536,16 +536,23 @@ func (r *memReservation) spend(cost int64) {
 		return // no budget: most requests
 	}
 	for i, k := range [...]*memKey{r.own, r.shared} {
-		switch {
-		case k == nil:
+		if k == nil {
 			continue
+		}
+		at := r.at
+		if at > k.last && !k.spend.day.holds(at) {
+			// Recorded before the clock was put back, and carried since
+			// into the day that holds the key's time (period.roll).
+			at = k.last
+		}
+		switch {
 		case r.settled:
-			k.spend.add(r.at, cost-r.reserved[0])
+			k.spend.add(at, cost-r.reserved[0])
 		default:
 			if r.resets[i] == k.spend.resets {
-				k.spend.hold(r.at, -r.reserved[i])
+				k.spend.hold(at, -r.reserved[i])
 			}
-			k.spend.add(r.at, cost)
+			k.spend.add(at, cost)
 		}
 		k.dirty = true
 	}

@@ -808,6 +808,9 @@ func (p *period) roll(now int64, bounds func(int64) (int64, int64)) {
 	}
 }
 
+// holds reports whether the period holds at.
+func (p *period) holds(at int64) bool { return at >= p.start && at < p.end }
+
 // room reports whether cost fits what is left of the day's and the month's
 // caps (0: none) at now, after what requests in flight reserve. When it
 // does not, it returns when it could: the end of the later period that is

@@ -918,7 +918,12 @@ for i, f in ipairs({ARGV[11], ARGV[12]}) do
       ms = tonumber(v[4]), me = tonumber(v[5]), m = tonumber(v[6]) or 0,
       dh = tonumber(v[7]) or 0, mh = tonumber(v[8]) or 0}
     if (tonumber(v[9]) or 0) ~= g then held = 0 end
-    spendAdd(s, at, cost, held, at)
+    -- A take recorded before the clock was put back (after now) whose day
+    -- a take since carried back (spendLoad) settles in the day that holds
+    -- now, where what it reserved went.
+    local sat = at
+    if at > now and s.de and (at < s.ds or at >= s.de) then sat = now end
+    spendAdd(s, sat, cost, held, sat)
   end
 end
 return 1
