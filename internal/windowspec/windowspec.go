@@ -86,28 +86,38 @@ func CheckModel(name string) error {
 
 // CalendarDay returns the calendar day that holds now: it starts at hour
 // o'clock in loc and ends at the same hour the next day (23 or 25 hours
-// later across a change of daylight saving time).
+// later across a change of daylight saving time). Days are counted by
+// their dates, not by the date of a start time.Date moved: where the
+// clocks skip the hour (America/Havana springs from 00:00 to 01:00), the
+// start moves back into the date before, and the day still ends at the
+// next date's hour.
 func CalendarDay(now time.Time, hour int, loc *time.Location) (start, end time.Time) {
 	t := now.In(loc)
-	start = time.Date(t.Year(), t.Month(), t.Day(), hour, 0, 0, 0, loc)
-	if start.After(t) {
-		start = time.Date(t.Year(), t.Month(), t.Day()-1, hour, 0, 0, 0, loc)
+	y, m, d := t.Date()
+	at := func(d int) time.Time { return time.Date(y, m, d, hour, 0, 0, 0, loc) }
+	for at(d).After(t) { // at most twice: a date skipped whole (Pacific/Apia, 2011-12-30)
+		d--
 	}
-	end = time.Date(start.Year(), start.Month(), start.Day()+1, hour, 0, 0, 0, loc)
-	return start, end
+	for !at(d + 1).After(t) { // the next date's start moved back before t
+		d++
+	}
+	return at(d), at(d + 1)
 }
 
 // CalendarMonth returns the calendar month that holds now: it starts on the
 // first day at hour o'clock in loc and ends at the same hour on the first
-// day of the next month.
+// day of the next month (counted by dates, as CalendarDay's days are).
 func CalendarMonth(now time.Time, hour int, loc *time.Location) (start, end time.Time) {
 	t := now.In(loc)
-	start = time.Date(t.Year(), t.Month(), 1, hour, 0, 0, 0, loc)
-	if start.After(t) {
-		start = time.Date(t.Year(), t.Month()-1, 1, hour, 0, 0, 0, loc)
+	y, m, _ := t.Date()
+	at := func(m time.Month) time.Time { return time.Date(y, m, 1, hour, 0, 0, 0, loc) }
+	for at(m).After(t) {
+		m--
 	}
-	end = time.Date(start.Year(), start.Month()+1, 1, hour, 0, 0, 0, loc)
-	return start, end
+	for !at(m + 1).After(t) {
+		m++
+	}
+	return at(m), at(m + 1)
 }
 
 // Tighter returns the tighter of two limits, where 0 is no limit.
