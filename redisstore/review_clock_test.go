@@ -94,3 +94,29 @@ func TestReviewSettleAfterServerClockPutRightCountsItsCost(t *testing.T) {
 		})
 	}
 }
+
+// The Redis store's form of the calendar day whose midnight the clocks
+// skip (America/Havana, 2026-03-08): a calendar RPD of 1 admits one.
+func TestReviewRedisCalendarDayWhereMidnightIsSkipped(t *testing.T) {
+	havana, err := time.LoadLocation("America/Havana")
+	require.NoError(t, err)
+	for name, open := range clockRedises {
+		t.Run(name, func(t *testing.T) {
+			clk := storetest.NewClock(time.Date(2026, 3, 8, 12, 0, 0, 0, havana))
+			c := open(t)
+			s := newStore(t, c, redisstore.WithPrefix(newPrefix(t, c)),
+				redisstore.WithServerClock(clk.Now), redisstore.WithClock(clk.Now))
+			served := 0
+			for range 3 {
+				cl := take("k", "m", keypool.Limits{RPD: 1}, 0, clk.Now())
+				cl.DayZone = havana
+				g, err := s.Take(t.Context(), cl)
+				require.NoError(t, err)
+				if g.OK {
+					served++
+				}
+			}
+			assert.Equal(t, 1, served, "a calendar day of RPD 1")
+		})
+	}
+}
