@@ -45,7 +45,9 @@
 // computes, by the zone rules it holds, the calendar day and month that
 // hold the server's time — its own clock moved by how far apart the latest
 // take's answer showed the two — and the next ones' ends, and the script
-// takes the one that holds the server's time. A bench lasts, from the
+// takes the one that holds the server's time; a take whose days hold it
+// not (the server's clock was put right since) is sent once more, at the
+// time the server answered. A bench lasts, from the
 // server's time, as long as Bench.Until is after the replica's clock
 // (WithClock, the pool's), rounded up to the millisecond; the times the
 // store answers — a refused take's RetryAt, a bench's end in State — are

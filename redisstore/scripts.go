@@ -688,17 +688,18 @@ end
 // days and months as they are.
 //
 // It returns {1, at, 0, level, counted, tokens, keyHeld, accountHeld,
-// keyResets, accountResets} for a take it recorded at server time at —
-// counted says what counts it: 1 the model's minute, 2 its day, 4 the
+// keyResets, accountResets, server} for a take it recorded at server time
+// at — counted says what counts it: 1 the model's minute, 2 its day, 4 the
 // cap's minute, 8 the cap's day, 16 the key's spend, 32 the account's —
 // with what it reserves of the key's and the account's spend, and their
-// resets as of the take; and {0, retryAt, reason, level, now} for one it
-// refused at server time now: reason is the kind of the bench that holds the key, or
-// reasonMinute (a minute window, or a budget that requests in flight
-// reserve) or reasonDay (a day window or a spent budget). Each answer ends
-// with the server's own time, not held back to the key's latest take, by
-// which the client places days. A take whose days or months do not hold
-// the server's time records nothing and answers {2, server}.
+// resets as of the take; and {0, retryAt, reason, level, now, server} for
+// one it refused at server time now: reason is the kind of the bench that
+// holds the key, or reasonMinute (a minute window, or a budget that
+// requests in flight reserve) or reasonDay (a day window or a spent
+// budget). server, last, is the server's own time, not held back to the
+// key's latest take, by which the client places days. A take whose days or
+// months do not hold the server's time records nothing and answers {2,
+// server}; the client sends it once more, with ARGV[29] 1.
 const takeSource = `
 ops.take = function()
 local idx = KEYS[1]
