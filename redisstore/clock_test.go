@@ -80,9 +80,7 @@ func TestServerClockPutRightAfterRunningAhead(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			right := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 			clk := storetest.NewClock(right.Add(24 * time.Hour)) // a day ahead
-			c := open(t)
-			rs := newStore(t, c, redisstore.WithPrefix(newPrefix(t, c)),
-				redisstore.WithServerClock(clk.Now), redisstore.WithClock(clk.Now))
+			rs := clockedStore(t, open(t), clk, clk)
 			ms := keypool.NewMemoryStore()
 			exact := keypool.Limits{RPM: 3, RPD: 5}       // counted by each request's time
 			buckets := keypool.Limits{RPM: 200, TPD: 900} // counted in buckets
@@ -222,9 +220,7 @@ func TestSpendCountsAfterServerClockPutRight(t *testing.T) {
 			right := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 			pool := storetest.NewClock(right)
 			srv := storetest.NewClock(right.Add(24 * time.Hour)) // a day ahead
-			c := open(t)
-			s := newStore(t, c, redisstore.WithPrefix(newPrefix(t, c)),
-				redisstore.WithServerClock(srv.Now), redisstore.WithClock(pool.Now))
+			s := clockedStore(t, open(t), pool, srv)
 			claim := func(cost int64) keypool.Claim {
 				cl := take("k", "m", keypool.Limits{}, 0, pool.Now())
 				cl.Budget, cl.Cost = keypool.Budget{PerDay: 0.05}, cost
@@ -264,9 +260,7 @@ func TestSpentBudgetBackAtTheRightMidnight(t *testing.T) {
 			right := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 			pool := storetest.NewClock(right)
 			srv := storetest.NewClock(right.Add(24 * time.Hour))
-			c := open(t)
-			s := newStore(t, c, redisstore.WithPrefix(newPrefix(t, c)),
-				redisstore.WithServerClock(srv.Now), redisstore.WithClock(pool.Now))
+			s := clockedStore(t, open(t), pool, srv)
 			claim := func() keypool.Claim {
 				cl := take("k", "m", keypool.Limits{}, 0, pool.Now())
 				cl.Budget, cl.Cost = keypool.Budget{PerDay: 0.05}, 40_000
@@ -298,9 +292,7 @@ func TestCalendarDayAfterServerClockPutRight(t *testing.T) {
 			right := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 			pool := storetest.NewClock(right)
 			srv := storetest.NewClock(right.Add(24 * time.Hour))
-			c := open(t)
-			s := newStore(t, c, redisstore.WithPrefix(newPrefix(t, c)),
-				redisstore.WithServerClock(srv.Now), redisstore.WithClock(pool.Now))
+			s := clockedStore(t, open(t), pool, srv)
 			claim := func() keypool.Claim {
 				cl := take("k", "m", keypool.Limits{RPD: 3}, 0, pool.Now())
 				cl.DayZone = time.UTC
@@ -387,9 +379,7 @@ func TestLearnResetOnTheServersClock(t *testing.T) {
 			t.Run(name+"/behind="+behind.String(), func(t *testing.T) {
 				srv := storetest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 				pool := storetest.NewClock(srv.Now().Add(-behind))
-				c := open(t)
-				s := newStore(t, c, redisstore.WithPrefix(newPrefix(t, c)),
-					redisstore.WithServerClock(srv.Now), redisstore.WithClock(pool.Now))
+				s := clockedStore(t, open(t), pool, srv)
 				lim := keypool.Limits{RPM: 10}
 				g, err := s.Take(t.Context(), take("k", "m", lim, 0, pool.Now())) // the skew from an answer
 				require.NoError(t, err)
@@ -425,9 +415,7 @@ func TestSkewNotPinnedToAnotherKeysTake(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			pool := storetest.NewClock(time.Date(2026, 3, 1, 23, 30, 0, 0, time.UTC))
 			srv := storetest.NewClock(pool.Now().Add(50 * time.Minute)) // ahead, within MaxStepBack
-			c := open(t)
-			s := newStore(t, c, redisstore.WithPrefix(newPrefix(t, c)),
-				redisstore.WithServerClock(srv.Now), redisstore.WithClock(pool.Now))
+			s := clockedStore(t, open(t), pool, srv)
 			g, err := s.Take(t.Context(), take("a", "m", keypool.Limits{}, 0, pool.Now()))
 			require.NoError(t, err)
 			require.True(t, g.OK)
@@ -467,9 +455,7 @@ func TestReleaseAfterServerClockPutRight(t *testing.T) {
 	for name, open := range clockRedises {
 		t.Run(name, func(t *testing.T) {
 			clk := storetest.NewClock(right.Add(24 * time.Hour))
-			c := open(t)
-			s := newStore(t, c, redisstore.WithPrefix(newPrefix(t, c)),
-				redisstore.WithServerClock(clk.Now), redisstore.WithClock(clk.Now))
+			s := clockedStore(t, open(t), clk, clk)
 			lim := keypool.Limits{RPM: 3}
 			var held []keypool.Reservation
 			for range 3 {
@@ -499,9 +485,7 @@ func TestShiftKeepsOverflowWindows(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			right := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 			clk := storetest.NewClock(right.Add(24 * time.Hour)) // a day ahead
-			c := open(t)
-			rs := newStore(t, c, redisstore.WithPrefix(newPrefix(t, c)),
-				redisstore.WithServerClock(clk.Now), redisstore.WithClock(clk.Now))
+			rs := clockedStore(t, open(t), clk, clk)
 			ms := keypool.NewMemoryStore()
 			stores := map[string]keypool.Store{"redis": rs, "memory": ms}
 			// Fill the key with 1024 models, each with a take in force.
@@ -544,9 +528,7 @@ func TestSettleAfterServerClockPutRightCountsItsCost(t *testing.T) {
 			right := time.Date(2026, 3, 1, 22, 30, 0, 0, time.UTC)
 			pool := storetest.NewClock(right)
 			srv := storetest.NewClock(right.Add(2 * time.Hour))
-			c := open(t)
-			s := newStore(t, c, redisstore.WithPrefix(newPrefix(t, c)),
-				redisstore.WithServerClock(srv.Now), redisstore.WithClock(pool.Now))
+			s := clockedStore(t, open(t), pool, srv)
 			claim := func(cost int64) keypool.Claim {
 				cl := take("k", "m", keypool.Limits{}, 0, pool.Now())
 				cl.Budget, cl.Cost = keypool.Budget{PerDay: 0.05}, cost
@@ -580,9 +562,7 @@ func TestRedisCalendarDayWhereMidnightIsSkipped(t *testing.T) {
 	for name, open := range clockRedises {
 		t.Run(name, func(t *testing.T) {
 			clk := storetest.NewClock(time.Date(2026, 3, 8, 12, 0, 0, 0, havana))
-			c := open(t)
-			s := newStore(t, c, redisstore.WithPrefix(newPrefix(t, c)),
-				redisstore.WithServerClock(clk.Now), redisstore.WithClock(clk.Now))
+			s := clockedStore(t, open(t), clk, clk)
 			served := 0
 			for range 3 {
 				cl := take("k", "m", keypool.Limits{RPD: 1}, 0, clk.Now())
@@ -596,4 +576,11 @@ func TestRedisCalendarDayWhereMidnightIsSkipped(t *testing.T) {
 			assert.Equal(t, 1, served, "a calendar day of RPD 1")
 		})
 	}
+}
+
+// clockedStore returns a store over c on two clocks the test moves: the
+// pool's, and the server's in place of its TIME.
+func clockedStore(t *testing.T, c redis.UniversalClient, pool, server *storetest.Clock) *redisstore.Store {
+	return newStore(t, c, redisstore.WithPrefix(newPrefix(t, c)),
+		redisstore.WithServerClock(server.Now), redisstore.WithClock(pool.Now))
 }
