@@ -50,8 +50,7 @@ func (p *Pool) Do(ctx context.Context, model string, fn func(ctx context.Context
 		}
 		l.key.sent.Add(1)
 		*used = doUsage{}
-		err := fn(fctx, l.key.Key)
-		p.landLease(&l)
+		err := p.run(fctx, fn, &l)
 		now := p.cfg.clock()
 		v := verdictOf(err, now)
 		until := p.observe(ctx, &l, &v, now)
@@ -111,4 +110,11 @@ func verdictOf(err error, now time.Time) verdict {
 		v.reset.ResetAt = now.Add(pe.RetryAfter)
 	}
 	return v
+}
+
+// run calls fn with the lease's key and lands the lease when it returns,
+// or when it panics: a function that panics gives its key's place back.
+func (p *Pool) run(ctx context.Context, fn func(context.Context, Key) error, l *lease) error {
+	defer p.landLease(l)
+	return fn(ctx, l.key.Key)
 }

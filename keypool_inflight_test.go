@@ -1,6 +1,7 @@
 package keypool
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"strings"
@@ -162,4 +163,62 @@ func TestInFlightOnlyWhereItCounts(t *testing.T) {
 	require.ErrorContains(t, err, `WithModelLimits: model "m": InFlight bounds a key or an account, not a model`)
 	_, err = New("x", threeKeys(), WithKeyCap(Limits{RPD: 10, InFlight: 2}))
 	require.ErrorContains(t, err, "WithKeyCap: InFlight bounds a key in WithLimits or Key.Limits")
+}
+
+// A function of Pool.Do, or a hook of the transport, that panics gives its
+// key's place back, and the transport closes the answer's body: with keys
+// of InFlight 1, every key serves a request held open afterwards.
+func TestPanicGivesBackTheKeysPlace(t *testing.T) {
+	mustPanic := func(f func()) {
+		t.Helper()
+		defer func() { require.NotNil(t, recover(), "the panic goes on to the caller") }()
+		f()
+	}
+	t.Run("Do", func(t *testing.T) {
+		p, err := New("test", fourKeys("")[:1], WithLimits(Limits{InFlight: 1}))
+		require.NoError(t, err)
+		defer p.Close()
+		mustPanic(func() { _ = p.Do(t.Context(), "m", func(context.Context, Key) error { panic("the caller's bug") }) })
+		require.NoError(t, p.Do(t.Context(), "m", func(context.Context, Key) error { return nil }), "the key's place is back")
+	})
+	// OnAttempt panics at the first answer; OnEvict at the bench of the
+	// first, a throttle of 30 s (a pool of one key benches nothing).
+	for hook, keys := range map[string]int{"OnAttempt": 1, "OnEvict": 2} {
+		t.Run(hook, func(t *testing.T) {
+			v := &flightVendor{now: map[string]int{}, most: map[string]int{}}
+			clock := newTestClock()
+			var once, throttled sync.Once
+			boom := func() { once.Do(func() { panic("the hook's bug") }) }
+			p, err := New("test", fourKeys("")[:keys], WithClock(clock.Now), WithLimits(Limits{InFlight: 1}),
+				OnAttempt(func(context.Context, Attempt) {
+					if hook == "OnAttempt" {
+						boom()
+					}
+				}),
+				OnEvict(func(Eviction) { boom() }))
+			require.NoError(t, err)
+			defer p.Close()
+			client := &http.Client{Transport: p.Transport(roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				resp, err := v.RoundTrip(r)
+				if hook == "OnEvict" {
+					throttled.Do(func() {
+						resp.StatusCode = http.StatusTooManyRequests
+						resp.Header.Set("Retry-After", "30")
+					})
+				}
+				return resp, err
+			}))}
+			mustPanic(func() { _, _ = client.Get("http://vendor.test/") })
+			v.mu.Lock()
+			held := v.now["sk-a"] + v.now["sk-b"]
+			v.mu.Unlock()
+			assert.Zero(t, held, "the answer's body was closed")
+			clock.Advance(31 * time.Second)
+			for i := range keys {
+				resp, err := client.Get("http://vendor.test/")
+				require.NoError(t, err, "request %d: every key's place is back", i)
+				defer resp.Body.Close()
+			}
+		})
+	}
 }

@@ -415,7 +415,9 @@ type affinityConfig struct {
 // the request's context and what the attempt came to: the key, the model,
 // its place among the request's attempts, the answer's status and kind, the
 // bench it set. It runs on the request's goroutine, before the answer goes
-// on: it must be quick. It never carries a secret.
+// on: it must be quick. It never carries a secret. A panic in it (or in
+// OnEvict, or in Pool.Do's function) reaches the caller after the key's
+// place among its requests in flight is given back.
 func OnAttempt(f func(context.Context, Attempt)) Option {
 	return poolOption("OnAttempt", func(c *config) error {
 		c.onAttempt = f

@@ -169,6 +169,18 @@ func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again
 		r.body.discard()
 		return nil, false, err
 	}
+	defer func() {
+		if v := recover(); v != nil {
+			// A hook (OnAttempt, OnEvict, OnRateLimit) panicked: the key's
+			// place and the answer's connection go back before the panic
+			// goes on.
+			p.landLease(&l)
+			if resp != nil && resp.Body != nil {
+				_ = resp.Body.Close()
+			}
+			panic(v)
+		}
+	}()
 	actx, span := p.tel.startAttempt(ctx, l.key, r.model, attempt)
 	out := p.cfg.auth.outgoing(actx, r.req, l.key.auth, r.out)
 	r.out = nil
