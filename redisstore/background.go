@@ -127,6 +127,10 @@ func (s *Store) exec(ctx context.Context, calls []*evalCall, extra func(redis.Pi
 	}
 }
 
+// maxProbes bounds the probes of a Cluster taken as down that wait for
+// an answer at once: the store's timeout over slotWatch, and one.
+const maxProbes = 4
+
 // maxSlots bounds the pools whose slots the probes ask: a store serves a
 // few pools (a proxy's routes), never many.
 const maxSlots = 64
@@ -515,12 +519,44 @@ func (s *Store) due() (time.Time, bool) {
 // recover probes Redis every cfg.probeEvery until it answers, makes the
 // changes kept during the outage, takes Redis as up and sends the
 // adjustments waiting. It returns false if the store was closed first.
+//
+// On a Cluster a probe starts at each watch of the slot map (slotWatch)
+// without waiting for the one before, which may wait the store's whole
+// timeout on the dead master of a map read before the failover: the first
+// probe of a map that names the new master ends the outage.
 func (s *Store) recover() bool {
+	answers := make(chan error, maxProbes)
+	running := 0
 	for {
-		if !s.waitProbe() {
-			return false
+		var err error
+		if c, ok := s.rdb.(*redis.ClusterClient); ok && s.cfg.probeEvery > slotWatch {
+			c.ReloadState(s.ctx) // in the background: the probe reads it
+			if running < maxProbes {
+				running++
+				s.done.Add(1)
+				go func() {
+					defer s.done.Done()
+					time.Sleep(slotWatch / 2) // for the reload
+					answers <- s.probe()
+				}()
+			}
+			t := time.NewTimer(slotWatch)
+			select {
+			case <-s.stop:
+				t.Stop()
+				return false
+			case <-t.C:
+				continue // no answer yet: the map is watched again
+			case err = <-answers:
+				t.Stop()
+				running--
+			}
+		} else {
+			if !s.sleep(s.cfg.probeEvery) {
+				return false
+			}
+			err = s.probe()
 		}
-		err := s.probe()
 		if err == nil {
 			ctx, cancel := context.WithTimeout(s.ctx, opTimeout)
 			if err = s.replay(ctx); err == nil {
@@ -533,21 +569,6 @@ func (s *Store) recover() bool {
 		}
 		s.markDown(err) // the latest cause
 	}
-}
-
-// waitProbe waits until the next probe of a Redis taken as down: cfg.probeEvery,
-// or on a Redis Cluster slotWatch, asking meanwhile for the slot map again
-// — a failover's new master is then probed within a watch of the map
-// naming it, whichever node the reload asked (a reload that asked the dead
-// node fails, and the next one asks another). It reports false if the
-// store was closed first.
-func (s *Store) waitProbe() bool {
-	c, ok := s.rdb.(*redis.ClusterClient)
-	if !ok || s.cfg.probeEvery <= slotWatch {
-		return s.sleep(s.cfg.probeEvery)
-	}
-	c.ReloadState(s.ctx) // in the background: the probe after the sleep reads it
-	return s.sleep(slotWatch)
 }
 
 // probe asks Redis whether it answers, within the store's timeout: the

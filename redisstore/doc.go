@@ -108,9 +108,11 @@
 // (WithTimeout, DefaultTimeout by default), so a Redis that pauses — a
 // stalled host, a long command — is noticed within it. A call that gets
 // no answer from Redis (the network, a timeout, a server
-// loading, read-only or down) marks it down, and the store probes it with
-// a PING every second until it answers; WithStatusFunc is told of both
-// changes. Meanwhile, by default, Take, Learn, Bench, Unbench and
+// loading, read-only or down) marks it down, and the store probes it every
+// second until it answers — on a Cluster, the node of each pool's slot,
+// with a probe started at each 200 ms read of the slot map, so that a
+// failover's new master is heard within a read of the map that names it;
+// WithStatusFunc is told of both changes. Meanwhile, by default, Take, Learn, Bench, Unbench and
 // State fail at once with an error that matches ErrUnavailable and reads
 // "redisstore: redis unavailable: …", so the pool fails each request with a
 // clear error. New also fails when Redis does not answer.
