@@ -217,10 +217,7 @@ var clockRedises = map[string]func(t *testing.T) redis.UniversalClient{
 func TestSpendCountsAfterServerClockPutRight(t *testing.T) {
 	for name, open := range clockRedises {
 		t.Run(name, func(t *testing.T) {
-			right := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-			pool := storetest.NewClock(right)
-			srv := storetest.NewClock(right.Add(24 * time.Hour)) // a day ahead
-			s := clockedStore(t, open(t), pool, srv)
+			s, pool, srv := aDayAhead(t, open(t))
 			claim := func(cost int64) keypool.Claim {
 				cl := take("k", "m", keypool.Limits{}, 0, pool.Now())
 				cl.Budget, cl.Cost = keypool.Budget{PerDay: 0.05}, cost
@@ -257,10 +254,7 @@ func TestSpendCountsAfterServerClockPutRight(t *testing.T) {
 func TestSpentBudgetBackAtTheRightMidnight(t *testing.T) {
 	for name, open := range clockRedises {
 		t.Run(name, func(t *testing.T) {
-			right := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-			pool := storetest.NewClock(right)
-			srv := storetest.NewClock(right.Add(24 * time.Hour))
-			s := clockedStore(t, open(t), pool, srv)
+			s, pool, srv := aDayAhead(t, open(t))
 			claim := func() keypool.Claim {
 				cl := take("k", "m", keypool.Limits{}, 0, pool.Now())
 				cl.Budget, cl.Cost = keypool.Budget{PerDay: 0.05}, 40_000
@@ -289,10 +283,7 @@ func TestSpentBudgetBackAtTheRightMidnight(t *testing.T) {
 func TestCalendarDayAfterServerClockPutRight(t *testing.T) {
 	for name, open := range clockRedises {
 		t.Run(name, func(t *testing.T) {
-			right := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-			pool := storetest.NewClock(right)
-			srv := storetest.NewClock(right.Add(24 * time.Hour))
-			s := clockedStore(t, open(t), pool, srv)
+			s, pool, srv := aDayAhead(t, open(t))
 			claim := func() keypool.Claim {
 				cl := take("k", "m", keypool.Limits{RPD: 3}, 0, pool.Now())
 				cl.DayZone = time.UTC
@@ -477,9 +468,9 @@ func TestReleaseAfterServerClockPutRight(t *testing.T) {
 }
 
 // The overflow model's entry is never written by a take (take script:
-// "if m ~= ARGV[2] and hold - busy > REFRESH"), so its busy stays 0, and a
-// shift DELetes the overflow model's windows though they count takes in
-// force. The MemoryStore moves them back and keeps refusing.
+// "if m ~= ARGV[2] and hold - busy > REFRESH"), so its busy stays 0: a
+// shift must move the overflow model's windows all the same, which count
+// takes in force, and refuse as the MemoryStore does.
 func TestShiftKeepsOverflowWindows(t *testing.T) {
 	for name, open := range clockRedises {
 		t.Run(name, func(t *testing.T) {
@@ -583,4 +574,12 @@ func TestRedisCalendarDayWhereMidnightIsSkipped(t *testing.T) {
 func clockedStore(t *testing.T, c redis.UniversalClient, pool, server *storetest.Clock) *redisstore.Store {
 	return newStore(t, c, redisstore.WithPrefix(newPrefix(t, c)),
 		redisstore.WithServerClock(server.Now), redisstore.WithClock(pool.Now))
+}
+
+// aDayAhead returns a store over c whose server's clock runs a day ahead
+// of the pool's, which stands at 2026-03-01 12:00 UTC, the right time.
+func aDayAhead(t *testing.T, c redis.UniversalClient) (s *redisstore.Store, pool, srv *storetest.Clock) {
+	right := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	pool, srv = storetest.NewClock(right), storetest.NewClock(right.Add(24*time.Hour))
+	return clockedStore(t, c, pool, srv), pool, srv
 }

@@ -164,7 +164,7 @@ local function shift(idx, d, now)
   shiftSliding(base .. 'cm:' .. k, MW, MN, d)
   shiftSliding(base .. 'cd:' .. k, DW, DN, d)
   local kv = redis.call('HGETALL', idx)
-  local fields = {'t', int(now), 'x', '0'}
+  local fields = {}
   for j = 1, #kv, 2 do
     if string.sub(kv[j], 1, 1) == 'm' then
       local busy, l = entry(kv[j + 1])
@@ -172,7 +172,8 @@ local function shift(idx, d, now)
       -- nothing in force then, and go (the entry may lag its windows by
       -- REFRESH). The overflow model's entry is not kept up by takes: its
       -- windows always move.
-      local wm, wd = base .. 'wm:' .. k .. ':' .. esc(string.sub(kv[j], 2)), base .. 'wd:' .. k .. ':' .. esc(string.sub(kv[j], 2))
+      local name = k .. ':' .. esc(string.sub(kv[j], 2))
+      local wm, wd = base .. 'wm:' .. name, base .. 'wd:' .. name
       if kv[j] == 'm' .. OVER or busy + REFRESH + MW - d > now then
         shiftSliding(wm, MW, MN, d)
         shiftSliding(wd, DW, DN, d)
@@ -185,7 +186,7 @@ local function shift(idx, d, now)
       end
     end
   end
-  redis.call('HSET', idx, unpack(fields))
+  if #fields > 0 then redis.call('HSET', idx, unpack(fields)) end
 end
 -- key reads a key's index: the server's time, never before the key's
 -- latest take, or, after a step back of the clock of more than MAXSTEP,
@@ -709,8 +710,9 @@ if ARGV[29] ~= '1' then
   -- Days and months placed where the server's time is not: the client
   -- asks again at the server's time it answers.
   local function off(s, e2) return s ~= 0 and (now < s or now >= e2) end
-  if off(tonumber(ARGV[13]), tonumber(ARGV[15])) or off(tonumber(ARGV[22]), tonumber(ARGV[24]))
-    or off(tonumber(ARGV[25]), tonumber(ARGV[27])) then
+  local budgeted = ARGV[18] ~= '0' or ARGV[19] ~= '0' or ARGV[20] ~= '0' or ARGV[21] ~= '0'
+  if off(tonumber(ARGV[13]), tonumber(ARGV[15])) or (budgeted and (off(tonumber(ARGV[22]), tonumber(ARGV[24]))
+    or off(tonumber(ARGV[25]), tonumber(ARGV[27])))) then
     return {2, server}
   end
 end
