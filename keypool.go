@@ -128,6 +128,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -940,12 +941,28 @@ func (a *affinity) keyOf(ctx context.Context, p *Pool, c conversation, now time.
 // request — a client that names each request anew — costs the store no
 // write.
 func (a *affinity) served(ctx context.Context, p *Pool, c conversation, k *poolKey, now time.Time) {
+	a.record(ctx, p, c, k, now, false)
+}
+
+// named records that key k's answer at now made what conversation c names
+// — an OpenAI response or conversation, which the vendor keeps for the
+// organisation of the key that made it, and which a later request names
+// (previous_response_id, conversation) — and tells the shared store at
+// once: that request may come to another replica, and on another key it
+// fails (previous_response_not_found).
+func (a *affinity) named(ctx context.Context, p *Pool, c conversation, k *poolKey, now time.Time) {
+	a.record(ctx, p, c, k, now, true)
+}
+
+// record records that key k holds conversation c at now, telling the
+// shared store when tell, or when c has come back and was not said lately.
+func (a *affinity) record(ctx context.Context, p *Pool, c conversation, k *poolKey, now time.Time, tell bool) {
 	e, known := a.seen.Peek(c)
 	if !known || int(e.key) != k.index {
 		e = affine{key: int32(k.index)}
 	}
 	e.at = now
-	if a.shared != nil && known && now.Sub(e.synced) >= affinityRecheck {
+	if a.shared != nil && (tell || known && now.Sub(e.synced) >= affinityRecheck) {
 		err := a.shared.SetAffinity(ctx, p.provider, c.String(), k.ID, a.idle)
 		p.storeResult(opAffinity, err)
 		if err == nil {
@@ -953,6 +970,16 @@ func (a *affinity) served(ctx context.Context, p *Pool, c conversation, k *poolK
 		}
 	}
 	a.seen.Add(c, e)
+}
+
+// namesConversations reports whether the answer to r may make what a later
+// request names as its conversation: a POST to OpenAI's Responses or
+// Conversations endpoint, under any base path (Azure's /openai/v1/…).
+func namesConversations(r *http.Request) bool {
+	if r == nil || r.Method != http.MethodPost || r.URL == nil {
+		return false
+	}
+	return strings.HasSuffix(r.URL.Path, "/responses") || strings.HasSuffix(r.URL.Path, "/conversations")
 }
 
 // conversations counts the conversations that stay on each key at now,

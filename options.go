@@ -453,6 +453,15 @@ func OnSettle(f func(Settlement)) Option {
 // A body is read for a conversation only when the pool reads it anyway
 // (for its model or its tokens). See WithAffinityMemory for how many
 // conversations a pool keeps.
+//
+// An OpenAI Responses request whose body names a previous_response_id or
+// a conversation (its ID, or an object's "id") — the strongest names a
+// body holds — goes to the key whose answer made that ID: the vendor keeps
+// responses and conversations for the organisation whose key made them,
+// and refuses another's (400 previous_response_not_found). The pool reads
+// the ID (resp_…, conv_…) of each answer to a POST to /responses or
+// /conversations as the caller reads the body; with a store that shares
+// conversations it tells the store at once.
 func WithAffinity(f func(*http.Request) string) Option {
 	return poolOption("WithAffinity", func(c *config) error {
 		c.affinity.of = f

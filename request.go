@@ -90,6 +90,13 @@ const (
 	keyUser           // OpenAI's top-level "user"
 	keyMetadataUser   // Anthropic's metadata.user_id
 	keyPromptCacheKey // OpenAI's top-level "prompt_cache_key"
+	// OpenAI Responses' top-level "conversation", a conversation's ID or
+	// an object whose "id" is one, and its "previous_response_id": the
+	// vendor keeps these for the organisation whose key made them, and
+	// answers another's with previous_response_not_found (see
+	// usageScanner.text, which reads the IDs an answer makes).
+	keyConversation
+	keyPreviousResponse
 )
 
 // flags on an open container of a request body.
@@ -320,6 +327,18 @@ func classifyRequestKey(key []byte, d int, parent requestKey) requestKey {
 	case "prompt_cache_key":
 		if d == 1 {
 			return keyPromptCacheKey
+		}
+	case "previous_response_id":
+		if d == 1 {
+			return keyPreviousResponse
+		}
+	case "conversation":
+		if d == 1 {
+			return keyConversation
+		}
+	case "id":
+		if d == 2 && parent == keyConversation {
+			return keyConversation
 		}
 	case "type":
 		return keyType

@@ -365,10 +365,13 @@ func (p *Pool) settleFor(ctx context.Context, c *charge, u usageReport, used fun
 
 // meter arranges for what an answer reports it used to replace the
 // estimate of its lease: as the caller reads a successful body, through m,
-// or at once (nothing used) for an answer that is not a success.
+// or at once (nothing used) for an answer that is not a success. Under
+// affinity, the body of an answer that may make what later requests name
+// (namesConversations) is read for its ID too.
 func (p *Pool) meter(l *lease, resp *http.Response, m *meteredBody) {
 	used := usedOf(resp.Request.Context())
-	if !p.needTokens() && l.price == nil && used == nil {
+	names := p.affinity != nil && namesConversations(resp.Request)
+	if !p.needTokens() && l.price == nil && used == nil && !names {
 		return
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
@@ -386,6 +389,9 @@ func (p *Pool) meter(l *lease, resp *http.Response, m *meteredBody) {
 		s = &notifiedBody{m: m, used: used}
 	}
 	m.start(resp.Body, resp.Header, s)
+	if m.scan != nil {
+		m.scan.usage.wantNamed = names
+	}
 	resp.Body = m
 }
 
@@ -397,7 +403,9 @@ type meteredBody struct {
 	charge charge
 }
 
-func (m *meteredBody) settle(u usageReport, ok bool) { m.settleFor(u, ok, nil) }
+func (m *meteredBody) settle(u usageReport, ok bool, named conversation) {
+	m.settleFor(u, ok, named, nil)
+}
 
 // notifiedBody is the settler of a metered body whose request's context
 // carries a NotifySettle function.
@@ -406,14 +414,20 @@ type notifiedBody struct {
 	used func(Settlement)
 }
 
-func (n *notifiedBody) settle(u usageReport, ok bool) { n.m.settleFor(u, ok, n.used) }
+func (n *notifiedBody) settle(u usageReport, ok bool, named conversation) {
+	n.m.settleFor(u, ok, named, n.used)
+}
 
-// settleFor settles the body's charge at u, telling used (nil: no one).
-func (m *meteredBody) settleFor(u usageReport, ok bool, used func(Settlement)) {
+// settleFor settles the body's charge at u, telling used (nil: no one),
+// and keeps the conversation the answer named (0: none) on its key.
+func (m *meteredBody) settleFor(u usageReport, ok bool, named conversation, used func(Settlement)) {
+	ctx := context.Background() // the request's context may be over by now
+	if named != 0 {
+		m.pool.affinity.named(ctx, m.pool, named, m.charge.key, m.pool.cfg.clock())
+	}
 	if !ok {
 		return // the estimate stands
 	}
-	ctx := context.Background() // the request's context may be over by now
 	u = m.pool.settleFor(ctx, &m.charge, u, used)
 	if m.pool.needTokens() || m.charge.price != nil {
 		// Metered for the pool's own count, not only for NotifySettle's.

@@ -16,10 +16,11 @@ import (
 	"github.com/keypool-go/keypool/internal/windowspec"
 )
 
-// settler is told, once, the usage an answer's body reported: ok is false,
-// and u zero, when it reported none.
+// settler is told, once, the usage an answer's body reported — ok is false,
+// and u zero, when it reported none — and the conversation its ID names (0
+// for none; see usageScanner.named).
 type settler interface {
-	settle(u usageReport, ok bool)
+	settle(u usageReport, ok bool, named conversation)
 }
 
 // start makes b read the body of a 2xx answer so that the usage the vendor
@@ -165,13 +166,15 @@ func (b *usageBody) finish() {
 func (b *usageBody) settle() {
 	var u usageReport
 	var ok bool
+	var named conversation
 	if b.scan != nil {
 		u, ok = b.scan.usage.tally.report()
+		named = b.scan.usage.named
 		*b.scan = usageScan{}
 		scans.Put(b.scan)
 		b.scan = nil
 	}
-	b.s.settle(u, ok)
+	b.s.settle(u, ok, named)
 }
 
 // sseState is where in a server-sent event stream an sseScanner stands.
@@ -308,6 +311,8 @@ const (
 	// usageKeyHolder names an object that holds a "usage": Anthropic's
 	// message_start "message", OpenAI Responses' "response".
 	usageKeyHolder
+	// usageKeyID names the answer's "id" (see usageScanner.named).
+	usageKeyID
 )
 
 // usageScanner reads usage from a JSON text that arrives in pieces. It looks
@@ -316,16 +321,27 @@ const (
 // count as top-level objects (Gemini's streamGenerateContent without
 // alt=sse). Within that value it reads the integer members it knows, and the
 // cached_tokens of OpenAI's prompt_tokens_details or input_tokens_details;
-// it skips the rest of the text without storing it. It holds no locks.
+// it skips the rest of the text without storing it. When wantNamed, it also
+// reads the ID of what the answer made (named). It holds no locks.
 type usageScanner struct {
 	lex   jsonLexer
 	tally usageTally
+	// wantNamed is set for an answer that may make what a later request
+	// names (namesConversations); named is then the conversation of the
+	// last such ID read, the answer's top-level "id" or its "response"'s
+	// (a Responses stream's events), when it is an OpenAI response's
+	// (resp_…) or conversation's (conv_…). Both are kept by zero, as the
+	// tally is. An ID the pieces of the body cut is not read.
+	wantNamed bool
+	named     conversation
 	// root is the depth of the top-level objects: 1, or 2 in an array.
 	root int
 	// top is the meaning of the last key at depth root; holderUsage is set
-	// when the last key at depth root+1, inside a holder, was "usage".
+	// when the last key at depth root+1, inside a holder, was "usage", and
+	// holderID when it was "id".
 	top         usageKey
 	holderUsage bool
+	holderID    bool
 	// inUsage is the depth of the open usage object, or 0.
 	inUsage int
 	// details is set when the last key of the usage object names the
@@ -340,7 +356,7 @@ type usageScanner struct {
 // zero readies s for a new JSON text; the tally is kept.
 func (s *usageScanner) zero() {
 	s.lex.zero()
-	s.root, s.top, s.holderUsage, s.inUsage, s.field = 0, usageKeyOther, false, 0, usageFieldNone
+	s.root, s.top, s.holderUsage, s.holderID, s.inUsage, s.field = 0, usageKeyOther, false, false, 0, usageFieldNone
 	s.details, s.inDetails = false, 0
 }
 
@@ -361,6 +377,12 @@ func (s *usageScanner) feed(p []byte) {
 			s.key(l.keyIn(p), l.depth)
 		case tokNumber:
 			s.number(l.num, l.numOK, l.depth)
+		case tokString:
+			// A piece that goes on from the last input starts at its
+			// first byte; a whole string starts after its quote.
+			if s.wantNamed && l.done && l.start > 0 {
+				s.text(p[l.start:l.end], l.depth)
+			}
 		}
 	}
 }
@@ -385,7 +407,7 @@ func (s *usageScanner) open(d int, object bool) {
 	case d == s.root:
 		s.top = usageKeyOther
 	case d == s.root+1:
-		s.holderUsage = false
+		s.holderUsage, s.holderID = false, false
 	}
 }
 
@@ -418,7 +440,17 @@ func (s *usageScanner) key(key []byte, d int) {
 	case d == s.root:
 		s.top = usageKeyOf(key)
 	case d == s.root+1 && s.top == usageKeyHolder:
-		s.holderUsage = string(key) == "usage"
+		s.holderUsage, s.holderID = string(key) == "usage", string(key) == "id"
+	}
+}
+
+// text records a whole string value in the container at depth d, raw: an
+// answer's ID, when it names what a later request may name.
+func (s *usageScanner) text(v []byte, d int) {
+	if d == s.root && s.top == usageKeyID || d == s.root+1 && s.top == usageKeyHolder && s.holderID {
+		if bytes.HasPrefix(v, []byte("resp_")) || bytes.HasPrefix(v, []byte("conv_")) {
+			s.named = conversationOf(v)
+		}
 	}
 }
 
@@ -437,6 +469,8 @@ func usageKeyOf(key []byte) usageKey {
 		return usageKeyUsage
 	case "message", "response":
 		return usageKeyHolder
+	case "id":
+		return usageKeyID
 	}
 	return usageKeyOther
 }

@@ -812,7 +812,7 @@ func FuzzUsageSSE(f *testing.F) {
 // settleFunc is a settler from a function.
 type settleFunc func(u usageReport, ok bool)
 
-func (f settleFunc) settle(u usageReport, ok bool) { f(u, ok) }
+func (f settleFunc) settle(u usageReport, ok bool, _ conversation) { f(u, ok) }
 
 // newUsageBody wraps body, an answer of contentType, in a usageBody that
 // tells settle, or returns body itself for a nil settle.

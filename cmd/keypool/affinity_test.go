@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -83,6 +84,43 @@ func TestProxyKeepsConversationsOnKeys(t *testing.T) {
 		require.Equal(t, http.StatusOK, converse(t, base, fmt.Sprint("turn ", i), "X-Conversation", "team-a"))
 	}
 	assert.Equal(t, 1, reached(before), "the route's header names the conversation")
+}
+
+// TestProxyFollowsResponses: through serve, an OpenAI Responses chain —
+// each turn naming the last answer's ID as previous_response_id, streamed
+// or not — reaches the key whose organisation made it, turn after turn;
+// the vendor refuses a turn on any other key.
+func TestProxyFollowsResponses(t *testing.T) {
+	vendor := &vendorsim.Responses{}
+	srv := httptest.NewServer(vendor)
+	t.Cleanup(srv.Close)
+	base, _ := startProxy(t, oneUpstream(t, srv.URL,
+		"keys: [{id: a, secret: sk-resp-a}, {id: b, secret: sk-resp-b}, {id: c, secret: sk-resp-c}]"))
+	idOf := regexp.MustCompile(`"id":"(resp_[0-9a-f]+)"`)
+	var prev string
+	for i := range 12 {
+		body := fmt.Sprintf(`{"model":"gpt-5","input":"turn %d","stream":%t`, i, i%2 == 1)
+		if prev != "" {
+			body += fmt.Sprintf(`,"previous_response_id":%q`, prev)
+		}
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/v1/responses", strings.NewReader(body+"}"))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+proxyToken)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		answer, _ := io.ReadAll(resp.Body)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, http.StatusOK, resp.StatusCode, "turn %d: %s", i, answer)
+		m := idOf.FindSubmatch(answer)
+		require.NotNil(t, m, "turn %d's answer names its response", i)
+		prev = string(m[1])
+	}
+	served := vendor.Served(0)
+	require.Len(t, served, 12)
+	for _, k := range served {
+		assert.Equal(t, served[0], k, "one chain, one key")
+	}
 }
 
 // TestProxyInFlight: with in_flight: 2 a key never holds more than two
