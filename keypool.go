@@ -313,11 +313,12 @@ type Pool struct {
 	health       func() error
 	unnotify     func() // stops a HealthNotifier's notices; nil for none
 	storeFailing atomic.Uint32
-	lines        waitLines // requests waiting for a key, by model
-	landed       signal    // fires when a request gives back its place in a flight
-	models       names     // the model names requests have named
-	affinity     *affinity // nil when conversations do not stay on keys
-	alarm        *alarm    // rings OnBenchEnd; nil without it
+	lines        waitLines            // requests waiting for a key, by model
+	landed       signal               // fires when a request gives back its place in a flight
+	successor    atomic.Pointer[Pool] // the pool that took over from this one (TakeOver), or nil
+	models       names                // the model names requests have named
+	affinity     *affinity            // nil when conversations do not stay on keys
+	alarm        *alarm               // rings OnBenchEnd; nil without it
 	// disabling is the store's DisabledStore, nil when it has none;
 	// disabledDue is when the pool reads it again (Unix nanoseconds).
 	// disabledMu serializes the pool's changes of its keys' disabled
@@ -390,6 +391,9 @@ func New(provider string, keys []Key, opts ...Option) (*Pool, error) {
 	}
 	if err := p.addKeys(keys); err != nil {
 		return nil, fmt.Errorf("keypool: %s: %w", provider, err)
+	}
+	if err := p.takeOver(cfg.prev); err != nil {
+		return nil, fmt.Errorf("keypool: %s: TakeOver: %w", provider, err)
 	}
 	p.tel = newTelemetry(p)
 	for _, k := range p.keys {
@@ -762,7 +766,7 @@ const flightRetry = time.Second
 // A flight counts the requests a key or an account holds at once, against
 // its cap.
 type flight struct {
-	n   atomic.Int64
+	n   *atomic.Int64 // shared with the pool taken over from (TakeOver)
 	cap int64
 }
 
@@ -771,7 +775,42 @@ func newFlight(limit int64) *flight {
 	if limit <= 0 {
 		return nil
 	}
-	return &flight{cap: limit}
+	return &flight{n: new(atomic.Int64), cap: limit}
+}
+
+// takeOver makes p count what prev holds (see TakeOver); nil prev is none.
+func (p *Pool) takeOver(prev *Pool) error {
+	switch {
+	case prev == nil:
+		return nil
+	case prev.provider != p.provider:
+		return fmt.Errorf("a pool of %q cannot take over from one of %q", p.provider, prev.provider)
+	case prev.closed.Load():
+		return errors.New("the pool taken over from is closed")
+	}
+	old := map[string]*poolKey{}
+	accounts := map[string]*flight{}
+	for _, k := range prev.keys {
+		old[k.ID] = k
+		if f := k.flights[1]; f != nil {
+			accounts[k.Account] = f
+		}
+	}
+	for _, k := range p.keys {
+		if o := old[k.ID]; o != nil && o.Secret == k.Secret && k.flights[0] != nil && o.flights[0] != nil {
+			k.flights[0].n = o.flights[0].n
+		}
+	}
+	for _, mates := range p.accounts {
+		if f, o := mates[0].flights[1], accounts[mates[0].Account]; f != nil && o != nil {
+			f.n = o.n // one flight for the account's keys, which share it
+		}
+	}
+	prev.successor.Store(p)
+	if p.affinity != nil && prev.affinity != nil {
+		p.affinity.keep(prev, p)
+	}
+	return nil
 }
 
 // fly takes a place for one request in the key's flights, and reports
@@ -804,6 +843,11 @@ func (p *Pool) land(k *poolKey) {
 	}
 	if p.lines.waiting.Load() > 0 {
 		p.landed.fire()
+	}
+	for s := p.successor.Load(); s != nil; s = s.successor.Load() {
+		if s.lines.waiting.Load() > 0 {
+			s.landed.fire() // its caps count this place too
+		}
 	}
 }
 
@@ -980,6 +1024,26 @@ func namesConversations(r *http.Request) bool {
 		return false
 	}
 	return strings.HasSuffix(r.URL.Path, "/responses") || strings.HasSuffix(r.URL.Path, "/conversations")
+}
+
+// keep adds the conversations prev's affinity remembers to a's, each on
+// the key of p, the pool taking over, with the ID of the key it stayed on
+// in prev, least recently served first, so that the LRU order holds.
+func (a *affinity) keep(prev, p *Pool) {
+	index := make(map[string]int32, len(p.keys))
+	for _, k := range p.keys {
+		index[k.ID] = int32(k.index)
+	}
+	for _, c := range prev.affinity.seen.Keys() {
+		e, ok := prev.affinity.seen.Peek(c)
+		if !ok || int(e.key) >= len(prev.keys) {
+			continue
+		}
+		if i, ok := index[prev.keys[e.key].ID]; ok {
+			e.key = i
+			a.seen.Add(c, e)
+		}
+	}
 }
 
 // conversations counts the conversations that stay on each key at now,

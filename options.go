@@ -89,6 +89,7 @@ type config struct {
 	accountLimits  map[string]Limits
 	accountBudgets map[string]Budget
 	prices         map[string]*Price // by model; a lease and a charge point at them
+	prev           *Pool             // the pool this one takes over from (TakeOver), or nil
 
 	tracerProvider trace.TracerProvider
 	meterProvider  metric.MeterProvider
@@ -486,6 +487,24 @@ func WithAffinityMemory(conversations int, idle time.Duration) Option {
 			return fmt.Errorf("an idle time of %v is not positive", idle)
 		}
 		c.affinity.size, c.affinity.idle = conversations, idle
+		return nil
+	})
+}
+
+// TakeOver makes the new Pool take over from prev, a Pool of the same
+// provider that it replaces while prev finishes what it has under way — a
+// proxy's reload of its keys. For each key of the same ID and secret in
+// both, the requests prev holds count against the new pool's in-flight cap
+// (Limits.InFlight) until they end, as an account's do against its cap, by
+// the account's name; a place prev gives back wakes the new pool's waiting
+// requests. The conversations prev keeps on keys (WithAffinity) stay on the
+// keys of the same IDs. Benches and windows need no taking over: they are
+// the store's, which both share when given the same (WithStore). New
+// refuses a prev of another provider, and a closed one. Close prev when
+// its requests have ended.
+func TakeOver(prev *Pool) Option {
+	return poolOption("TakeOver", func(c *config) error {
+		c.prev = prev
 		return nil
 	})
 }

@@ -204,6 +204,20 @@ func (g *generation) drained() {
 	})
 }
 
+// pool returns s's pool of the route named name, nil when s has none (the
+// server a first start builds on has no settings and no pools).
+func (s *server) pool(name string) *keypool.Pool {
+	if s.settings == nil {
+		return nil
+	}
+	for i, r := range s.settings.routes {
+		if r.name == name && i < len(s.pools) {
+			return s.pools[i]
+		}
+	}
+	return nil
+}
+
 // closePools closes s's pools — flushing them to the store and
 // unregistering their gauges — and its upstreams' idle connections; the
 // store stays open.

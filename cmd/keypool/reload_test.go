@@ -543,3 +543,75 @@ func TestReloadMistakesQuoteNoSecret(t *testing.T) {
 		assert.Contains(t, m, "redacted", "the mistake still says where: %s", m)
 	}
 }
+
+// TestReloadKeepsTheInFlightCap: a request under way on the pool a reload
+// replaces holds its key's place in the new pool's in_flight cap, so the
+// vendor never sees the key hold more than its cap; the request waiting
+// for that place is served once the old one ends.
+func TestReloadKeepsTheInFlightCap(t *testing.T) {
+	var mu sync.Mutex
+	now, most := map[string]int{}, map[string]int{}
+	held := false // a's first request is held until hold closes
+	hold := make(chan struct{})
+	started := make(chan struct{}, 4)
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("Authorization")
+		mu.Lock()
+		now[key]++
+		most[key] = max(most[key], now[key])
+		first := key == "Bearer sk-cap-a" && !held
+		held = held || first
+		mu.Unlock()
+		started <- struct{}{}
+		if first {
+			<-hold
+		}
+		mu.Lock()
+		now[key]--
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"c","object":"chat.completion","usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`)
+	}))
+	t.Cleanup(upstream.Close)
+	t.Cleanup(func() {
+		select {
+		case <-hold:
+		default:
+			close(hold)
+		}
+	})
+	conf := func(keys string) string {
+		return fmt.Sprintf("listen: 127.0.0.1:0\nproxy_tokens: [%q]\noperator_tokens: [%q]\nupstreams:\n  - {name: up, url: %s, wait: 30s, limits: {in_flight: 1}, keys: [%s]}\n",
+			proxyToken, operatorToken, upstream.URL, keys)
+	}
+	srv, base, path := reloadServer(t, conf("{id: a, secret: sk-cap-a}"))
+	answered := make(chan int, 2)
+	ask := func() {
+		resp, err := chat(t, base, false)
+		if err != nil {
+			answered <- 0
+			return
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		answered <- resp.StatusCode
+	}
+	go ask()
+	<-started // the first request holds a's one place, on the old pool
+
+	require.NoError(t, os.WriteFile(path, []byte(conf("{id: a, secret: sk-cap-a}, {id: b, secret: sk-cap-b, paid: true}")), 0o600))
+	require.True(t, srv.reloads.reload("test").OK)
+	go ask() // on the new pool: a is full, b is paid and free of requests
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second request reached no key")
+	}
+	assert.Equal(t, http.StatusOK, <-answered, "the second request is served by b, a being full")
+	mu.Lock()
+	assert.Equal(t, 1, most["Bearer sk-cap-a"], "a never held more than its cap")
+	assert.Equal(t, 1, most["Bearer sk-cap-b"])
+	mu.Unlock()
+	close(hold)
+	assert.Equal(t, http.StatusOK, <-answered, "the old pool's request finishes")
+}

@@ -197,6 +197,12 @@ func nextServer(prev *server, s *settings) (*server, error) {
 		if s.clock != nil {
 			opts = append(opts, keypool.WithClock(s.clock))
 		}
+		if old := prev.pool(r.name); old != nil {
+			// A reload: the route's requests under way on the old pool
+			// count against the new one's in-flight caps, and its
+			// conversations stay on their keys.
+			opts = append(opts, keypool.TakeOver(old))
+		}
 		pool, err := keypool.New(r.name, r.keys, opts...)
 		if err != nil {
 			srv.close()
