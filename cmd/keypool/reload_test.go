@@ -580,9 +580,10 @@ func TestReloadKeepsTheInFlightCap(t *testing.T) {
 			close(hold)
 		}
 	})
+	state := t.TempDir()
 	conf := func(keys string) string {
-		return fmt.Sprintf("listen: 127.0.0.1:0\nproxy_tokens: [%q]\noperator_tokens: [%q]\nupstreams:\n  - {name: up, url: %s, wait: 30s, limits: {in_flight: 1}, keys: [%s]}\n",
-			proxyToken, operatorToken, upstream.URL, keys)
+		return fmt.Sprintf("listen: 127.0.0.1:0\nproxy_tokens: [%q]\noperator_tokens: [%q]\nstate: %s\nupstreams:\n  - {name: up, url: %s, wait: 30s, limits: {in_flight: 1}, keys: [%s]}\n",
+			proxyToken, operatorToken, state, upstream.URL, keys)
 	}
 	srv, base, path := reloadServer(t, conf("{id: a, secret: sk-cap-a}"))
 	answered := make(chan int, 2)
