@@ -130,6 +130,9 @@ func TestBrowserCharts(t *testing.T) {
 	assert.Equal(t, 4, countOf(t, ctx, route+"line.bench-mark"), "the bench marked on each chart")
 	text := strings.ReplaceAll(read(t, ctx, chromedp.Text(chromedp.CSS(route+`[data-series="requests"] figcaption`))), "\u00a0", " ")
 	assert.Regexp(t, `^requests\s*6$`, text, "2 + 2 (a's 429 and b's answer) + 2")
+	// Each chart's scale: its top is the busiest minute.
+	assert.Equal(t, "2/min", read(t, ctx, chromedp.Text(chromedp.CSS(route+`[data-series="requests"] .chart-peak`))))
+	assert.Equal(t, "1/min", read(t, ctx, chromedp.Text(chromedp.CSS(route+`[data-series="rate"] .chart-peak`))))
 	// The bench's line stands where 12:02:20 is: the hour's first minute
 	// is 11:06, 59 minutes before the minute of now.
 	x := read(t, ctx, chromedp.Evaluate[float64](`Number(document.querySelector('.last-hour line.bench-mark').getAttribute("x1"))`))

@@ -562,10 +562,17 @@
           class: "panel-label", text: label,
           title: kind === "tokens" ? "counted where the route has a token limit or a price" : null,
         }),
-        h("span", { class: "panel-total", text: sumOf(series).toLocaleString("en") })),
-      chart(kind, label, series, marks, 40)));
+        h("span", { class: "panel-total", text: sumOf(series).toLocaleString("en"), title: "the hour's total" })),
+      // The chart's scale, where a y-axis marks its top: the full height
+      // is the busiest minute.
+      h("div", { class: "chart-box" },
+        chart(kind, label, series, marks, 40),
+        sumOf(series) ? h("span", {
+          class: "chart-peak", text: `${Math.max(...series).toLocaleString("en")}/min`,
+          title: "the busiest minute: the bars' full height",
+        }) : null)));
     return h("div", { class: "last-hour", "data-route": r.name },
-      h("p", { class: "last-hour-head" }, h("strong", { text: "The last hour" }), " · a bar a minute, the hour's total beside; a line marks each bench"),
+      h("p", { class: "last-hour-head" }, h("strong", { text: "The last hour" }), " · a bar a minute, the busiest minute's count at its top left, the hour's total beside; a line marks each bench"),
       h("div", { class: "panels" }, panels),
       h("div", { class: "axis" }, h("span", { text: "60 min ago" }), h("span", { text: "now" })));
   }
