@@ -249,7 +249,7 @@ func (p *Pool) probed(l *lease, succeeded bool) {
 // noteReading keeps what an answer said of the key's windows as its last
 // reading, and tells OnRateLimit when the answer names a window.
 func (p *Pool) noteReading(l *lease, v *verdict, now time.Time) {
-	if !v.reset.HasUtilization && v.reset.ResetAt.IsZero() && v.stated.limits == (Limits{}) {
+	if !v.reset.HasUtilization && v.reset.ResetAt.IsZero() && v.stated.limits.none() {
 		return
 	}
 	r := Reading{Provider: p.provider, KeyID: l.key.ID, Model: l.claim.Model,
@@ -311,7 +311,7 @@ func (p *Pool) succeeded(ctx context.Context, l *lease) {
 // reset (OpenAI's: until the window is whole again) would idle it longer. A
 // spent window that lifts beyond longThrottle is benched all the same.
 func spentWindow(v *verdict, limits Limits, now time.Time) verdict {
-	if !v.reset.exhausted(now) || limits != (Limits{}) && v.reset.ResetAt.Sub(now) <= longThrottle {
+	if !v.reset.exhausted(now) || !limits.none() && v.reset.ResetAt.Sub(now) <= longThrottle {
 		return verdict{}
 	}
 	kind := KindRate

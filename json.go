@@ -200,7 +200,23 @@ func (l *jsonLexer) next(in []byte, i int) (jsonToken, int) {
 				return tokEndObject, i + 1
 			}
 			return tokEndArray, i + 1
-		case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		case '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+			// Most numbers are small counts — tokens, max_tokens — that
+			// the input holds whole: they are read here, with the comma
+			// after one, without a call (BenchmarkScanRequest and
+			// BenchmarkUsageBody; see wholeNumber). The rest go to
+			// number, from their first byte.
+			if n, j, ok := wholeNumber(in, i); ok {
+				l.num, l.numOK = n, true
+				if in[j] == ',' {
+					l.wantKey = l.inObject()
+					return tokNumber, j + 1
+				}
+				return tokNumber, j
+			}
+			l.state, l.num, l.numOK = lexNumber, 0, true
+			return l.number(in, i)
+		case '-':
 			l.state, l.num, l.numOK = lexNumber, 0, true
 			return l.number(in, i)
 		default:
@@ -377,6 +393,29 @@ func (l *jsonLexer) appendKey(b []byte) {
 	}
 }
 
+// wholeNumber reads the digits of a non-negative integer at in[i:], below
+// maxUnsaturated, and reports it, with the offset of the byte after it,
+// when that byte is in and ends a value as JSON has it (a comma, a closing
+// bracket or white space): ok is false for anything else — a fraction, an
+// exponent, a number the input cuts or one too long — which readNumber
+// reads from i. It is small enough to be inlined.
+func wholeNumber(in []byte, i int) (n int64, end int, ok bool) {
+	for ; i < len(in) && in[i]-'0' <= 9 && n < maxUnsaturated; i++ {
+		n = n*10 + int64(in[i]-'0')
+	}
+	if i < len(in) {
+		switch in[i] {
+		case ',', '}', ']', ' ', '\n', '\r', '\t':
+			return n, i, true
+		}
+	}
+	return 0, i, false
+}
+
+// maxUnsaturated is the largest number below which ten times it plus a
+// digit is still an int64.
+const maxUnsaturated = (math.MaxInt64 - 9) / 10
+
 // number reads the rest of a number from in[i:]. It reports the number at
 // the first byte after it, which it leaves for the next call.
 func (l *jsonLexer) number(in []byte, i int) (jsonToken, int) {
@@ -398,10 +437,12 @@ func readNumber(in []byte, i int, n int64, ok bool) (end int, _ int64, _ bool) {
 		c := in[i]
 		switch {
 		case c >= '0' && c <= '9':
-			if d := int64(c - '0'); n > (math.MaxInt64-d)/10 {
-				n = math.MaxInt64
-			} else {
+			// Below maxUnsaturated a digit needs no check against the
+			// bound.
+			if d := int64(c - '0'); n <= maxUnsaturated || n <= (math.MaxInt64-d)/10 {
 				n = n*10 + d
+			} else {
+				n = math.MaxInt64
 			}
 		case c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E':
 			ok = false

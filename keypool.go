@@ -195,6 +195,13 @@ type Limits struct {
 }
 
 // over returns l with each nonzero field of o in place of l's.
+// none reports whether l sets no limit, as l == Limits{} does, field by
+// field: the comparison of the whole struct is a call (runtime.memequal)
+// on the request path.
+func (l Limits) none() bool {
+	return l.RPM == 0 && l.RPD == 0 && l.TPM == 0 && l.TPD == 0 && l.InFlight == 0
+}
+
 func (l Limits) over(o Limits) Limits {
 	if o.RPM != 0 {
 		l.RPM = o.RPM
@@ -745,7 +752,7 @@ func (p *Pool) offer(ctx context.Context, c *call, k *poolKey, model string, est
 	p.storeResult(opTake, err)
 	if err == nil && l.grant.OK {
 		l.key, l.probe, l.price, l.bound = k, probe, price, price.outputBound(c.maxOutput)
-		l.flying = k.flights != [2]*flight{}
+		l.flying = k.flights[0] != nil || k.flights[1] != nil
 		return true, nil
 	}
 	p.land(k)
@@ -833,7 +840,7 @@ func (k *poolKey) fly() bool {
 // land gives back the place a request held in key k's flights, and wakes
 // the requests waiting in line for a key.
 func (p *Pool) land(k *poolKey) {
-	if k.flights == [2]*flight{} {
+	if k.flights[0] == nil && k.flights[1] == nil {
 		return
 	}
 	for _, f := range k.flights {

@@ -313,14 +313,14 @@ func (s *memoryStore) takeAt(e *memEntries, r *memReservation, t *Claim) (Grant,
 // when it would (retryAt) and whether a day's window or budget is what is
 // full. It makes the windows a limit needs. Both keys' locks must be held.
 func (t *Claim) room(own, k *memKey, m *memModel, now int64, lim Limits, tok int64, cal calendar) (ok bool, retryAt int64, dayFull bool) {
-	if lim != (Limits{}) && m.win == nil {
+	if !lim.none() && m.win == nil {
 		m.win = &windows{}
 	}
 	ok = true
 	if m.win != nil {
 		ok, retryAt, dayFull = m.win.room(now, lim, tok, cal)
 	}
-	if t.Cap != (Limits{}) {
+	if !t.Cap.none() {
 		if k.cap == nil {
 			k.cap = &windows{}
 		}
