@@ -137,6 +137,7 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+	"weak"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 
@@ -323,6 +324,7 @@ type Pool struct {
 	lines        waitLines            // requests waiting for a key, by model
 	landed       signal               // fires when a request gives back its place in a flight
 	successor    atomic.Pointer[Pool] // the pool that took over from this one (TakeOver), or nil
+	predecessor  weak.Pointer[Pool]   // the pool this one took over from, while it lives; set in New
 	models       names                // the model names requests have named
 	affinity     *affinity            // nil when conversations do not stay on keys
 	alarm        *alarm               // rings OnBenchEnd; nil without it
@@ -402,6 +404,7 @@ func New(provider string, keys []Key, opts ...Option) (*Pool, error) {
 	if err := p.takeOver(cfg.prev); err != nil {
 		return nil, fmt.Errorf("keypool: %s: TakeOver: %w", provider, err)
 	}
+	p.cfg.prev = nil // held, every reload would keep every pool before it
 	p.tel = newTelemetry(p)
 	for _, k := range p.keys {
 		k.tel.span = keyAttributes(provider, k)
@@ -603,6 +606,11 @@ type call struct {
 	conversation conversation
 	stay         *poolKey
 	looked       bool
+	// pinned: the conversation is one the vendor keeps for the
+	// organisation of the key that made it (previous_response_id,
+	// conversation); a key of another that takes the request does not
+	// take the conversation.
+	pinned bool
 	// spare is where a take of the package's own store records the
 	// request, allocated with the request; nil once a take used it, or
 	// when the caller brings none.
@@ -648,7 +656,7 @@ func (p *Pool) acquire(ctx context.Context, c *call, model string, est usageRepo
 		if !ok && err == nil {
 			ok, err = p.scan(ctx, c, t.keys, t.next, stay, model, est, now, l)
 		}
-		if ok && c.conversation != 0 {
+		if ok && c.conversation != 0 && (!c.pinned || l.key == stay) {
 			p.affinity.served(ctx, p, c.conversation, l.key, now)
 		}
 		if ok || err != nil {
@@ -798,13 +806,13 @@ func (p *Pool) takeOver(prev *Pool) error {
 	old := map[string]*poolKey{}
 	accounts := map[string]*flight{}
 	for _, k := range prev.keys {
-		old[k.ID] = k
+		old[k.Secret] = k // the vendor caps a secret, whatever its ID
 		if f := k.flights[1]; f != nil {
 			accounts[k.Account] = f
 		}
 	}
 	for _, k := range p.keys {
-		if o := old[k.ID]; o != nil && o.Secret == k.Secret && k.flights[0] != nil && o.flights[0] != nil {
+		if o := old[k.Secret]; o != nil && k.flights[0] != nil && o.flights[0] != nil {
 			k.flights[0].n = o.flights[0].n
 		}
 	}
@@ -814,6 +822,7 @@ func (p *Pool) takeOver(prev *Pool) error {
 		}
 	}
 	prev.successor.Store(p)
+	p.predecessor = weak.Make(prev)
 	if p.affinity != nil && prev.affinity != nil {
 		p.affinity.keep(prev, p)
 	}
@@ -854,6 +863,24 @@ func (p *Pool) land(k *poolKey) {
 	for s := p.successor.Load(); s != nil; s = s.successor.Load() {
 		if s.lines.waiting.Load() > 0 {
 			s.landed.fire() // its caps count this place too
+		}
+	}
+	for q := p.predecessor.Value(); q != nil; q = q.predecessor.Value() {
+		if q.lines.waiting.Load() > 0 {
+			q.landed.fire() // so do the caps of the pools it took over from
+		}
+	}
+}
+
+// named keeps conversation c, which key k's answer made, on k, and on the
+// key of k's ID in each pool that took over from p since the request was
+// sent: the next turn goes to the newest.
+func (p *Pool) named(ctx context.Context, c conversation, k *poolKey) {
+	now := p.cfg.clock()
+	p.affinity.named(ctx, p, c, k, now)
+	for s := p.successor.Load(); s != nil; s = s.successor.Load() {
+		if sk := s.keyLike(k); s.affinity != nil && sk != nil {
+			s.affinity.record(ctx, s, c, sk, now, false) // a shared store was told above
 		}
 	}
 }
@@ -1034,19 +1061,27 @@ func namesConversations(r *http.Request) bool {
 }
 
 // keep adds the conversations prev's affinity remembers to a's, each on
-// the key of p, the pool taking over, with the ID of the key it stayed on
-// in prev, least recently served first, so that the LRU order holds.
+// the key of p, the pool taking over, with the secret of the key it stayed
+// on in prev — the vendor's cache and what it keeps are the secret's
+// organisation's — else with its ID (a key renewed in place), least
+// recently served first, so that the LRU order holds.
 func (a *affinity) keep(prev, p *Pool) {
-	index := make(map[string]int32, len(p.keys))
+	bySecret := make(map[string]int32, len(p.keys))
+	byID := make(map[string]int32, len(p.keys))
 	for _, k := range p.keys {
-		index[k.ID] = int32(k.index)
+		bySecret[k.Secret], byID[k.ID] = int32(k.index), int32(k.index)
 	}
 	for _, c := range prev.affinity.seen.Keys() {
 		e, ok := prev.affinity.seen.Peek(c)
 		if !ok || int(e.key) >= len(prev.keys) {
 			continue
 		}
-		if i, ok := index[prev.keys[e.key].ID]; ok {
+		was := prev.keys[e.key]
+		i, ok := bySecret[was.Secret]
+		if !ok {
+			i, ok = byID[was.ID]
+		}
+		if ok {
 			e.key = i
 			a.seen.Add(c, e)
 		}
@@ -1066,6 +1101,17 @@ func (a *affinity) conversations(keys int, now time.Time) []int {
 		}
 	}
 	return n
+}
+
+// keyLike returns p's key of k's secret, else of k's ID, nil when p has
+// neither: the key that a pool taking over from k's holds for it.
+func (p *Pool) keyLike(k *poolKey) *poolKey {
+	for _, o := range p.keys {
+		if o.Secret == k.Secret {
+			return o
+		}
+	}
+	return p.keyByID(k.ID)
 }
 
 // keyByID returns the key with the given ID, nil when none has it.

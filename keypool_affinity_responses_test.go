@@ -2,8 +2,10 @@ package keypool
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -237,5 +239,94 @@ func TestUsageScannerReadsTheIDAnAnswerMakes(t *testing.T) {
 			}
 			assert.Zero(t, u.usage.named, "not wanted, not read")
 		})
+	}
+}
+
+// TestAffinityAFallbackDoesNotMoveWhatTheVendorKeeps: when the key that
+// made a response cannot take the next turn for a moment (benched,
+// disabled, at its cap), the turn goes to another key and is refused 400,
+// as it must be; the response stays on the key that made it, so the retry
+// once that key is back reaches it, where a conversation that only prefers
+// a key would have moved for its idle time.
+func TestAffinityAFallbackDoesNotMoveWhatTheVendorKeeps(t *testing.T) {
+	v, url := newResponsesVendor(t)
+	keys := []Key{{Secret: "k1", ID: "a"}, {Secret: "k2", ID: "b"}}
+	pool, err := New("openai", keys, WithClock(newTestClock().Now))
+	require.NoError(t, err)
+	client := &http.Client{Transport: pool.Transport(nil)}
+	status, id := respond(t, client, url, "/v1/responses", `{"model":"gpt-5","input":"hello"}`)
+	require.Equal(t, http.StatusOK, status)
+	maker := map[string]string{"k1": "a", "k2": "b"}[v.Served(0)[0]]
+
+	ctx := context.Background()
+	require.NoError(t, pool.Disable(ctx, maker, "operator"))
+	next := fmt.Sprintf(`{"model":"gpt-5","input":"go on","previous_response_id":%q}`, id)
+	status, _ = respond(t, client, url, "/v1/responses", next)
+	require.Equal(t, http.StatusBadRequest, status, "the other organisation refuses it")
+	require.NoError(t, pool.Enable(ctx, maker))
+
+	status, _ = respond(t, client, url, "/v1/responses", next)
+	assert.Equal(t, http.StatusOK, status, "the retry reaches the key that made %s again: served %v", id, v.Served(0))
+}
+
+// TestUsageScannerReadsAnIDAtTheStartOfAPiece: an ID whose opening quote ends one
+// read and which comes whole in the next is still read (it is not one the
+// pieces cut).
+func TestUsageScannerReadsAnIDAtTheStartOfAPiece(t *testing.T) {
+	var u usageScan
+	u.usage.wantNamed = true
+	u.usage.feed([]byte(`{"id":"`))
+	u.usage.feed([]byte(`resp_abc","object":"response"}`))
+	assert.Equal(t, conversationOf("resp_abc"), u.usage.named)
+}
+
+// TestAffinityPreviousResponseOutranksTheSession: previous_response_id is
+// a hard constraint (only one organisation can answer it) and outranks a
+// soft name such as X-Session-Id, which would send the chained turn to the
+// organisation of the session's key, which refuses it.
+func TestAffinityPreviousResponseOutranksTheSession(t *testing.T) {
+	v, url := newResponsesVendor(t)
+	keys := []Key{{Secret: "k1", ID: "a"}, {Secret: "k2", ID: "b"}}
+	pool, err := New("openai", keys, WithClock(newTestClock().Now))
+	require.NoError(t, err)
+	client := &http.Client{Transport: pool.Transport(nil)}
+	post := func(body, session string) int {
+		req, _ := http.NewRequest(http.MethodPost, url+"/v1/responses", strings.NewReader(body))
+		if session != "" {
+			req.Header.Set("X-Session-Id", session)
+		}
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, 200, post(`{"model":"gpt-5","input":"warm"}`, "s")) // the session stays on k1
+	_, id := respond(t, client, url, "/v1/responses", `{"model":"gpt-5","input":"hello"}`)
+	require.Equal(t, "k2", v.Served(0)[1])
+	status := post(fmt.Sprintf(`{"model":"gpt-5","input":"go on","previous_response_id":%q}`, id), "s")
+	assert.Equal(t, http.StatusOK, status, "served %v", v.Served(0))
+}
+
+// TestAffinityStreamClosedAfterItsFirstEvent: a client that reads a stream's
+// response.created and closes the body still leaves the ID on its key.
+func TestAffinityStreamClosedAfterItsFirstEvent(t *testing.T) {
+	v, url := newResponsesVendor(t)
+	keys := []Key{{Secret: "k1", ID: "a"}, {Secret: "k2", ID: "b"}, {Secret: "k3", ID: "c"}}
+	pool, err := New("openai", keys, WithClock(newTestClock().Now))
+	require.NoError(t, err)
+	client := &http.Client{Transport: pool.Transport(nil)}
+	req, _ := http.NewRequest(http.MethodPost, url+"/v1/responses", strings.NewReader(`{"model":"gpt-5","input":"hello","stream":true}`))
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	buf := make([]byte, 120)
+	n, _ := io.ReadFull(resp.Body, buf)
+	_ = resp.Body.Close()
+	i := strings.Index(string(buf[:n]), `"id":"resp_`)
+	require.Positive(t, i)
+	id := string(buf[i+6 : i+6+len("resp_00000000")])
+	for range 3 {
+		status, _ := respond(t, client, url, "/v1/responses", fmt.Sprintf(`{"model":"gpt-5","input":"go on","previous_response_id":%q}`, id))
+		assert.Equal(t, http.StatusOK, status, "served %v", v.Served(0))
 	}
 }

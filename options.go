@@ -456,13 +456,14 @@ func OnSettle(f func(Settlement)) Option {
 // conversations a pool keeps.
 //
 // An OpenAI Responses request whose body names a previous_response_id or
-// a conversation (its ID, or an object's "id") — the strongest names a
-// body holds — goes to the key whose answer made that ID: the vendor keeps
-// responses and conversations for the organisation whose key made them,
-// and refuses another's (400 previous_response_not_found). The pool reads
-// the ID (resp_…, conv_…) of each answer to a POST to /responses or
-// /conversations as the caller reads the body; with a store that shares
-// conversations it tells the store at once.
+// a conversation (its ID, or an object's "id") goes to the key whose
+// answer made that ID: the vendor keeps responses and conversations for
+// the organisation whose key made them, and refuses another's (400
+// previous_response_not_found). These names outrank f's and the header's,
+// and one stays on the key that made it even when a request naming it had
+// to go to another. The pool reads the ID (resp_…, conv_…) of each answer
+// to a POST to /responses or /conversations as the caller reads the body;
+// with a store that shares conversations it tells the store at once.
 func WithAffinity(f func(*http.Request) string) Option {
 	return poolOption("WithAffinity", func(c *config) error {
 		c.affinity.of = f
@@ -493,15 +494,21 @@ func WithAffinityMemory(conversations int, idle time.Duration) Option {
 
 // TakeOver makes the new Pool take over from prev, a Pool of the same
 // provider that it replaces while prev finishes what it has under way — a
-// proxy's reload of its keys. For each key of the same ID and secret in
-// both, the requests prev holds count against the new pool's in-flight cap
-// (Limits.InFlight) until they end, as an account's do against its cap, by
-// the account's name; a place prev gives back wakes the new pool's waiting
-// requests. The conversations prev keeps on keys (WithAffinity) stay on the
-// keys of the same IDs. Benches and windows need no taking over: they are
-// the store's, which both share when given the same (WithStore). New
-// refuses a prev of another provider, and a closed one. Close prev when
-// its requests have ended.
+// proxy's reload of its keys:
+//   - For each key of the same secret in both, under any ID, the requests
+//     prev holds count against the new pool's in-flight cap
+//     (Limits.InFlight) until they end, when both pools cap the key; so do
+//     an account's, by the account's name, against its cap. A place either
+//     pool gives back wakes the other's waiting requests. Each pool admits
+//     by its own cap: a lower new one holds once prev's requests end.
+//   - The conversations prev keeps on keys (WithAffinity) stay on the keys
+//     of the same secrets, else of the same IDs, and an ID that an answer
+//     prev is still reading makes reaches the new pool too.
+//
+// Benches and windows need no taking over: they are the store's, which
+// both share when given the same (WithStore). The new pool does not keep
+// prev alive. New refuses a prev of another provider, and a closed one.
+// Close prev when its requests have ended.
 func TakeOver(prev *Pool) Option {
 	return poolOption("TakeOver", func(c *config) error {
 		c.prev = prev

@@ -142,9 +142,18 @@ type requestScanner struct {
 // fault. It allocates nothing but the model name, and not that when names
 // already holds it (names may be nil).
 func readRequest(body []byte, in *names) (RequestInfo, conversation) {
+	info, conv, _ := readRequestPinned(body, in)
+	return info, conv
+}
+
+// readRequestPinned is readRequest, and reports too whether the
+// conversation is one the vendor keeps for one organisation
+// (previous_response_id, conversation): a request naming it can be served
+// only by a key of the organisation that made it.
+func readRequestPinned(body []byte, in *names) (RequestInfo, conversation, bool) {
 	var s requestScanner
 	s.scan(body)
-	return s.finish(in), conversationOf(s.conv)
+	return s.finish(in), conversationOf(s.conv), s.convKey >= keyConversation
 }
 
 // finish ends the scan: the containers left open close, and the model is

@@ -82,12 +82,12 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return t.sendKeyless(req)
 	}
 	x := new(exchange)
-	info, conv, err := p.inspect(req, &x.body)
+	info, conv, pinned, err := p.inspect(req, &x.body)
 	if err != nil {
 		return nil, err
 	}
 	r := request{req: req, body: &x.body, metered: &x.metered, out: &x.out, model: info.Model,
-		call: call{spare: &x.res, maxOutput: info.MaxOutput, conversation: conv}}
+		call: call{spare: &x.res, maxOutput: info.MaxOutput, conversation: conv, pinned: pinned}}
 	if p.needTokens() {
 		r.estimate = estimateUse(info, max(p.cfg.estimator(info), 0))
 	}
@@ -423,7 +423,7 @@ func (n *notifiedBody) settle(u usageReport, ok bool, named conversation) {
 func (m *meteredBody) settleFor(u usageReport, ok bool, named conversation, used func(Settlement)) {
 	ctx := context.Background() // the request's context may be over by now
 	if named != 0 {
-		m.pool.affinity.named(ctx, m.pool, named, m.charge.key, m.pool.cfg.clock())
+		m.pool.named(ctx, named, m.charge.key)
 	}
 	if !ok {
 		return // the estimate stands
@@ -491,7 +491,7 @@ func bodyLength(req *http.Request) int64 {
 // model, what a token estimate needs, and its conversation (see
 // WithAffinity) — without consuming the body, and sets b, which must be
 // zero, to send the body on each attempt.
-func (p *Pool) inspect(req *http.Request, b *replay) (RequestInfo, conversation, error) {
+func (p *Pool) inspect(req *http.Request, b *replay) (RequestInfo, conversation, bool, error) {
 	// Fields set one by one: a struct written whole into the heap goes
 	// through the collector's bulk barrier while it marks.
 	b.orig, b.getBody = req.Body, req.GetBody
@@ -511,25 +511,29 @@ func (p *Pool) inspect(req *http.Request, b *replay) (RequestInfo, conversation,
 		}
 	}
 	if b.orig == nil || b.orig == http.NoBody || (info.Model != "" && !p.needTokens()) {
-		return info, conv, p.checkModel(info.Model, b)
+		return info, conv, false, p.checkModel(info.Model, b)
 	}
 	data, err := b.read(bodyLength(req))
 	if err != nil {
 		b.discard()
-		return info, 0, fmt.Errorf("keypool: reading request body: %w", err)
+		return info, 0, false, fmt.Errorf("keypool: reading request body: %w", err)
 	}
-	scanned, named := readRequest(data, &p.models)
+	scanned, named, pinned := readRequestPinned(data, &p.models)
 	if rest := req.ContentLength - int64(len(data)); rest > 0 {
 		scanned.PromptBytes += rest // a body longer than what was read counts as prompt
 	}
 	if info.Model == "" {
 		info.Model = scanned.Model
 	}
-	if conv == 0 && p.affinity != nil {
+	pinned = pinned && p.affinity != nil
+	if (conv == 0 || pinned) && p.affinity != nil {
+		// A name the vendor keeps for one organisation outranks the
+		// caller's and the header's: only that organisation's keys can
+		// answer it.
 		conv = named
 	}
 	scanned.Model = info.Model
-	return scanned, conv, p.checkModel(info.Model, b)
+	return scanned, conv, pinned, p.checkModel(info.Model, b)
 }
 
 // checkModel returns an error for a model name no store may keep (see

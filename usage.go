@@ -334,6 +334,9 @@ type usageScanner struct {
 	// tally is. An ID the pieces of the body cut is not read.
 	wantNamed bool
 	named     conversation
+	// cut is set when the last string piece read did not close its
+	// string: the next piece goes on from it.
+	cut bool
 	// root is the depth of the top-level objects: 1, or 2 in an array.
 	root int
 	// top is the meaning of the last key at depth root; holderUsage is set
@@ -357,7 +360,7 @@ type usageScanner struct {
 func (s *usageScanner) zero() {
 	s.lex.zero()
 	s.root, s.top, s.holderUsage, s.holderID, s.inUsage, s.field = 0, usageKeyOther, false, false, 0, usageFieldNone
-	s.details, s.inDetails = false, 0
+	s.details, s.inDetails, s.cut = false, 0, false
 }
 
 // feed scans the next piece of the text, a token at a time from jsonLexer,
@@ -380,8 +383,13 @@ func (s *usageScanner) feed(p []byte) {
 		case tokString:
 			// A piece that goes on from the last input starts at its
 			// first byte; a whole string starts after its quote.
-			if s.wantNamed && l.done && l.start > 0 {
-				s.text(p[l.start:l.end], l.depth)
+			// A string whose opening quote ended the last input comes
+			// whole at 0 of this one, no piece of it before (cut unset).
+			if s.wantNamed {
+				if l.done && (l.start > 0 || !s.cut) {
+					s.text(p[l.start:l.end], l.depth)
+				}
+				s.cut = !l.done
 			}
 		}
 	}
