@@ -94,13 +94,7 @@ func TestTakeOverCountsWhatThePreviousPoolHolds(t *testing.T) {
 // on the keys of the same IDs in the new one, whatever order its keys come
 // in; one whose key is gone goes where the round-robin sends it.
 func TestTakeOverKeepsConversations(t *testing.T) {
-	clock := newTestClock()
-	v, srv := newVendor(t)
-	fixtureOf := func(keys []Key, opts ...Option) *fixture {
-		pool, err := New("x", keys, append([]Option{WithClock(clock.Now)}, opts...)...)
-		require.NoError(t, err)
-		return &fixture{clock: clock, vendor: v, url: srv.URL, pool: pool, client: &http.Client{Transport: pool.Transport(nil)}}
-	}
+	fixtureOf := fixturesOverOneVendor(t)
 	prev := fixtureOf(threeKeys())
 	on := map[string]string{}
 	for _, c := range []string{"c1", "c2", "c3"} {
@@ -262,13 +256,7 @@ func TestTakeOverARenamedKeyKeepsItsCap(t *testing.T) {
 // organisation's; a key renewed in place, another secret under its ID,
 // keeps them too.
 func TestTakeOverKeepsConversationsOfARenamedKey(t *testing.T) {
-	clock := newTestClock()
-	v, srv := newVendor(t)
-	fixtureOf := func(keys []Key, opts ...Option) *fixture {
-		pool, err := New("x", keys, append([]Option{WithClock(clock.Now)}, opts...)...)
-		require.NoError(t, err)
-		return &fixture{clock: clock, vendor: v, url: srv.URL, pool: pool, client: &http.Client{Transport: pool.Transport(nil)}}
-	}
+	fixtureOf := fixturesOverOneVendor(t)
 	prev := fixtureOf([]Key{{Secret: "sk-1", ID: "one"}, {Secret: "sk-2", ID: "two"}, {Secret: "sk-3", ID: "three"}})
 	on := map[string]string{}
 	for _, c := range []string{"c1", "c2", "c3"} {
@@ -278,5 +266,17 @@ func TestTakeOverKeepsConversationsOfARenamedKey(t *testing.T) {
 	renewed := map[string]string{"sk-1": "sk-1", "sk-2": "sk-2b", "sk-3": "sk-3"}
 	for c, key := range on {
 		assert.Equal(t, renewed[key], converse(t, next, `"prompt_cache_key":"`+c+`"`), "%s stays with its key", c)
+	}
+}
+
+// fixturesOverOneVendor returns a maker of fixtures over one vendor and
+// one clock: a pool of the keys given, with opts, and its client.
+func fixturesOverOneVendor(t *testing.T) func(keys []Key, opts ...Option) *fixture {
+	clock := newTestClock()
+	v, srv := newVendor(t)
+	return func(keys []Key, opts ...Option) *fixture {
+		pool, err := New("x", keys, append([]Option{WithClock(clock.Now)}, opts...)...)
+		require.NoError(t, err)
+		return &fixture{clock: clock, vendor: v, url: srv.URL, pool: pool, client: &http.Client{Transport: pool.Transport(nil)}}
 	}
 }
