@@ -1631,6 +1631,12 @@ func (p *Pool) Enable(ctx context.Context, keyID string) error {
 // enabled: at its first request that much after the last read.
 const DisabledRefresh = 5 * time.Second
 
+// disabledRetry is how soon a pool reads its disabled keys again after the
+// store failed to answer: sooner than DisabledRefresh, so that a key an
+// operator disabled is out again within it of the store's return, and not
+// at every request, which would each wait for a store that is down.
+const disabledRetry = time.Second
+
 // setDisabled records d for key k in the store, when it keeps it, and then
 // in the pool; a key back in rotation wakes the requests waiting for one.
 func (p *Pool) setDisabled(ctx context.Context, k *poolKey, d *Disabled) error {
@@ -1671,11 +1677,13 @@ func (p *Pool) refreshDisabled(ctx context.Context, now time.Time) {
 // readDisabled reads which keys are out of rotation from the store, at
 // now, unless another call is reading them: the call that moves
 // disabledDue on reads, and the others go on with what the pool knows. A
-// store that fails changes nothing, and is read again DisabledRefresh
-// later.
+// store that fails changes nothing, and is read again disabledRetry later:
+// a pool that started while its store was down knows of no disabled key
+// until it reads one, and serves on every key meanwhile.
 func (p *Pool) readDisabled(ctx context.Context, now time.Time) {
 	due := p.disabledDue.Load()
-	if now.UnixNano() < due || !p.disabledDue.CompareAndSwap(due, now.Add(DisabledRefresh).UnixNano()) {
+	next := now.Add(DisabledRefresh).UnixNano()
+	if now.UnixNano() < due || !p.disabledDue.CompareAndSwap(due, next) {
 		return
 	}
 	p.disabledMu.Lock()
@@ -1686,6 +1694,7 @@ func (p *Pool) readDisabled(ctx context.Context, now time.Time) {
 	out, err := p.disabling.Disabled(ctx, p.provider)
 	p.storeResult(opDisabled, err)
 	if err != nil {
+		p.disabledDue.CompareAndSwap(next, p.cfg.clock().Add(disabledRetry).UnixNano())
 		return
 	}
 	p.disabledMu.Lock()

@@ -109,7 +109,8 @@ func TestDisableRefusals(t *testing.T) {
 // set.
 type failingDisabled struct {
 	Store
-	fail bool
+	fail  bool
+	reads int // the calls of Disabled
 }
 
 var errDisabledStore = errors.New("the disabled store is down")
@@ -122,6 +123,7 @@ func (s *failingDisabled) SetDisabled(ctx context.Context, provider, keyID strin
 }
 
 func (s *failingDisabled) Disabled(ctx context.Context, provider string) (map[string]Disabled, error) {
+	s.reads++
 	if s.fail {
 		return nil, errDisabledStore
 	}
@@ -418,4 +420,32 @@ func TestDisabledUnreadableBadgerRecord(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotContains(t, served(t, pool, 6), "b")
 	assert.Equal(t, unreadableBy, statsOf(t, pool, "b").Disabled.By)
+}
+
+// A pool whose store cannot say which keys are disabled — down when the
+// pool starts — reads them again within disabledRetry of the store's
+// return, not DisabledRefresh: a key an operator disabled is out of
+// rotation a second after the store answers. A store still down is asked
+// no more than once in disabledRetry.
+func TestDisabledReadAgainSoonAfterAFailure(t *testing.T) {
+	clock := newTestClock()
+	store := &failingDisabled{Store: NewMemoryStore()}
+	first, err := New("openai", threeKeys(), WithStore(store), WithClock(clock.Now))
+	require.NoError(t, err)
+	require.NoError(t, first.Disable(t.Context(), "a", "ops"))
+
+	store.fail = true
+	store.reads = 0
+	pool, err := New("openai", threeKeys(), WithStore(store), WithClock(clock.Now))
+	require.NoError(t, err)
+	assert.Contains(t, served(t, pool, 3), "a", "the store could not say a is out")
+	assert.Equal(t, 1, store.reads, "New's read; the requests within disabledRetry ask nothing")
+	clock.Advance(disabledRetry)
+	served(t, pool, 6)
+	assert.Equal(t, 2, store.reads, "asked again once in disabledRetry, not at every request")
+
+	store.fail = false
+	clock.Advance(disabledRetry)
+	assert.NotContains(t, served(t, pool, 6), "a", "out again a disabledRetry after the store's return")
+	require.NotNil(t, statsOf(t, pool, "a").Disabled)
 }
