@@ -195,7 +195,6 @@ type Limits struct {
 	InFlight int64
 }
 
-// over returns l with each nonzero field of o in place of l's.
 // none reports whether l sets no limit, as l == Limits{} does, field by
 // field: the comparison of the whole struct is a call (runtime.memequal)
 // on the request path.
@@ -203,6 +202,7 @@ func (l Limits) none() bool {
 	return l.RPM == 0 && l.RPD == 0 && l.TPM == 0 && l.TPD == 0 && l.InFlight == 0
 }
 
+// over returns l with each nonzero field of o in place of l's.
 func (l Limits) over(o Limits) Limits {
 	if o.RPM != 0 {
 		l.RPM = o.RPM
@@ -873,8 +873,8 @@ func (p *Pool) land(k *poolKey) {
 }
 
 // named keeps conversation c, which key k's answer made, on k, and on the
-// key of k's ID in each pool that took over from p since the request was
-// sent: the next turn goes to the newest.
+// key like k (keyLike) in each pool that took over from p since the
+// request was sent: the next turn goes to the newest.
 func (p *Pool) named(ctx context.Context, c conversation, k *poolKey) {
 	now := p.cfg.clock()
 	p.affinity.named(ctx, p, c, k, now)

@@ -179,7 +179,7 @@ func TestAffinityNamedAnswerToldAtOnce(t *testing.T) {
 // in the body, wherever they stand; nested ones name nothing.
 func TestAffinityReadsWhatARequestNames(t *testing.T) {
 	name := func(b string) conversation {
-		_, c := readRequest([]byte(b), nil)
+		_, c, _ := readRequest([]byte(b), nil)
 		return c
 	}
 	assert.Equal(t, conversationOf("resp_1"), name(`{"previous_response_id":"resp_1","prompt_cache_key":"k","user":"u"}`))

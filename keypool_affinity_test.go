@@ -93,7 +93,7 @@ func TestAffinityKeepsAConversationOnItsKey(t *testing.T) {
 // body cuts name nothing.
 func TestAffinityReadsTheStrongestName(t *testing.T) {
 	name := func(b string) conversation {
-		_, c := readRequest([]byte(b), nil)
+		_, c, _ := readRequest([]byte(b), nil)
 		return c
 	}
 	assert.Equal(t, conversationOf("k"), name(`{"prompt_cache_key":"k","user":"u","metadata":{"user_id":"m"}}`))

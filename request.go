@@ -141,16 +141,11 @@ type requestScanner struct {
 // Malformed JSON never makes it panic: it returns what it read before the
 // fault. It allocates nothing but the model name, and not that when names
 // already holds it (names may be nil).
-func readRequest(body []byte, in *names) (RequestInfo, conversation) {
-	info, conv, _ := readRequestPinned(body, in)
-	return info, conv
-}
-
-// readRequestPinned is readRequest, and reports too whether the
-// conversation is one the vendor keeps for one organisation
-// (previous_response_id, conversation): a request naming it can be served
-// only by a key of the organisation that made it.
-func readRequestPinned(body []byte, in *names) (RequestInfo, conversation, bool) {
+//
+// pinned reports whether the conversation is one the vendor keeps for one
+// organisation (previous_response_id, conversation): a request naming it
+// can be served only by a key of the organisation that made it.
+func readRequest(body []byte, in *names) (_ RequestInfo, _ conversation, pinned bool) {
 	var s requestScanner
 	s.scan(body)
 	return s.finish(in), conversationOf(s.conv), s.convKey >= keyConversation
@@ -472,7 +467,7 @@ func (n *names) holds(s string) bool {
 // the body in one pass, with the pool's own reader, and never panics on
 // malformed JSON.
 func ReadRequest(path string, body []byte) RequestInfo {
-	info, _ := readRequest(body, nil)
+	info, _, _ := readRequest(body, nil)
 	if m := modelFromPath(path); m != "" {
 		info.Model = m
 	}

@@ -416,7 +416,7 @@ func FuzzScanRequest(f *testing.F) {
 			t.Errorf("scanRequest(%q).Model = %q, want %q", body, info.Model, want.model)
 		}
 		canon := jsonText(v)
-		info, conv := readRequest(canon, nil)
+		info, conv, _ := readRequest(canon, nil)
 		got := requestReading{model: info.Model, maxOutput: info.MaxOutput, conv: conv}
 		want := requestOracle(v)
 		if len(want.model) > windowspec.MaxModelName {
@@ -653,7 +653,7 @@ func jsonRaw(s string) []byte {
 // scanRequest is readRequest without the conversation, as most tests read
 // a request.
 func scanRequest(body []byte, in *names) RequestInfo {
-	info, _ := readRequest(body, in)
+	info, _, _ := readRequest(body, in)
 	return info
 }
 

@@ -518,15 +518,17 @@ func (p *Pool) inspect(req *http.Request, b *replay) (RequestInfo, conversation,
 		b.discard()
 		return info, 0, false, fmt.Errorf("keypool: reading request body: %w", err)
 	}
-	scanned, named, pinned := readRequestPinned(data, &p.models)
+	scanned, named, pinned := readRequest(data, &p.models)
 	if rest := req.ContentLength - int64(len(data)); rest > 0 {
 		scanned.PromptBytes += rest // a body longer than what was read counts as prompt
 	}
 	if info.Model == "" {
 		info.Model = scanned.Model
 	}
-	pinned = pinned && p.affinity != nil
-	if (conv == 0 || pinned) && p.affinity != nil {
+	switch {
+	case p.affinity == nil:
+		pinned = false
+	case conv == 0 || pinned:
 		// A name the vendor keeps for one organisation outranks the
 		// caller's and the header's: only that organisation's keys can
 		// answer it.

@@ -381,12 +381,11 @@ func (s *usageScanner) feed(p []byte) {
 		case tokNumber:
 			s.number(l.num, l.numOK, l.depth)
 		case tokString:
-			// A piece that goes on from the last input starts at its
-			// first byte; a whole string starts after its quote.
-			// A string whose opening quote ended the last input comes
-			// whole at 0 of this one, no piece of it before (cut unset).
+			// A string is whole when its piece closes it and no piece of
+			// it came before (cut unset) — one whose opening quote ended
+			// the last input comes whole at 0 of this one.
 			if s.wantNamed {
-				if l.done && (l.start > 0 || !s.cut) {
+				if l.done && !s.cut {
 					s.text(p[l.start:l.end], l.depth)
 				}
 				s.cut = !l.done
