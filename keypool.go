@@ -34,9 +34,10 @@
 //     the tokens it may use (the estimate), its bounds — with the one JSON
 //     lexer of json.go.
 //  3. keypool.go: choosing a key — order and tiers (Key.Priority),
-//     conversations kept on their keys (affinity), requests at once
-//     (Limits.InFlight), keys an operator disabled, waiting lines, careful
-//     return — and the Pool's report (Stats).
+//     conversations kept on their keys (affinity, a Responses chain on the
+//     key whose answer made it), requests at once (Limits.InFlight), keys
+//     an operator disabled, waiting lines, careful return, a pool taking
+//     over from another (TakeOver) — and the Pool's report (Stats).
 //  4. store*.go and window.go: the Store's atomic take of a key's windows
 //     and budget (the memory store unless WithStore gives another), and
 //     the window arithmetic it runs.
@@ -48,8 +49,9 @@
 //  7. cooldown.go: acting on the answer — what it may bench (the rule
 //     below), for how long, the quota ladder, early looks, what the store
 //     learns, the events of OnEvict, OnBenchEnd and OnRateLimit.
-//  8. usage.go: metering the answer's usage as its body is read, and
-//     settling the request's tokens and spend.
+//  8. usage.go: metering the answer's usage as its body is read — and the
+//     ID of a response it makes, for affinity — and settling the
+//     request's tokens and spend.
 //  9. errors.go: what the caller gets when no key serves.
 //
 // Beside the flow: options.go (every Option), do.go (Pool.Do), retry.go
