@@ -168,7 +168,7 @@ func (fb *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 		if until := r.benchedAt(); until > now.UnixNano() {
 			// A key another replica enabled brings the route back, though
 			// no request reaches its pool while it is benched.
-			r.Pool.refreshDisabled(req.Context(), r.Pool.cfg.clock())
+			r.Pool.refreshDisabledAside(r.Pool.cfg.clock())
 			if until = r.benchedAt(); until > now.UnixNano() {
 				skip(r, RouteSkip{Kind: Kind(r.benchKind.Load()), Earlier: true, Until: time.Unix(0, until).UTC()})
 				continue

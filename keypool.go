@@ -339,6 +339,9 @@ type Pool struct {
 	disabledDue atomic.Int64
 	disabledMu  sync.Mutex
 	disabledGen uint64 // guarded by disabledMu
+	// readsAside counts the reads of disabled keys that requests started
+	// and did not wait for (refreshDisabledAside); Close waits for them.
+	readsAside sync.WaitGroup
 }
 
 // poolKey is a key as the pool holds it. The fields every request reads
@@ -427,7 +430,7 @@ func New(provider string, keys []Key, opts ...Option) (*Pool, error) {
 	p.tokens.Store(tokens)
 	if d, ok := p.store.(DisabledStore); ok {
 		p.disabling = d
-		p.readDisabled(context.Background(), cfg.clock())
+		p.refreshDisabled(cfg.clock())
 	}
 	if n, ok := p.store.(HealthNotifier); ok && cfg.onStoreError != nil {
 		// A change between calls is heard when it happens, not at the
@@ -642,7 +645,7 @@ func (p *Pool) acquire(ctx context.Context, c *call, model string, est usageRepo
 		return err
 	}
 	now := p.cfg.clock()
-	p.refreshDisabled(ctx, now)
+	p.refreshDisabledAside(now)
 	c.disabled = 0
 	if c.conversation != 0 && !c.looked { // a conversation is named only where affinity is on
 		// Once a request: its attempts, and its turns in line, ask no more.
@@ -1199,6 +1202,7 @@ func (p *Pool) Close() error {
 	p.lines.close()
 	p.tel.close()
 	p.alarm.stop()
+	p.readsAside.Wait() // bounded by statsTimeout
 	if p.unnotify != nil {
 		p.unnotify()
 	}
@@ -1473,7 +1477,7 @@ func (p *Pool) Stats() []KeyStats {
 		return nil
 	}
 	now := p.cfg.clock()
-	p.refreshDisabled(context.Background(), now)
+	p.refreshDisabled(now)
 	out := make([]KeyStats, 0, len(p.keys))
 	conversations := p.affinity.conversations(len(p.keys), now)
 	for _, k := range p.keys {
@@ -1630,7 +1634,8 @@ func (p *Pool) Enable(ctx context.Context, keyID string) error {
 
 // DisabledRefresh is how often a pool whose store keeps disabled keys
 // (DisabledStore) reads them again, for what another replica disabled or
-// enabled: at its first request that much after the last read.
+// enabled: its first request that much after the last read starts the
+// read, and goes on without waiting for it; Stats reads before it answers.
 const DisabledRefresh = 5 * time.Second
 
 // disabledRetry is how soon a pool reads its disabled keys again after the
@@ -1667,31 +1672,62 @@ func (p *Pool) backInRotation() {
 	p.landed.fire()
 }
 
-// refreshDisabled reads the store's disabled keys when DisabledRefresh has
-// passed since the last read: on a request, a Fallback's look at a route
-// benched, and Stats.
-func (p *Pool) refreshDisabled(ctx context.Context, now time.Time) {
-	if p.disabling != nil && now.UnixNano() >= p.disabledDue.Load() {
-		p.readDisabled(ctx, now)
+// refreshDisabled reads the store's disabled keys again when
+// DisabledRefresh has passed since the last read — for Stats, which shows
+// them, before it answers.
+func (p *Pool) refreshDisabled(now time.Time) {
+	if next, ok := p.claimDisabledRead(now); ok {
+		p.readDisabled(next)
 	}
 }
 
-// readDisabled reads which keys are out of rotation from the store, at
-// now, unless another call is reading them: the call that moves
-// disabledDue on reads, and the others go on with what the pool knows. A
-// store that fails changes nothing, and is read again disabledRetry later:
-// a pool that started while its store was down knows of no disabled key
-// until it reads one, and serves on every key meanwhile.
-func (p *Pool) readDisabled(ctx context.Context, now time.Time) {
-	due := p.disabledDue.Load()
-	next := now.Add(DisabledRefresh).UnixNano()
-	if now.UnixNano() < due || !p.disabledDue.CompareAndSwap(due, next) {
-		return
+// refreshDisabledAside starts a read of the store's disabled keys when
+// DisabledRefresh has passed since the last read, and does not wait for
+// it: the request that finds the read due — or a Fallback's look at a
+// route benched — goes on with what the pool knows, and the store's
+// answer applies to the requests after it. A store that hangs costs no
+// request its timeout. Close waits for a read under way.
+func (p *Pool) refreshDisabledAside(now time.Time) {
+	if next, ok := p.claimDisabledRead(now); ok {
+		p.readsAside.Add(1)
+		go func() {
+			defer p.readsAside.Done()
+			if !p.closed.Load() { // a Close since the claim asks no more of the store
+				p.readDisabled(next)
+			}
+		}()
 	}
+}
+
+// claimDisabledRead moves disabledDue on to DisabledRefresh after now and
+// reports true, unless the pool's store keeps no disabled keys, the read
+// is not due or another call moved it first: the others go on with what
+// the pool knows.
+func (p *Pool) claimDisabledRead(now time.Time) (next int64, ok bool) {
+	if p.disabling == nil {
+		return 0, false
+	}
+	due := p.disabledDue.Load()
+	if now.UnixNano() < due {
+		return 0, false
+	}
+	next = now.Add(DisabledRefresh).UnixNano()
+	if !p.disabledDue.CompareAndSwap(due, next) {
+		return 0, false
+	}
+	return next, true
+}
+
+// readDisabled reads which keys are out of rotation from the store, for a
+// read claimed to next (claimDisabledRead). A store that fails changes
+// nothing, and is read again disabledRetry later: a pool that started
+// while its store was down knows of no disabled key until it reads one,
+// and serves on every key meanwhile.
+func (p *Pool) readDisabled(next int64) {
 	p.disabledMu.Lock()
 	gen := p.disabledGen
 	p.disabledMu.Unlock()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), statsTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), statsTimeout)
 	defer cancel()
 	out, err := p.disabling.Disabled(ctx, p.provider)
 	p.storeResult(opDisabled, err)

@@ -34,6 +34,15 @@ func served(t *testing.T, p *Pool, n int) map[string]int {
 	return got
 }
 
+// readOnRequest sends one request through p — a request that finds a
+// read of the disabled keys due starts it, and does not wait for it — and
+// waits for the read.
+func readOnRequest(t *testing.T, p *Pool) {
+	t.Helper()
+	served(t, p, 1)
+	p.readsAside.Wait()
+}
+
 func statsOf(t *testing.T, p *Pool, id string) KeyStats {
 	t.Helper()
 	for _, ks := range p.Stats() {
@@ -151,11 +160,13 @@ func TestDisableWithAFailingStore(t *testing.T) {
 	store.fail = true
 	clock.Advance(DisabledRefresh)
 	assert.NotContains(t, served(t, pool, 6), "a", "the read failed: the key stays out")
+	pool.readsAside.Wait()
 	require.Len(t, heard, 1)
 	assert.ErrorIs(t, heard[0], errDisabledStore)
 	store.fail = false
 	clock.Advance(DisabledRefresh)
 	assert.NotContains(t, served(t, pool, 3), "a")
+	pool.readsAside.Wait()
 	require.Len(t, heard, 2)
 	assert.NoError(t, heard[1], "the store answers again")
 }
@@ -173,6 +184,7 @@ func TestDisabledReachesEveryReplica(t *testing.T) {
 	require.NoError(t, one.Disable(t.Context(), "a", "ops"))
 	assert.Contains(t, served(t, two, 3), "a", "not read yet")
 	clock.Advance(DisabledRefresh)
+	readOnRequest(t, two)
 	assert.NotContains(t, served(t, two, 6), "a", "read at the first request DisabledRefresh later")
 	d := statsOf(t, two, "a").Disabled
 	require.NotNil(t, d)
@@ -180,6 +192,7 @@ func TestDisabledReachesEveryReplica(t *testing.T) {
 
 	require.NoError(t, one.Enable(t.Context(), "a"))
 	clock.Advance(DisabledRefresh)
+	readOnRequest(t, two)
 	assert.Contains(t, served(t, two, 3), "a", "enabled on the other replica")
 
 	require.NoError(t, one.Disable(t.Context(), "c", "ops"))
@@ -270,9 +283,9 @@ func TestDisableDuringARead(t *testing.T) {
 	store := &racingDisabled{Store: NewMemoryStore()}
 	pool, err := New("openai", threeKeys(), WithStore(store), WithClock(clock.Now))
 	require.NoError(t, err)
-	store.during = func() { require.NoError(t, pool.Disable(t.Context(), "a", "ops")) }
+	store.during = func() { assert.NoError(t, pool.Disable(t.Context(), "a", "ops")) }
 	clock.Advance(DisabledRefresh)
-	served(t, pool, 1)
+	readOnRequest(t, pool)
 	assert.NotNil(t, statsOf(t, pool, "a").Disabled, "the read from before the change is dropped")
 	assert.NotContains(t, served(t, pool, 6), "a")
 }
@@ -315,7 +328,10 @@ func TestDisabledAcrossReplicasFallback(t *testing.T) {
 	require.NoError(t, one.Enable(t.Context(), "a2"))
 	clock.Advance(DisabledRefresh)
 	send()
-	assert.Equal(t, []string{"free-b", "free-a"}, routes, "another replica enabled a2: the route is back")
+	assert.Equal(t, []string{"free-b", "free-b"}, routes, "the look at the benched route starts a read of the store, and does not wait for it")
+	first.Pool.readsAside.Wait()
+	send()
+	assert.Equal(t, []string{"free-b", "free-b", "free-a"}, routes, "another replica enabled a2: the route is back")
 
 	// Every key of the first route disabled, the second benched until T:
 	// the request's RetryAt is T.
@@ -442,10 +458,65 @@ func TestDisabledReadAgainSoonAfterAFailure(t *testing.T) {
 	assert.Equal(t, 1, store.reads, "New's read; the requests within disabledRetry ask nothing")
 	clock.Advance(disabledRetry)
 	served(t, pool, 6)
+	pool.readsAside.Wait()
 	assert.Equal(t, 2, store.reads, "asked again once in disabledRetry, not at every request")
 
 	store.fail = false
 	clock.Advance(disabledRetry)
+	readOnRequest(t, pool)
 	assert.NotContains(t, served(t, pool, 6), "a", "out again a disabledRetry after the store's return")
 	require.NotNil(t, statsOf(t, pool, "a").Disabled)
+}
+
+// hangingDisabled is a store whose reads of the disabled keys wait for
+// release while hang is set.
+type hangingDisabled struct {
+	Store
+	hang    bool
+	release chan struct{}
+}
+
+func (s *hangingDisabled) SetDisabled(ctx context.Context, provider, keyID string, d *Disabled) error {
+	return s.Store.(DisabledStore).SetDisabled(ctx, provider, keyID, d)
+}
+
+func (s *hangingDisabled) Disabled(ctx context.Context, provider string) (map[string]Disabled, error) {
+	if s.hang {
+		<-s.release
+	}
+	return s.Store.(DisabledStore).Disabled(ctx, provider)
+}
+
+// A request that finds a read of the disabled keys due does not wait for
+// it: with the store's read hanging, requests are served on what the pool
+// knows, and the store's answer applies once it comes. Close waits for a
+// read under way.
+func TestDisabledReadHoldsNoRequest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &hangingDisabled{Store: NewMemoryStore(), release: make(chan struct{})}
+		other, err := New("openai", threeKeys(), WithStore(store))
+		require.NoError(t, err)
+		pool, err := New("openai", threeKeys(), WithStore(store))
+		require.NoError(t, err)
+		require.NoError(t, other.Disable(t.Context(), "a", "ops"))
+
+		store.hang = true
+		time.Sleep(DisabledRefresh)
+		assert.Contains(t, served(t, pool, 3), "a", "served at once, on what the pool knew")
+		synctest.Wait()
+		assert.Contains(t, served(t, pool, 3), "a", "the read is still under way, and no other starts")
+
+		closed := make(chan error, 1)
+		go func() { closed <- pool.Close() }()
+		synctest.Wait()
+		select {
+		case <-closed:
+			t.Fatal("Close returned while a read of the store was under way")
+		default:
+		}
+		close(store.release)
+		require.NoError(t, <-closed)
+		assert.NotNil(t, statsOf(t, pool, "a").Disabled, "the read's answer applied")
+		require.NoError(t, other.Close())
+	})
 }
