@@ -652,10 +652,19 @@ func (p *Pool) acquire(ctx context.Context, c *call, model string, est usageRepo
 		c.stay, c.looked = p.affinity.keyOf(ctx, p, c.conversation, now), true
 	}
 	stay := c.stay // the key the request's conversation stays on
+	first := -1    // the tier whose turn offers stay first
+	if stay != nil {
+		first = stay.tier
+		if c.pinned {
+			// Only stay's organisation can answer the request: it goes
+			// before every tier, not only first in its own.
+			first = 0
+		}
+	}
 	for i := range p.tiers {
 		t := &p.tiers[i]
 		ok, err := false, error(nil)
-		if stay != nil && stay.tier == i {
+		if i == first {
 			ok, err = p.offer(ctx, c, stay, model, est, now, l)
 		}
 		if !ok && err == nil {
