@@ -115,6 +115,16 @@ func verdictOf(err error, now time.Time) verdict {
 // run calls fn with the lease's key and lands the lease when it returns,
 // or when it panics: a function that panics gives its key's place back.
 func (p *Pool) run(ctx context.Context, fn func(context.Context, Key) error, l *lease) error {
-	defer p.landLease(l)
-	return fn(ctx, l.key.Key)
+	returned := false
+	defer func() {
+		if !returned {
+			// fn panicked: a probe it held ends, or the key's return
+			// would wait for it for good.
+			p.probed(l, false)
+		}
+		p.landLease(l)
+	}()
+	err := fn(ctx, l.key.Key)
+	returned = true
+	return err
 }

@@ -1,9 +1,11 @@
 package keypool
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -63,4 +65,75 @@ func TestAffinityOneOffNamesDoNotEvictResponseChains(t *testing.T) {
 		status, id = respond(t, client, url, "/v1/responses", fmt.Sprintf(`{"model":"gpt-5","input":"go on","previous_response_id":%q}`, id))
 		require.Equal(t, http.StatusOK, status, "turn %d reaches the key that made the chain: served %v", i, v.Served(0)[65:])
 	}
+}
+
+// TestPanicDuringAProbeEndsTheProbe: a key returning from a bench takes one
+// request at a time (its probe). When Pool.Do's function panics on the
+// probe, the panic goes on, but the probe must end with it: otherwise the
+// key refuses every later request for the model, "a probe under way",
+// for good.
+func TestPanicDuringAProbeEndsTheProbe(t *testing.T) {
+	clock := newTestClock()
+	p, err := New("test", []Key{{Secret: "sk-a", ID: "a"}, {Secret: "sk-b", ID: "b"}}, WithClock(clock.Now))
+	require.NoError(t, err)
+	defer p.Close()
+	ctx := t.Context()
+	require.NoError(t, p.Disable(ctx, "b", "only a serves"))
+	// a's quota is spent, dating nothing: benched 2 minutes, returning carefully.
+	err = p.Do(ctx, "m", func(context.Context, Key) error {
+		return &ProviderError{Kind: KindQuota, Status: http.StatusTooManyRequests}
+	})
+	require.Error(t, err)
+	clock.Advance(3 * time.Minute)
+	func() {
+		defer func() { require.NotNil(t, recover()) }()
+		_ = p.Do(ctx, "m", func(context.Context, Key) error { panic("the caller's bug") })
+	}()
+	clock.Advance(time.Minute)
+	assert.NoError(t, p.Do(ctx, "m", func(context.Context, Key) error { return nil }), "a takes requests again after the panicked probe")
+}
+
+// TestPanicInOnEvictDuringAProbeEndsTheProbe: the transport's side of the
+// same: OnEvict panics at the bench a failed probe sets; the probe ends.
+func TestPanicInOnEvictDuringAProbeEndsTheProbe(t *testing.T) {
+	clock := newTestClock()
+	fail := true
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if fail {
+			w.WriteHeader(http.StatusPaymentRequired)
+			_, _ = w.Write([]byte(`{"error":{"code":"insufficient_quota"}}`))
+			return
+		}
+		_, _ = w.Write([]byte(`{"ok":true}`))
+	}))
+	t.Cleanup(srv.Close)
+	evictions := 0
+	p, err := New("test", []Key{{Secret: "sk-a", ID: "a"}, {Secret: "sk-b", ID: "b"}}, WithClock(clock.Now),
+		OnEvict(func(Eviction) {
+			if evictions++; evictions == 2 {
+				panic("the hook's bug")
+			}
+		}))
+	require.NoError(t, err)
+	defer p.Close()
+	require.NoError(t, p.Disable(t.Context(), "b", "only a serves"))
+	client := &http.Client{Transport: p.Transport(nil)}
+	post := func() (*http.Response, error) {
+		return client.Post(srv.URL, "application/json", strings.NewReader(`{"model":"m"}`))
+	}
+	if resp, err := post(); err == nil { // a benched, no other key: the pool says so
+		_ = resp.Body.Close()
+	}
+	require.Equal(t, 1, evictions)
+	clock.Advance(6 * time.Minute) // past the first early look
+	func() {
+		defer func() { require.NotNil(t, recover(), "OnEvict's panic goes on") }()
+		_, _ = post() // the probe, failing again
+	}()
+	require.Equal(t, 2, evictions)
+	fail = false
+	clock.Advance(time.Hour)
+	resp, err := post()
+	require.NoError(t, err, "a takes requests again after the panicked probe")
+	_ = resp.Body.Close()
 }

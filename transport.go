@@ -175,6 +175,7 @@ func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again
 			// place and the answer's connection go back before the panic
 			// goes on.
 			p.landLease(&l)
+			p.probed(&l, false)
 			if resp != nil && resp.Body != nil {
 				_ = resp.Body.Close()
 			}
