@@ -661,7 +661,10 @@ func (r *returns) admit(model string, now time.Time) (ok, probe bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := now.UnixNano()
-	for _, m := range [...]string{model, ""} {
+	// The probe holds every return it meets, the model's and the whole
+	// key's: a probe under way in either refuses the request.
+	var hold [2]*returning
+	for i, m := range [...]string{model, ""} {
 		s := r.byModel[m]
 		if s == nil || s.from > n {
 			continue // no return, or a bench not over: the store refuses
@@ -669,10 +672,17 @@ func (r *returns) admit(model string, now time.Time) (ok, probe bool) {
 		if s.probing {
 			return false, false
 		}
-		s.probing = true
-		return true, true
+		hold[i] = s
 	}
-	return true, false
+	if hold[0] == nil && hold[1] == nil {
+		return true, false
+	}
+	for _, s := range hold {
+		if s != nil {
+			s.probing = true
+		}
+	}
+	return true, true
 }
 
 // done ends a probe for model: a success ends the return (and a return of

@@ -137,3 +137,34 @@ func TestPanicInOnEvictDuringAProbeEndsTheProbe(t *testing.T) {
 	require.NoError(t, err, "a takes requests again after the panicked probe")
 	_ = resp.Body.Close()
 }
+
+// TestOneProbeAtATimeAcrossAModelAndTheWholeKey: a key benched for one
+// model and then for every model (a spent balance) returns carefully,
+// one request at a time — for every model once its whole-key bench is
+// over. While the probe for the one model is under way, a request for
+// another model must not be sent as a second probe.
+func TestOneProbeAtATimeAcrossAModelAndTheWholeKey(t *testing.T) {
+	clock := newTestClock()
+	p, err := New("test", []Key{{Secret: "sk-a", ID: "a"}, {Secret: "sk-b", ID: "b"}}, WithClock(clock.Now))
+	require.NoError(t, err)
+	defer p.Close()
+	ctx := t.Context()
+	require.NoError(t, p.Disable(ctx, "b", "only a serves"))
+	require.Error(t, p.Do(ctx, "m", func(context.Context, Key) error {
+		return &ProviderError{Kind: KindQuota, Status: http.StatusTooManyRequests} // m: 2 minutes
+	}))
+	require.Error(t, p.Do(ctx, "m2", func(context.Context, Key) error {
+		return &ProviderError{Kind: KindQuota, Status: http.StatusPaymentRequired} // every model: first look at 5 minutes
+	}))
+	clock.Advance(6 * time.Minute)
+	second := false
+	require.NoError(t, p.Do(ctx, "m", func(context.Context, Key) error {
+		// The probe of a's return is under way: a request for m2 waits.
+		_ = p.Do(ctx, "m2", func(context.Context, Key) error {
+			second = true
+			return nil
+		})
+		return nil
+	}))
+	assert.False(t, second, "a second request reached a while its one probe was under way")
+}
