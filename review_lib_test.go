@@ -168,3 +168,24 @@ func TestOneProbeAtATimeAcrossAModelAndTheWholeKey(t *testing.T) {
 	}))
 	assert.False(t, second, "a second request reached a while its one probe was under way")
 }
+
+// TestAffinityReadsPreviousResponseWhenTheModelComesFromElsewhere: a pool
+// that knows the model without the body (WithModelFunc here; a model in the
+// path likewise) and counts no tokens skips reading the body, and with it
+// the previous_response_id that only the key that made it can answer: the
+// chain goes round the keys and is refused 400. A soft name can be missed
+// at the cost of a cache; this one cannot.
+func TestAffinityReadsPreviousResponseWhenTheModelComesFromElsewhere(t *testing.T) {
+	v, url := newResponsesVendor(t)
+	keys := []Key{{Secret: "k1"}, {Secret: "k2"}, {Secret: "k3"}}
+	pool, err := New("openai", keys, WithClock(newTestClock().Now),
+		WithModelFunc(func(*http.Request) string { return "gpt-5" }))
+	require.NoError(t, err)
+	client := &http.Client{Transport: pool.Transport(nil)}
+	status, id := respond(t, client, url, "/v1/responses", `{"model":"gpt-5","input":"hello"}`)
+	require.Equal(t, http.StatusOK, status)
+	for i := range 3 {
+		status, id = respond(t, client, url, "/v1/responses", fmt.Sprintf(`{"model":"gpt-5","input":"go on","previous_response_id":%q}`, id))
+		require.Equal(t, http.StatusOK, status, "turn %d: served %v", i, v.Served(0))
+	}
+}

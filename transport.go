@@ -511,7 +511,11 @@ func (p *Pool) inspect(req *http.Request, b *replay) (RequestInfo, conversation,
 			conv = conversationOf(v[0]) // the canonical name, looked up as it is
 		}
 	}
-	if b.orig == nil || b.orig == http.NoBody || (info.Model != "" && !p.needTokens()) {
+	// A Responses request is read under affinity whatever else the pool
+	// knows: its previous_response_id or conversation only one key's
+	// organisation can answer.
+	known := info.Model != "" && !p.needTokens() && (p.affinity == nil || !namesConversations(req))
+	if b.orig == nil || b.orig == http.NoBody || known {
 		return info, conv, false, p.checkModel(info.Model, b)
 	}
 	data, err := b.read(bodyLength(req))
