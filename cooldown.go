@@ -205,6 +205,10 @@ func (v verdict) ofAccount() bool {
 // bench on a failure or on a success that says its window is spent — and
 // returns when the key comes back if it was benched.
 func (p *Pool) observe(ctx context.Context, l *lease, v *verdict, now time.Time) time.Time {
+	// A hook that panics below (OnRateLimit, OnEvict) ends the probe as
+	// failed, or the key's return would wait for it for good; each way
+	// out ends it first, and this does nothing.
+	defer p.probed(l, false)
 	l.key.answers[v.kind].Add(1)
 	p.tel.answered(ctx, l.key, v)
 	if !v.quoted { // words the request could have written tell OnRateLimit nothing

@@ -98,3 +98,135 @@ func TestReturningKeyThatFailsAgainIsBenchedAgain(t *testing.T) {
 	assert.Equal(t, 10*time.Minute, ev.all()[1].Latest.Sub(clock.Now()), "the next quota level")
 	assert.Equal(t, 5*time.Minute, ev.all()[1].For, "looked at early")
 }
+
+// A key returning from a bench takes one
+// request at a time (its probe). When Pool.Do's function panics on the
+// probe, the panic goes on, but the probe must end with it: otherwise the
+// key refuses every later request for the model, "a probe under way",
+// for good.
+func TestPanicDuringAProbeEndsTheProbe(t *testing.T) {
+	clock := newTestClock()
+	p, err := New("test", []Key{{Secret: "sk-a", ID: "a"}, {Secret: "sk-b", ID: "b"}}, WithClock(clock.Now))
+	require.NoError(t, err)
+	defer p.Close()
+	ctx := t.Context()
+	require.NoError(t, p.Disable(ctx, "b", "only a serves"))
+	// a's quota is spent, dating nothing: benched 2 minutes, returning carefully.
+	err = p.Do(ctx, "m", func(context.Context, Key) error {
+		return &ProviderError{Kind: KindQuota, Status: http.StatusTooManyRequests}
+	})
+	require.Error(t, err)
+	clock.Advance(3 * time.Minute)
+	func() {
+		defer func() { require.NotNil(t, recover()) }()
+		_ = p.Do(ctx, "m", func(context.Context, Key) error { panic("the caller's bug") })
+	}()
+	clock.Advance(time.Minute)
+	assert.NoError(t, p.Do(ctx, "m", func(context.Context, Key) error { return nil }), "a takes requests again after the panicked probe")
+}
+
+// The transport's side of the
+// same: OnEvict panics at the bench a failed probe sets; the probe ends.
+func TestPanicInOnEvictDuringAProbeEndsTheProbe(t *testing.T) {
+	clock := newTestClock()
+	fail := true
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if fail {
+			w.WriteHeader(http.StatusPaymentRequired)
+			_, _ = w.Write([]byte(`{"error":{"code":"insufficient_quota"}}`))
+			return
+		}
+		_, _ = w.Write([]byte(`{"ok":true}`))
+	}))
+	t.Cleanup(srv.Close)
+	evictions := 0
+	p, err := New("test", []Key{{Secret: "sk-a", ID: "a"}, {Secret: "sk-b", ID: "b"}}, WithClock(clock.Now),
+		OnEvict(func(Eviction) {
+			if evictions++; evictions == 2 {
+				panic("the hook's bug")
+			}
+		}))
+	require.NoError(t, err)
+	defer p.Close()
+	require.NoError(t, p.Disable(t.Context(), "b", "only a serves"))
+	client := &http.Client{Transport: p.Transport(nil)}
+	post := func() (*http.Response, error) {
+		return client.Post(srv.URL, "application/json", strings.NewReader(`{"model":"m"}`))
+	}
+	if resp, err := post(); err == nil { // a benched, no other key: the pool says so
+		_ = resp.Body.Close()
+	}
+	require.Equal(t, 1, evictions)
+	clock.Advance(6 * time.Minute) // past the first early look
+	func() {
+		defer func() { require.NotNil(t, recover(), "OnEvict's panic goes on") }()
+		_, _ = post() // the probe, failing again
+	}()
+	require.Equal(t, 2, evictions)
+	fail = false
+	clock.Advance(time.Hour)
+	resp, err := post()
+	require.NoError(t, err, "a takes requests again after the panicked probe")
+	_ = resp.Body.Close()
+}
+
+// A key benched for one
+// model and then for every model (a spent balance) returns carefully,
+// one request at a time — for every model once its whole-key bench is
+// over. While the probe for the one model is under way, a request for
+// another model must not be sent as a second probe.
+func TestOneProbeAtATimeAcrossAModelAndTheWholeKey(t *testing.T) {
+	clock := newTestClock()
+	p, err := New("test", []Key{{Secret: "sk-a", ID: "a"}, {Secret: "sk-b", ID: "b"}}, WithClock(clock.Now))
+	require.NoError(t, err)
+	defer p.Close()
+	ctx := t.Context()
+	require.NoError(t, p.Disable(ctx, "b", "only a serves"))
+	require.Error(t, p.Do(ctx, "m", func(context.Context, Key) error {
+		return &ProviderError{Kind: KindQuota, Status: http.StatusTooManyRequests} // m: 2 minutes
+	}))
+	require.Error(t, p.Do(ctx, "m2", func(context.Context, Key) error {
+		return &ProviderError{Kind: KindQuota, Status: http.StatusPaymentRequired} // every model: first look at 5 minutes
+	}))
+	clock.Advance(6 * time.Minute)
+	second := false
+	require.NoError(t, p.Do(ctx, "m", func(context.Context, Key) error {
+		// The probe of a's return is under way: a request for m2 waits.
+		_ = p.Do(ctx, "m2", func(context.Context, Key) error {
+			second = true
+			return nil
+		})
+		return nil
+	}))
+	assert.False(t, second, "a second request reached a while its one probe was under way")
+}
+
+// A hook that panics at the bench a failed probe of Pool.Do sets — OnEvict
+// here — ends the probe with it, as the transport's does.
+func TestPanicInOnEvictDuringADoProbeEndsTheProbe(t *testing.T) {
+	clock := newTestClock()
+	evictions := 0
+	p, err := New("test", []Key{{Secret: "sk-a", ID: "a"}, {Secret: "sk-b", ID: "b"}}, WithClock(clock.Now),
+		OnEvict(func(Eviction) {
+			if evictions++; evictions == 2 {
+				panic("the hook's bug")
+			}
+		}))
+	require.NoError(t, err)
+	defer p.Close()
+	ctx := t.Context()
+	require.NoError(t, p.Disable(ctx, "b", "only a serves"))
+	spent := func(context.Context, Key) error {
+		return &ProviderError{Kind: KindQuota, Status: http.StatusPaymentRequired}
+	}
+	require.Error(t, p.Do(ctx, "m", spent))
+	require.Equal(t, 1, evictions)
+	clock.Advance(6 * time.Minute) // past the first early look
+	func() {
+		defer func() { require.NotNil(t, recover(), "OnEvict's panic goes on") }()
+		_ = p.Do(ctx, "m", spent) // the probe, failing again
+	}()
+	require.Equal(t, 2, evictions)
+	clock.Advance(time.Hour)
+	assert.NoError(t, p.Do(ctx, "m", func(context.Context, Key) error { return nil }), "a takes requests again after the panicked probe")
+}

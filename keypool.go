@@ -649,7 +649,7 @@ func (p *Pool) acquire(ctx context.Context, c *call, model string, est usageRepo
 	c.disabled = 0
 	if c.conversation != 0 && !c.looked { // a conversation is named only where affinity is on
 		// Once a request: its attempts, and its turns in line, ask no more.
-		c.stay, c.looked = p.affinity.keyOf(ctx, p, c.conversation, now), true
+		c.stay, c.looked = p.affinity.keyOf(ctx, p, c.conversation, c.pinned, now), true
 	}
 	stay := c.stay // the key the request's conversation stays on
 	first := -1    // the tier whose turn offers stay first
@@ -671,7 +671,7 @@ func (p *Pool) acquire(ctx context.Context, c *call, model string, est usageRepo
 			ok, err = p.scan(ctx, c, t.keys, t.next, stay, model, est, now, l)
 		}
 		if ok && c.conversation != 0 && (!c.pinned || l.key == stay) {
-			p.affinity.served(ctx, p, c.conversation, l.key, now)
+			p.affinity.record(ctx, p, c.conversation, c.pinned, l.key, now, false)
 		}
 		if ok || err != nil {
 			return err
@@ -894,7 +894,7 @@ func (p *Pool) named(ctx context.Context, c conversation, k *poolKey) {
 	p.affinity.named(ctx, p, c, k, now)
 	for s := p.successor.Load(); s != nil; s = s.successor.Load() {
 		if sk := s.keyLike(k); s.affinity != nil && sk != nil {
-			s.affinity.record(ctx, s, c, sk, now, false) // a shared store was told above
+			s.affinity.record(ctx, s, c, true, sk, now, false) // a shared store was told above
 		}
 	}
 }
@@ -957,6 +957,16 @@ func conversationOf[T string | []byte](b T) conversation {
 // String returns the conversation as a store keeps it.
 func (c conversation) String() string { return strconv.FormatUint(uint64(c), 16) }
 
+// storeName returns the name a shared store keeps conversation c by: an
+// ID the vendor made (made) apart from a name a request gave, so that a
+// request naming another's response ID as its session moves no chain.
+func (c conversation) storeName(made bool) string {
+	if made {
+		return "r" + c.String()
+	}
+	return c.String()
+}
+
 // The defaults of WithAffinityMemory: how many conversations a Pool keeps
 // on their keys, and for how long after a conversation's last request.
 const (
@@ -972,13 +982,27 @@ const affinityRecheck = 30 * time.Second
 // affinity keeps a conversation on the key that served it last, while that
 // key can take its requests, so that the vendor's prompt cache — kept per
 // key, or per organisation — holds the conversation's prefix. It remembers
-// the conversations of the last idle, at most a bounded number (least
-// recently used first out), and asks the store, when the store shares them
-// among replicas. It is safe for concurrent use.
+// the conversations of the last idle, at most a bounded number of each
+// kind (least recently used first out), and asks the store, when the store
+// shares them among replicas. It is safe for concurrent use.
 type affinity struct {
-	seen   *lru.Cache[conversation, affine]
-	idle   time.Duration
-	shared AffinityStore // nil: this process's alone
+	// seen holds the conversations requests name — a prompt_cache_key, a
+	// user, X-Session-Id, WithAffinity's — and made the IDs of responses
+	// and conversations the vendor made (named), which only their key's
+	// organisation can answer: apart, so that requests naming ever new
+	// conversations — a client that names each anew, or one flooding the
+	// pool — push out no chain the vendor keeps.
+	seen, made *lru.Cache[conversation, affine]
+	idle       time.Duration
+	shared     AffinityStore // nil: this process's alone
+}
+
+// of returns the conversations of the kind made says.
+func (a *affinity) of(made bool) *lru.Cache[conversation, affine] {
+	if made {
+		return a.made
+	}
+	return a.seen
 }
 
 // affine is a conversation's key: its index, when it last served the
@@ -999,15 +1023,21 @@ func newAffinity(size int, idle time.Duration, s Store) *affinity {
 	if err != nil {
 		return nil // only for a size <= 0
 	}
-	a := &affinity{seen: seen, idle: idle}
+	made, err := lru.New[conversation, affine](size)
+	if err != nil {
+		return nil
+	}
+	a := &affinity{seen: seen, made: made, idle: idle}
 	a.shared, _ = s.(AffinityStore)
 	return a
 }
 
-// keyOf returns the key conversation c stays on at now, nil when it stays
-// on none: no key served it in the last idle.
-func (a *affinity) keyOf(ctx context.Context, p *Pool, c conversation, now time.Time) *poolKey {
-	e, ok := a.seen.Get(c)
+// keyOf returns the key conversation c — an ID the vendor made when made
+// — stays on at now, nil when it stays on none: no key served it in the
+// last idle.
+func (a *affinity) keyOf(ctx context.Context, p *Pool, c conversation, made bool, now time.Time) *poolKey {
+	seen := a.of(made)
+	e, ok := seen.Get(c)
 	ok = ok && now.Sub(e.at) < a.idle
 	if a.shared == nil || (ok && now.Sub(e.synced) < affinityRecheck) {
 		if !ok {
@@ -1015,25 +1045,16 @@ func (a *affinity) keyOf(ctx context.Context, p *Pool, c conversation, now time.
 		}
 		return p.keys[e.key]
 	}
-	id, err := a.shared.Affinity(ctx, p.provider, c.String(), a.idle)
+	id, err := a.shared.Affinity(ctx, p.provider, c.storeName(made), a.idle)
 	p.storeResult(opAffinity, err)
 	if k := p.keyByID(id); err == nil && k != nil {
-		a.seen.Add(c, affine{key: int32(k.index), at: now, synced: now})
+		seen.Add(c, affine{key: int32(k.index), at: now, synced: now})
 		return k
 	}
 	if !ok {
 		return nil
 	}
 	return p.keys[e.key] // what this process remembers, the store silent
-}
-
-// served records that key k took a request of conversation c at now, and
-// tells the shared store when the conversation moved, or has come back
-// (its second request here) and was not said lately: a conversation of one
-// request — a client that names each request anew — costs the store no
-// write.
-func (a *affinity) served(ctx context.Context, p *Pool, c conversation, k *poolKey, now time.Time) {
-	a.record(ctx, p, c, k, now, false)
 }
 
 // named records that key k's answer at now made what conversation c names
@@ -1043,25 +1064,29 @@ func (a *affinity) served(ctx context.Context, p *Pool, c conversation, k *poolK
 // once: that request may come to another replica, and on another key it
 // fails (previous_response_not_found).
 func (a *affinity) named(ctx context.Context, p *Pool, c conversation, k *poolKey, now time.Time) {
-	a.record(ctx, p, c, k, now, true)
+	a.record(ctx, p, c, true, k, now, true)
 }
 
-// record records that key k holds conversation c at now, telling the
-// shared store when tell, or when c has come back and was not said lately.
-func (a *affinity) record(ctx context.Context, p *Pool, c conversation, k *poolKey, now time.Time, tell bool) {
-	e, known := a.seen.Peek(c)
+// record records that key k holds conversation c — an ID the vendor made
+// when made — at now, telling the shared store when tell, or when c has
+// come back (its second request here) and was not said lately: a
+// conversation of one request — a client that names each request anew —
+// costs the store no write.
+func (a *affinity) record(ctx context.Context, p *Pool, c conversation, made bool, k *poolKey, now time.Time, tell bool) {
+	seen := a.of(made)
+	e, known := seen.Peek(c)
 	if !known || int(e.key) != k.index {
 		e = affine{key: int32(k.index)}
 	}
 	e.at = now
 	if a.shared != nil && (tell || known && now.Sub(e.synced) >= affinityRecheck) {
-		err := a.shared.SetAffinity(ctx, p.provider, c.String(), k.ID, a.idle)
+		err := a.shared.SetAffinity(ctx, p.provider, c.storeName(made), k.ID, a.idle)
 		p.storeResult(opAffinity, err)
 		if err == nil {
 			e.synced = now
 		}
 	}
-	a.seen.Add(c, e)
+	seen.Add(c, e)
 }
 
 // namesConversations reports whether the answer to r may make what a later
@@ -1085,19 +1110,22 @@ func (a *affinity) keep(prev, p *Pool) {
 	for _, k := range p.keys {
 		bySecret[k.Secret], byID[k.ID] = int32(k.index), int32(k.index)
 	}
-	for _, c := range prev.affinity.seen.Keys() {
-		e, ok := prev.affinity.seen.Peek(c)
-		if !ok || int(e.key) >= len(prev.keys) {
-			continue
-		}
-		was := prev.keys[e.key]
-		i, ok := bySecret[was.Secret]
-		if !ok {
-			i, ok = byID[was.ID]
-		}
-		if ok {
-			e.key = i
-			a.seen.Add(c, e)
+	for _, made := range []bool{false, true} {
+		from, to := prev.affinity.of(made), a.of(made)
+		for _, c := range from.Keys() {
+			e, ok := from.Peek(c)
+			if !ok || int(e.key) >= len(prev.keys) {
+				continue
+			}
+			was := prev.keys[e.key]
+			i, ok := bySecret[was.Secret]
+			if !ok {
+				i, ok = byID[was.ID]
+			}
+			if ok {
+				e.key = i
+				to.Add(c, e)
+			}
 		}
 	}
 }
@@ -1109,7 +1137,7 @@ func (a *affinity) conversations(keys int, now time.Time) []int {
 	if a == nil {
 		return n
 	}
-	for _, e := range a.seen.Values() {
+	for _, e := range append(a.seen.Values(), a.made.Values()...) {
 		if now.Sub(e.at) < a.idle && int(e.key) < keys {
 			n[e.key]++
 		}

@@ -10,11 +10,13 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/keypool-go/keypool/internal/vendorsim"
+	"github.com/keypool-go/keypool/internal/windowspec"
 )
 
 func newResponsesVendor(t *testing.T) (*vendorsim.Responses, string) {
@@ -328,5 +330,114 @@ func TestAffinityStreamClosedAfterItsFirstEvent(t *testing.T) {
 	for range 3 {
 		status, _ := respond(t, client, url, "/v1/responses", fmt.Sprintf(`{"model":"gpt-5","input":"go on","previous_response_id":%q}`, id))
 		assert.Equal(t, http.StatusOK, status, "served %v", v.Served(0))
+	}
+}
+
+// A request that names as its session the ID of a response another key
+// made — by chance, or to move another's chain — moves no chain: the names
+// requests give and the IDs the vendor makes are kept apart, in the pool
+// and in a store replicas share.
+func TestAffinitySessionNamedLikeAResponseMovesNoChain(t *testing.T) {
+	clock := newTestClock()
+	_, url := newResponsesVendor(t)
+	store := &sharedAffinity{Store: NewMemoryStore(), keys: map[string]string{}}
+	keys := []Key{{Secret: "k1", Limits: Limits{RPM: 1}}, {Secret: "k2", Limits: Limits{RPM: 1}}, {Secret: "k3", Limits: Limits{RPM: 1}}}
+	replica := func() *http.Client {
+		pool, err := New("openai", keys, WithClock(clock.Now), WithStore(store))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = pool.Close() })
+		return &http.Client{Transport: pool.Transport(nil)}
+	}
+	client := replica()
+	status, id := respond(t, client, url, "/v1/responses", `{"model":"gpt-5","input":"hello"}`)
+	require.Equal(t, http.StatusOK, status)
+	for range 2 { // k1, which made id, is full for the minute: the session moves, and its second request is told to the store
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url+"/v1/chat/completions", strings.NewReader(`{"model":"gpt-5","messages":[]}`))
+		require.NoError(t, err)
+		req.Header.Set("X-Session-Id", id)
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+	}
+	clock.Advance(time.Minute + windowspec.ExactGuard)
+	turn := fmt.Sprintf(`{"model":"gpt-5","input":"go on","previous_response_id":%q}`, id)
+	status, _ = respond(t, replica(), url, "/v1/responses", turn)
+	assert.Equal(t, http.StatusOK, status, "a replica that asks the store finds the key that made the ID")
+	clock.Advance(time.Minute + windowspec.ExactGuard)
+	status, _ = respond(t, client, url, "/v1/responses", turn)
+	assert.Equal(t, http.StatusOK, status, "and so does the pool that served the session")
+}
+
+// A response made on a paid
+// key (the free key's minute was full) is kept by the paid key's
+// organisation only; the next turn naming it must go back to the paid key,
+// not to the free key that has room again, which refuses it 400
+// previous_response_not_found.
+func TestAffinityPinnedChainOnAPaidKeyStaysThere(t *testing.T) {
+	clock := newTestClock()
+	v, url := newResponsesVendor(t)
+	keys := []Key{{Secret: "free", Limits: Limits{RPM: 1}}, {Secret: "paid", Paid: true}}
+	pool, err := New("openai", keys, WithClock(clock.Now))
+	require.NoError(t, err)
+	client := &http.Client{Transport: pool.Transport(nil)}
+	status, _ := respond(t, client, url, "/v1/responses", `{"model":"gpt-5","input":"warm"}`)
+	require.Equal(t, http.StatusOK, status)
+	status, id := respond(t, client, url, "/v1/responses", `{"model":"gpt-5","input":"hello"}`)
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, []string{"free", "paid"}, v.Served(0))
+
+	clock.Advance(time.Minute + windowspec.ExactGuard) // the free key has room again
+	status, _ = respond(t, client, url, "/v1/responses", fmt.Sprintf(`{"model":"gpt-5","input":"go on","previous_response_id":%q}`, id))
+	assert.Equal(t, http.StatusOK, status, "the turn reaches the key that made %s: served %v", id, v.Served(0))
+}
+
+// Requests that each name
+// a conversation of their own (a new X-Session-Id each time — a client
+// naming every request anew, or one flooding the pool) must not push out
+// the response IDs the vendor keeps for one organisation: the next turn of
+// a Responses chain made before them still reaches the key that made it.
+func TestAffinityOneOffNamesDoNotEvictResponseChains(t *testing.T) {
+	v, url := newResponsesVendor(t)
+	keys := []Key{{Secret: "k1"}, {Secret: "k2"}, {Secret: "k3"}, {Secret: "k4"}}
+	pool, err := New("openai", keys, WithClock(newTestClock().Now), WithAffinityMemory(64, time.Hour))
+	require.NoError(t, err)
+	client := &http.Client{Transport: pool.Transport(nil)}
+	status, id := respond(t, client, url, "/v1/responses", `{"model":"gpt-5","input":"hello"}`)
+	require.Equal(t, http.StatusOK, status)
+	for i := range 64 {
+		req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(`{"model":"gpt-5","messages":[]}`))
+		req.Header.Set("X-Session-Id", fmt.Sprintf("one-off-%d", i))
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+	}
+	for i := range 3 {
+		var status int
+		status, id = respond(t, client, url, "/v1/responses", fmt.Sprintf(`{"model":"gpt-5","input":"go on","previous_response_id":%q}`, id))
+		require.Equal(t, http.StatusOK, status, "turn %d reaches the key that made the chain: served %v", i, v.Served(0)[65:])
+	}
+}
+
+// A pool
+// that knows the model without the body (WithModelFunc here; a model in the
+// path likewise) and counts no tokens skips reading the body, and with it
+// the previous_response_id that only the key that made it can answer: the
+// chain goes round the keys and is refused 400. A soft name can be missed
+// at the cost of a cache; this one cannot.
+func TestAffinityReadsPreviousResponseWhenTheModelComesFromElsewhere(t *testing.T) {
+	v, url := newResponsesVendor(t)
+	keys := []Key{{Secret: "k1"}, {Secret: "k2"}, {Secret: "k3"}}
+	pool, err := New("openai", keys, WithClock(newTestClock().Now),
+		WithModelFunc(func(*http.Request) string { return "gpt-5" }))
+	require.NoError(t, err)
+	client := &http.Client{Transport: pool.Transport(nil)}
+	status, id := respond(t, client, url, "/v1/responses", `{"model":"gpt-5","input":"hello"}`)
+	require.Equal(t, http.StatusOK, status)
+	for i := range 3 {
+		status, id = respond(t, client, url, "/v1/responses", fmt.Sprintf(`{"model":"gpt-5","input":"go on","previous_response_id":%q}`, id))
+		require.Equal(t, http.StatusOK, status, "turn %d: served %v", i, v.Served(0))
 	}
 }

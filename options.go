@@ -472,7 +472,9 @@ func WithAffinity(f func(*http.Request) string) Option {
 }
 
 // WithAffinityMemory sets how many conversations a Pool keeps on their keys
-// (the least recently served go first when there are more), and for how
+// (the least recently served go first when there are more) — as many of
+// the names requests give as of the response and conversation IDs answers
+// made (see WithAffinity), each kind apart — and for how
 // long after its last request a conversation stays (a vendor's prompt
 // cache lasts minutes to an hour). The defaults are
 // DefaultAffinityConversations and DefaultAffinityIdle; conversations 0
