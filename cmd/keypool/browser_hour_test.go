@@ -143,6 +143,8 @@ func TestBrowserCharts(t *testing.T) {
 	assert.Zero(t, countOf(t, ctx, `.key[data-key="b"] svg.key-chart line.bench-mark`))
 	card := read(t, ctx, chromedp.Text(chromedp.CSS(`.key[data-key="b"]`)))
 	assert.NotContains(t, card, "requests today", "no daily limit: the pool counts no day, and shows no 0 for it")
+	assert.Regexp(t, `tokens this minute\s*\d+ / 1,000,000`, card, "a limit's thousands apart")
+	assert.Regexp(t, `configured\s*1,000,000 tok/min`, card)
 	assert.LessOrEqual(t, pageOverflow(t, ctx), 0)
 	shoot(t, ctx, dir, "charts-1280x800.png")
 
@@ -221,7 +223,7 @@ func TestBrowserKeyTable(t *testing.T) {
 	assert.Contains(t, gone, "revoked or not authorized (auth)")
 	assert.Regexp(t, `back in 1[12] h \d+ min`, gone)
 	assert.Regexp(t, `\d+ / 30 req`, row("key-01"), "the minute's use against its limit")
-	assert.Regexp(t, `\d+ / 1000 req`, row("key-01"), "the day's")
+	assert.Regexp(t, `\d+ / 1,000 req`, row("key-01"), "the day's, its thousands apart")
 	assert.Regexp(t, `\$0\.\d+ / \$2\.00`, row("key-01"), "what it spent today, against its budget")
 	assert.Equal(t, 12, countOf(t, ctx, `section[data-route="many"] td[data-column="hour"] svg.key-chart`), "each key's hour")
 
@@ -256,6 +258,8 @@ func TestBrowserKeyTable(t *testing.T) {
 	_ = read(t, ctx, chromedp.Poll[bool](`document.querySelector('section[data-route="many"] table') !== window.drawn`,
 		chromedp.WithPollingTimeout(10*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
 	assert.Equal(t, before, ids(), "the order after a redraw")
+	fits := read(t, ctx, chromedp.Evaluate[bool](`(() => { const b = document.querySelector('section[data-route="many"] .table-scroll'); return b.scrollWidth <= b.clientWidth; })()`))
+	assert.True(t, fits, "at a desktop's width the table, its Unbench buttons too, needs no sideways scroll")
 	shoot(t, ctx, dir, "table-1280x800.png")
 
 	inTab(t, ctx, "the cards",

@@ -106,10 +106,15 @@
     return `$${s}`;
   }
 
+  // count writes a count with its thousands apart: 1,000,000.
+  function count(n) {
+    return Number(n).toLocaleString("en");
+  }
+
   // bar shows one window's use against the limit the pool enforces,
   // saying so when that limit is the one learned from the vendor; without
   // a limit, the count alone. say writes an amount (a count by default).
-  function bar(label, used, limit, learned, say = String, none = "no limit set") {
+  function bar(label, used, limit, learned, say = count, none = "no limit set") {
     if (!limit) {
       return h("div", { class: "use nolimit" }, h("span", { class: "use-label", text: label }),
         h("span", { class: "use-count", text: `${say(used)} · ${none}` }));
@@ -192,13 +197,13 @@
         spendBars(a.spend))));
   }
 
-  // limitsText says a set of limits in words: "30 req/min, 1000 req/day".
+  // limitsText says a set of limits in words: "30 req/min, 1,000 req/day".
   function limitsText(l) {
     const parts = [];
-    if (l && l.rpm) parts.push(`${l.rpm} req/min`);
-    if (l && l.rpd) parts.push(`${l.rpd} req/day`);
-    if (l && l.tpm) parts.push(`${l.tpm} tok/min`);
-    if (l && l.tpd) parts.push(`${l.tpd} tok/day`);
+    if (l && l.rpm) parts.push(`${count(l.rpm)} req/min`);
+    if (l && l.rpd) parts.push(`${count(l.rpd)} req/day`);
+    if (l && l.tpm) parts.push(`${count(l.tpm)} tok/min`);
+    if (l && l.tpd) parts.push(`${count(l.tpd)} tok/day`);
     return parts.join(", ");
   }
 
@@ -345,17 +350,17 @@
   // fraction used (-1 with no limit).
   function windowUse(k, which) {
     let best = null;
-    let count = 0;
+    let requests = 0;
     for (const m of k.models.concat(k.cap ? [k.cap] : [])) {
       const w = m[which];
-      count += w.requests;
+      requests += w.requests;
       for (const [used, limit, unit] of [[w.requests, w.requests_limit, "req"], [w.tokens, w.tokens_limit, "tok"]]) {
         if (!limit) continue;
         const frac = used / limit;
-        if (!best || frac > best.frac) best = { frac, text: `${used} / ${limit} ${unit}` };
+        if (!best || frac > best.frac) best = { frac, text: `${count(used)} / ${count(limit)} ${unit}` };
       }
     }
-    return best || { frac: -1, text: `${count} req` };
+    return best || { frac: -1, text: `${count(requests)} req` };
   }
 
   // why says in a few words what keeps a key from serving.
@@ -562,13 +567,13 @@
           class: "panel-label", text: label,
           title: kind === "tokens" ? "counted where the route has a token limit or a price" : null,
         }),
-        h("span", { class: "panel-total", text: sumOf(series).toLocaleString("en"), title: "the hour's total" })),
+        h("span", { class: "panel-total", text: count(sumOf(series)), title: "the hour's total" })),
       // The chart's scale, where a y-axis marks its top: the full height
       // is the busiest minute.
       h("div", { class: "chart-box" },
         chart(kind, label, series, marks, 40),
         sumOf(series) ? h("span", {
-          class: "chart-peak", text: `${Math.max(...series).toLocaleString("en")}/min`,
+          class: "chart-peak", text: `${count(Math.max(...series))}/min`,
           title: "the busiest minute: the bars' full height",
         }) : null)));
     return h("div", { class: "last-hour", "data-route": r.name },
