@@ -88,17 +88,21 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s.proxy.ServeHTTP(aw, r)
 	if call != nil {
-		defer s.settleClient(call) // once the answer is written, after the body's close below
+		// Once the answer is written, after the body's close below — and
+		// deferred before the proxy runs: it panics with
+		// http.ErrAbortHandler when a stream breaks, and the client's
+		// reservation must settle then too.
+		defer s.settleClient(call)
 	}
 	if aw.body != nil {
 		// Closed here, not after the handler returns: net/http, in full
 		// duplex, would otherwise start reading the next request while
 		// the close still reads this one's end, and panic
 		// (golang/go#68560).
-		_ = aw.body.Close()
+		defer func() { _ = aw.body.Close() }()
 	}
+	s.proxy.ServeHTTP(aw, r)
 	if hasTrailers(w.Header()) {
 		s.redact.header(w.Header()) // trailers go out after the handler returns
 	}

@@ -64,8 +64,10 @@ func (s *server) logRequests(next http.Handler) http.Handler {
 		start := time.Now()
 		rec := &requestRecord{}
 		sw := &statusWriter{ResponseWriter: w}
+		// Deferred: a stream that breaks ends the handler with a panic
+		// (http.ErrAbortHandler), and its request is logged too.
+		defer func() { s.logRequest(r, rec, sw.status, time.Since(start)) }()
 		next.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), recordKey{}, rec)))
-		s.logRequest(r, rec, sw.status, time.Since(start))
 	})
 }
 
