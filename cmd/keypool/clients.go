@@ -227,14 +227,14 @@ func (s *server) takeForClient(w http.ResponseWriter, r *http.Request, cl *clien
 		}
 	}
 	if cl.budget != (keypool.Budget{}) {
-		price, ok := s.clientPrice(cl, info.Model)
+		cost, unbounded, ok := s.clientReserve(cl, info, estimate)
 		if !ok {
 			refused(r, "refused")
 			writeError(w, http.StatusBadRequest, "invalid_request_error",
 				s.redact.String(fmt.Sprintf("keypool: the model %q has no price in the upstreams client %s reaches, and the client has a budget", cut(info.Model, 64), cl.name)), nil)
 			return nil, false
 		}
-		claim.Cost, claim.Unbounded = price.Reserve(info, estimate)
+		claim.Cost, claim.Unbounded = cost, unbounded
 	}
 	grant, err := s.store.Take(r.Context(), claim)
 	if err != nil {
@@ -248,29 +248,29 @@ func (s *server) takeForClient(w http.ResponseWriter, r *http.Request, cl *clien
 	return grant.Reservation, true
 }
 
-// clientPrice returns the dearest price of model among the routes a
-// client reaches, by each route's name for it: what a request reserves
-// of the client's budget before the route that serves it is known.
-func (s *server) clientPrice(cl *client, model string) (keypool.Price, bool) {
-	var dearest keypool.Price
-	found := false
+// clientReserve returns what a client's request reserves of its budget
+// before the route that serves it is known: the most it can cost at the
+// price of its model in any route the client reaches, by each route's
+// name for it — the dearest for this request, by its input and its
+// output bound, not by the prices' sum — and whether nothing bounds its
+// output at one of them. ok is false when no such route prices it.
+func (s *server) clientReserve(cl *client, info keypool.RequestInfo, estimate int64) (cost int64, unbounded, ok bool) {
 	for _, r := range s.settings.routes {
 		if cl.routes != nil && !slices.Contains(cl.routes, r.name) {
 			continue
 		}
-		name := model
-		if to, ok := r.models[model]; ok {
+		name := info.Model
+		if to, renamed := r.models[info.Model]; renamed {
 			name = to
 		}
-		p, ok := r.prices[name]
-		if !ok {
+		p, priced := r.prices[name]
+		if !priced {
 			continue
 		}
-		if !found || p.Input+p.Output > dearest.Input+dearest.Output {
-			dearest, found = p, true
-		}
+		c, u := p.Reserve(info, estimate)
+		cost, unbounded, ok = max(cost, c), unbounded || u, true
 	}
-	return dearest, found
+	return cost, unbounded, ok
 }
 
 // overClientLimit answers a request the client's own windows or budget
