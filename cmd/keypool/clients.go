@@ -98,6 +98,7 @@ type clientCall struct {
 	used     keypool.Settlement
 	heard    bool // a pool settled the request (NotifySettle)
 	noAnswer bool // the proxy answered it itself: no upstream's answer came
+	sent     bool // a pool sent it upstream (OnAttempt), whatever came of it
 }
 
 type callKey struct{}
@@ -121,6 +122,25 @@ func (c *clientCall) unanswered() {
 		c.noAnswer = true
 		c.mu.Unlock()
 	}
+}
+
+// attempted notes that a pool sent the request upstream.
+func (c *clientCall) attempted() {
+	if c != nil {
+		c.mu.Lock()
+		c.sent = true
+		c.mu.Unlock()
+	}
+}
+
+// wasSent reports whether a pool sent the request upstream.
+func (c *clientCall) wasSent() bool {
+	if c == nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sent
 }
 
 // admit holds the rules of the client of call, which r's context

@@ -322,7 +322,11 @@ var optionFields = strings.NewReplacer(
 // keep, a model without a price); 503 while Redis is out of
 // reach (without replicas); 502 otherwise.
 func (s *server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
-	callOf(r.Context()).unanswered()
+	if call := callOf(r.Context()); r.Context().Err() == nil || !call.wasSent() {
+		// A client that gave up while the vendor had its request keeps
+		// it counted, as the pools keep a key's: the vendor may count it.
+		call.unanswered()
+	}
 	var na *keypool.NoAvailableKeyError
 	var own *refusal.Error
 	var body *requestBody
