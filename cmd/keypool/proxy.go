@@ -176,6 +176,15 @@ func (s *server) rewrite(pr *httputil.ProxyRequest) {
 	// The transport asks for gzip itself and decompresses the answer, so
 	// that the proxy can read what it redacts.
 	delete(out.Header, "Accept-Encoding")
+	// No protocol upgrade (a WebSocket): what crosses an upgraded
+	// connection could be neither metered nor scanned for keys, and the
+	// vendor would speak first on it while the proxy waits for a body.
+	// httputil.ReverseProxy puts the client's Upgrade back on the
+	// outgoing request before Rewrite: it is taken off here.
+	if out.Header.Get("Upgrade") != "" {
+		delete(out.Header, "Upgrade")
+		delete(out.Header, "Connection")
+	}
 	out.URL.RawQuery = s.stripQuery(out.URL.RawQuery)
 	out.URL.Scheme, out.URL.Host, out.Host = "http", "upstream.invalid", ""
 }
@@ -232,6 +241,12 @@ func (s *server) holdsToken(v string) bool {
 // unscanned. A stream passes as it comes, unread: holding any of it back
 // would hold back the events.
 func (s *server) modifyResponse(resp *http.Response) error {
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// Never asked for (rewrite): its body is a connection, which
+		// reading would wait on.
+		_ = resp.Body.Close()
+		return errors.New("the upstream switched protocols, which the proxy does not forward")
+	}
 	s.redact.header(resp.Header)
 	if resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified || resp.Request != nil && resp.Request.Method == http.MethodHead {
 		return nil // no body
