@@ -93,6 +93,8 @@ type clientCall struct {
 	client *client
 	tag    string              // as the request gave it: "" for none
 	res    keypool.Reservation // what its windows and budget recorded; nil: none
+	// claimed is what res recorded: the request's tokens and its reserve.
+	claimed keypool.Settlement
 
 	mu       sync.Mutex // guards the fields below
 	used     keypool.Settlement
@@ -182,7 +184,7 @@ func (s *server) admit(w http.ResponseWriter, r *http.Request, call *clientCall)
 		return nil, false
 	}
 	if cl.limited() {
-		if call.res, ok = s.takeForClient(w, r, cl, info, now); !ok {
+		if call.res, call.claimed, ok = s.takeForClient(w, r, cl, info, now); !ok {
 			return nil, false
 		}
 	}
@@ -234,7 +236,7 @@ func (s *server) readForClient(w http.ResponseWriter, r *http.Request) (keypool.
 // takeForClient takes the request from the client's windows and budget
 // in the store, and returns what it recorded; it answers r itself, and
 // returns ok false, when they refuse it.
-func (s *server) takeForClient(w http.ResponseWriter, r *http.Request, cl *client, info keypool.RequestInfo, now time.Time) (keypool.Reservation, bool) {
+func (s *server) takeForClient(w http.ResponseWriter, r *http.Request, cl *client, info keypool.RequestInfo, now time.Time) (keypool.Reservation, keypool.Settlement, bool) {
 	claim := keypool.Claim{Provider: clientProviderName, KeyID: cl.name, Model: clientModel, Named: true,
 		Limits: cl.limits, Budget: cl.budget, Now: now}
 	estimate := keypool.DefaultEstimate(info)
@@ -252,20 +254,20 @@ func (s *server) takeForClient(w http.ResponseWriter, r *http.Request, cl *clien
 			refused(r, "refused")
 			writeError(w, http.StatusBadRequest, "invalid_request_error",
 				s.redact.String(fmt.Sprintf("keypool: the model %q has no price in the upstreams client %s reaches, and the client has a budget", cut(info.Model, 64), cl.name)), nil)
-			return nil, false
+			return nil, keypool.Settlement{}, false
 		}
 		claim.Cost, claim.Unbounded = cost, unbounded
 	}
 	grant, err := s.store.Take(r.Context(), claim)
 	if err != nil {
 		s.proxyError(w, r, err)
-		return nil, false
+		return nil, keypool.Settlement{}, false
 	}
 	if !grant.OK {
 		s.overClientLimit(w, r, cl, grant)
-		return nil, false
+		return nil, keypool.Settlement{}, false
 	}
-	return grant.Reservation, true
+	return grant.Reservation, keypool.Settlement{Tokens: claim.Tokens, Cost: claim.Cost}, true
 }
 
 // clientReserve returns what a client's request reserves of its budget
@@ -328,6 +330,11 @@ func (s *server) settleClient(call *clientCall) {
 			err = res.Settle(ctx, used.Tokens, used.Cost)
 		case noAnswer:
 			err = res.Release(ctx)
+		default:
+			// Answered, but no usage reported (a stream without
+			// include_usage): what it reserved is spent, not held as
+			// if the request were still in flight until the period ends.
+			err = res.Settle(ctx, call.claimed.Tokens, call.claimed.Cost)
 		}
 		if err != nil {
 			s.log.Warn("settling a client's request", "client", call.client.name, "err", s.reason(err))
