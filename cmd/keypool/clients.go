@@ -126,11 +126,18 @@ func (c *clientCall) unanswered() {
 	}
 }
 
-// attempted notes that a pool sent the request upstream.
-func (c *clientCall) attempted() {
+// attempted notes that a pool sent the request upstream, in attempt a.
+// A success forgets what earlier attempts settled — a refusing key's
+// zero — so that a success without usage leaves the reserve to stand
+// (settleClient) rather than settle at that zero; its own usage, read
+// with its body, comes after.
+func (c *clientCall) attempted(a keypool.Attempt) {
 	if c != nil {
 		c.mu.Lock()
 		c.sent = true
+		if a.Status >= 200 && a.Status < 300 {
+			c.used, c.heard = keypool.Settlement{}, false
+		}
 		c.mu.Unlock()
 	}
 }

@@ -188,7 +188,7 @@ func nextServer(prev *server, s *settings) (*server, error) {
 			keypool.WithMeterProvider(srv.meters),
 			keypool.OnAttempt(func(ctx context.Context, a keypool.Attempt) {
 				attempted(ctx, a)
-				callOf(ctx).attempted()
+				callOf(ctx).attempted(a)
 				srv.history.attempted(ctx, a)
 			}),
 			keypool.OnSettle(func(st keypool.Settlement) { srv.history.settled(st) }),
