@@ -16,7 +16,8 @@ import (
 // estimate for a request naming model (WithEstimator) until fn says what it
 // used: fn calls Settle(ctx, input, output) with the context Do gave it,
 // once the vendor has reported its usage. When fn never calls Settle, the
-// estimate stands. A call names no max_tokens: against a budget it
+// estimate stands, and what the call reserved of a budget is spent. A call
+// names no max_tokens: against a budget it
 // reserves the model's Price.MaxOutput, or, without one, all that is left,
 // and runs alone (see Budget).
 //
@@ -74,6 +75,8 @@ func (p *Pool) Do(ctx context.Context, model string, fn func(ctx context.Context
 			if p.needTokens() {
 				p.counted(ctx, l.key, ch.model, u.total())
 			}
+		default:
+			p.standEstimate(ctx, &ch)
 		}
 		return err
 	}

@@ -578,17 +578,19 @@ type lease struct {
 
 // charge is what settling a lease needs, which a metered answer's body
 // keeps until the caller has read it: the key, the model, the reservation,
-// and the model's price (nil when it has none).
+// the model's price (nil when it has none), and the tokens and the cost
+// the reservation recorded.
 type charge struct {
-	key         *poolKey
-	model       string
-	reservation Reservation
-	price       *Price
-	bound       int64
+	key          *poolKey
+	model        string
+	reservation  Reservation
+	price        *Price
+	bound        int64
+	tokens, cost int64
 }
 
 func (l *lease) charge() charge {
-	return charge{l.key, l.claim.Model, l.grant.Reservation, l.price, l.bound}
+	return charge{l.key, l.claim.Model, l.grant.Reservation, l.price, l.bound, l.claim.Tokens, l.claim.Cost}
 }
 
 // call is what one request remembers across its attempts: the keys that

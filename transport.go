@@ -364,6 +364,19 @@ func (p *Pool) settleFor(ctx context.Context, c *charge, u usageReport, used fun
 	return u
 }
 
+// standEstimate settles charge c, whose answer reported no usage (a
+// stream without include_usage), at what its request recorded: its
+// estimate stands in the windows, and what it reserved of a budget is
+// spent — not held as if the request were still in flight until the
+// period ends, which would refuse the key's next requests as held by one
+// in flight (a second's retry, all day). NotifySettle hears nothing: the
+// vendor said nothing.
+func (p *Pool) standEstimate(ctx context.Context, c *charge) {
+	if p.needTokens() || c.price != nil { // else the reservation holds no tokens or cost
+		p.storeResult(opSettle, c.reservation.Settle(ctx, c.tokens, c.cost))
+	}
+}
+
 // meter arranges for what an answer reports it used to replace the
 // estimate of its lease: as the caller reads a successful body, through m,
 // or at once (nothing used) for an answer that is not a success. Under
@@ -427,7 +440,8 @@ func (m *meteredBody) settleFor(u usageReport, ok bool, named conversation, used
 		m.pool.named(ctx, named, m.charge.key)
 	}
 	if !ok {
-		return // the estimate stands
+		m.pool.standEstimate(ctx, &m.charge)
+		return
 	}
 	u = m.pool.settleFor(ctx, &m.charge, u, used)
 	if m.pool.needTokens() || m.charge.price != nil {

@@ -939,7 +939,8 @@ type usedKey struct{}
 // success, and at what the vendor reported once a success's body is read
 // (or closed) — with its Cost, unlike OnSettle, and whether or not the
 // pool counts tokens itself. The last call counts; an answer that reports
-// no usage settles nothing, so f may not be called for it. f runs on the
+// no usage is settled at the request's estimate and reserve, and f is not
+// called for it. f runs on the
 // goroutine that reads the body or sends the request, and must be quick;
 // it never receives a secret. A nil f changes nothing.
 func NotifySettle(ctx context.Context, f func(Settlement)) context.Context {

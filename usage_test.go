@@ -11,6 +11,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -1424,4 +1425,30 @@ func TestNotifySettleHearsTheSettledUse(t *testing.T) {
 			assert.Equal(t, tc.wantCost, got[0].Cost > 0, "cost %d", got[0].Cost)
 		})
 	}
+}
+
+// An answer that reports no usage — a stream without include_usage, a
+// Pool.Do function that never calls Settle — is settled at its estimate:
+// what it reserved of a budget is spent, not held as if the request were
+// still in flight until the day ends, refusing the key's next requests a
+// second at a time. Pool.Do names no max_tokens: its reserve is all that
+// is left, and the next call would find nothing left all day.
+func TestAnswerWithoutUsageSpendsItsReserve(t *testing.T) {
+	pool, _, _ := budgetPool(t, Price{Input: 1, Output: 2})
+	require.NoError(t, pool.Do(t.Context(), "gpt-4o", func(context.Context, Key) error { return nil }))
+	assert.InDelta(t, 1024*2e-6, pool.Stats()[0].Spent.PerDay, 1e-9, "the estimate: 1,024 tokens of output at $2 a million")
+	require.NoError(t, pool.Do(t.Context(), "gpt-4o", func(context.Context, Key) error { return nil }),
+		"the first call's reserve of all that was left is no longer held")
+
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"x","choices":[]}`)
+	}))
+	t.Cleanup(srv.Close)
+	pool, client, _ := budgetPool(t, Price{Input: 1, Output: 2})
+	resp, err := client.Post(srv.URL, "application/json", strings.NewReader(`{"model":"gpt-4o","max_tokens":100,"messages":[{"role":"user","content":"12345678"}]}`))
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	require.NoError(t, resp.Body.Close())
+	assert.InDelta(t, (3*1+100*2)*1e-6, pool.Stats()[0].Spent.PerDay, 1e-9, "its reserve: 3 tokens of input (12 bytes of text), 100 of output")
 }
