@@ -242,7 +242,7 @@ func flag(b bool) int {
 // queue adds an adjustment to those waiting, and wakes the store's
 // goroutine to send it if no take carries it first.
 func (s *Store) queue(a adjustment) {
-	if a.call == nil && a.requests == 0 && a.tokens == 0 && a.cost == 0 {
+	if a.call == nil && a.requests == 0 && a.tokens == 0 && a.cost == 0 && a.held == [2]int64{} {
 		return
 	}
 	a.queued = time.Now()

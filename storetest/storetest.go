@@ -80,6 +80,7 @@ func Run(t *testing.T, h Harness) {
 		{"AccountBudgetsAreShared", accountBudgetsAreShared, false},
 		{"ReservationsHoldTheBudget", reservationsHoldTheBudget, false},
 		{"UnboundedTakesAllThatIsLeft", unboundedTakesAllThatIsLeft, false},
+		{"SettleThatChangesNothingButTheCostFreesTheReserve", settleAtNoCostFreesTheReserve, false},
 		{"BudgetsReturnWithTheNextDay", budgetsReturnWithTheNextDay, true},
 		{"RestartKeepsSpend", restartKeepsSpend, false},
 	}
@@ -741,6 +742,22 @@ func reservationsHoldTheBudget(t *testing.T, h Harness) {
 	g = mustTake(t, s, priced(h, "k", 1, day))
 	assert.False(t, g.OK)
 	assert.Equal(t, keypool.KindQuota, g.Reason)
+}
+
+// settleAtNoCostFreesTheReserve holds a store to giving back what a take
+// reserved of a budget when it settles at no cost and at the tokens it
+// took: an answer with no usage (an error the vendor served, a stream cut
+// before its usage) settles so.
+func settleAtNoCostFreesTheReserve(t *testing.T, h Harness) {
+	s := h.Open(t)
+	day := keypool.Budget{PerDay: 0.05}
+	g := mustTake(t, s, priced(h, "k", 40_000, day))
+	require.True(t, g.OK)
+	require.NoError(t, g.Reservation.Settle(ctx, 0, 0))
+	require.NoError(t, s.Flush(ctx))
+	assert.InDelta(t, 0, spent(t, s, h, "k").PerDay, 1e-9, "a settle at no cost spends nothing and holds nothing")
+	g = mustTake(t, s, priced(h, "k", 40_000, day))
+	assert.True(t, g.OK, "nothing is spent or reserved: 40,000 fits 50,000")
 }
 
 // unboundedTakesAllThatIsLeft holds a store to reserving, for a request
