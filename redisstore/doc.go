@@ -67,8 +67,9 @@
 // the prefix "keypool" by default (WithPrefix) and the provider, key ID and
 // model escaped (':', '{', '}', '%', spaces, control and non-ASCII bytes as
 // %XX), so that names never collide. The braces make the provider the hash
-// tag: all the keys of a pool live in one slot, and a script may touch any
-// of them on Redis Cluster. Secrets never reach Redis: keys are named by
+// tag (an empty provider is written "%", as "{}" is no hash tag): all the
+// keys of a pool live in one slot, and a script may touch any of them on
+// Redis Cluster. Secrets never reach Redis: keys are named by
 // their IDs. Every key is a hash with an expiry, so that idle state
 // disappears; a write sets the expiry again once it is 30 s old (not at
 // every write, to save a command), which the expiry's margin of a minute

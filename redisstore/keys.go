@@ -45,19 +45,29 @@ type keyNames struct {
 }
 
 func names(prefix, provider, keyID string) keyNames {
-	return keyNames{base: prefix + ":{" + escape(provider) + "}:", key: escape(keyID)}
+	return keyNames{base: prefix + ":{" + poolTag(provider) + "}:", key: escape(keyID)}
+}
+
+// poolTag returns the pool's hash tag, the escaped provider: "%" for "", as
+// "{}" is no hash tag to Redis Cluster, which would place each key of the
+// pool by its whole name. No escaped name is "%" alone.
+func poolTag(provider string) string {
+	if provider == "" {
+		return "%"
+	}
+	return escape(provider)
 }
 
 // affinityName is the name of the key a conversation of a pool stays on,
 // under the pool's hash tag.
 func affinityName(prefix, provider, conversation string) string {
-	return prefix + ":{" + escape(provider) + "}:a:" + escape(conversation)
+	return prefix + ":{" + poolTag(provider) + "}:a:" + escape(conversation)
 }
 
 // disabledName is the name of the hash of a pool's keys out of rotation
 // (keypool.DisabledStore): a field for each key ID.
 func disabledName(prefix, provider string) string {
-	return prefix + ":{" + escape(provider) + "}:d"
+	return prefix + ":{" + poolTag(provider) + "}:d"
 }
 
 // index is the key's index: the models it knows, its latest take, how its
