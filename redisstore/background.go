@@ -229,7 +229,7 @@ func (s *Store) adjustCall(a adjustment) *evalCall {
 		t.Model, a.at, a.requests, a.tokens,
 		flag(a.counted&1 != 0), flag(a.counted&2 != 0), flag(a.counted&4 != 0), flag(a.counted&8 != 0), flag(cal),
 		a.cost, flag(a.counted&16 != 0), flag(a.counted&32 != 0),
-		a.held[0], a.resets[0], a.held[1], a.resets[1]), n)
+		a.held[0], a.resets[0], a.held[1], a.resets[1], flag(a.counted&64 != 0)), n)
 }
 
 func flag(b bool) int {

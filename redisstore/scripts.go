@@ -691,7 +691,8 @@ end
 // It returns {1, at, 0, level, counted, tokens, keyHeld, accountHeld,
 // keyResets, accountResets, server} for a take it recorded at server time
 // at — counted says what counts it: 1 the model's minute, 2 its day, 4 the
-// cap's minute, 8 the cap's day, 16 the key's spend, 32 the account's —
+// cap's minute, 8 the cap's day, 16 the key's spend, 32 the account's, and
+// 64 says the model's windows are the overflow model's —
 // with what it reserves of the key's and the account's spend, and their
 // resets as of the take; and {0, retryAt, reason, level, now, server} for
 // one it refused at server time now: reason is the kind of the bench that
@@ -822,6 +823,7 @@ if sets[1].minute then hold = now + MW * MN end
 if sets[1].day or sets[1].cal then hold = now + DW * DN end
 if m ~= ARGV[2] and hold - busy > REFRESH then redis.call('HSET', idx, 'm' .. m, entryString(hold, lrn)) end
 local function resets(b) if b.s then return b.s.g end return 0 end
+if m == ARGV[2] then counted = counted + 64 end
 return {1, now, 0, level, counted, tok, held[1], held[2], resets(budgets[1]), resets(budgets[2]), server}
 end
 `
@@ -891,13 +893,16 @@ end
 // for each of the key's and the account's spend (which counts it at at), and
 // for each of the key's and the account's spend the change of what the take
 // reserves and the spend's resets as of the take: a spend reset since holds
-// nothing of the take's.
+// nothing of the take's; last, 1 when the take counted in the overflow
+// model's windows (0 otherwise).
 const adjustSource = `
 ops.adjust = function()
 local idx = KEYS[1]
-local now, known = key(idx, ARGV[1])
+local now = key(idx, ARGV[1])
 local mk, dk = KEYS[2], KEYS[3]
-if not known then mk, dk = KEYS[4], KEYS[5] end
+-- The windows the take counted in: the overflow model's when it did, even
+-- if the model has had an entry of its own made since.
+if ARGV[17] == '1' then mk, dk = KEYS[4], KEYS[5] end
 local at, req, tok = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local cal = ARGV[9] == '1'
 local function apply(minute, day, fm, fd)
