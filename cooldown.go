@@ -221,9 +221,10 @@ func (p *Pool) observe(ctx context.Context, l *lease, v *verdict, now time.Time)
 		p.probed(l, true)
 		return time.Time{}
 	}
-	if v.quoted {
+	if v.quoted || v.again {
 		// Words the request could have written bench nothing until
-		// another key serves the same request (confirm).
+		// another key serves the same request (confirm); a second bad
+		// moment of one request benches nothing more.
 		p.probed(l, false)
 		return time.Time{}
 	}

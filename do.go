@@ -23,8 +23,9 @@ import (
 //
 // When fn returns an error that is (or wraps) a *ProviderError of a failing
 // kind, the key is benched by that error and, if another key can take the
-// call, fn is called again with it, each key at most once; a failed call
-// counts no tokens. Any other error benches nothing and is returned as is.
+// call, fn is called again with it, each key at most once — but a second
+// KindTransient of one call benches nothing and is returned, as the
+// Transport's second 5xx is; a failed call counts no tokens. Any other error benches nothing and is returned as is.
 // When no key can take the call, Do returns a *NoAvailableKeyError that also
 // wraps the last error of fn.
 func (p *Pool) Do(ctx context.Context, model string, fn func(ctx context.Context, k Key) error) error {
@@ -54,6 +55,7 @@ func (p *Pool) Do(ctx context.Context, model string, fn func(ctx context.Context
 		err := p.run(fctx, fn, &l)
 		now := p.cfg.clock()
 		v := verdictOf(err, now)
+		c.badMoment(&v)
 		until := p.observe(ctx, &l, &v, now)
 		c.sooner(until)
 		if p.cfg.onAttempt != nil {
@@ -63,7 +65,7 @@ func (p *Pool) Do(ctx context.Context, model string, fn func(ctx context.Context
 		}
 		ch := l.charge()
 		switch {
-		case v.kind != KindNone && !p.single():
+		case v.kind != KindNone && !p.single() && !v.again:
 			p.settle(ctx, &ch, usageReport{})
 			c.tried.add(l.key.index)
 			last = err

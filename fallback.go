@@ -214,6 +214,16 @@ func (fb *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 			ev.Skipped = append(ev.Skipped, RouteSkip{Route: r.Name, Kind: v.kind})
 			held.Request = req
 			continue
+		case v.kind == KindTransient && !r.Pool.single():
+			// A bad moment its pool gave back: the pool benched the key it
+			// was evidence about, and a second key's is the request's or
+			// the vendor's (call.badMoment), not the route's. The next
+			// route may serve it; none is benched for it.
+			if !last {
+				skip(r, RouteSkip{Kind: v.kind})
+				drain(resp.Body)
+				continue
+			}
 		case v.kind != KindNone && !v.quoted:
 			// The route's own failure: its pool could not route around it.
 			d, _ := r.Pool.cfg.bench.benchFor(v, 0, now)

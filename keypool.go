@@ -103,7 +103,11 @@
 //     the ChatGPT backend's, a 5-hour or weekly window in prose) is spent
 //     — its prose saying which window and for how long; one
 //     that speaks of the vendor's overload is transient. A 5xx benches the
-//     key for the model.
+//     key for the model — once a request: a second bad moment of the same
+//     request, from another key, is evidence of the request (a vendor
+//     answers 500 to some inputs on every key) or of the vendor, so it
+//     benches nothing, ends the failover and goes back to the caller, and
+//     a Fallback benches no route for it.
 //   - A 400 or 403 — or a 5xx that speaks of money — whose kind no code or
 //     header states is quoted when the request could have written it: its
 //     body, path or query hold the words the prose went by (or a JSON
@@ -593,6 +597,19 @@ func (l *lease) charge() charge {
 	return charge{l.key, l.claim.Model, l.grant.Reservation, l.price, l.bound, l.claim.Tokens, l.claim.Cost}
 }
 
+// badMoment marks v again when it is a bad moment (KindTransient) and an
+// earlier attempt of c's request had one: a request every key it reaches
+// fails says more of itself, or of the vendor, than of any key — a request
+// the vendor cannot process answers 500 on each — so it benches one key,
+// fails over once, and goes back to the caller, rather than bench every
+// key of the pool for the others.
+func (c *call) badMoment(v *verdict) {
+	if v.kind == KindTransient {
+		v.again = c.transient
+		c.transient = true
+	}
+}
+
 // call is what one request remembers across its attempts: the keys that
 // failed it, the soonest moment a key it saw comes back, and, once it has
 // waited for a key (WaitForKey), when its waiting must end.
@@ -608,6 +625,9 @@ type call struct {
 	maxOutput int64
 	dear      int64
 	disabled  int // the keys passed over as out of rotation
+	// transient: an attempt of the request had a bad moment
+	// (KindTransient); a second one benches nothing (badMoment).
+	transient bool
 	// conversation is the request's, 0 for none (see WithAffinity); stay
 	// the key it stays on, once looked.
 	conversation conversation

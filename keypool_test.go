@@ -122,7 +122,7 @@ func TestDoAllKeysFail(t *testing.T) {
 	clock := newTestClock()
 	p, err := New("x", threeKeys(), WithClock(clock.Now))
 	require.NoError(t, err)
-	last := &ProviderError{Kind: KindTransient, Status: 503}
+	last := &ProviderError{Kind: KindRate, Status: 429, RetryAfter: time.Minute}
 	calls := 0
 	err = p.Do(t.Context(), "m", func(context.Context, Key) error { calls++; return last })
 	assert.Equal(t, 3, calls, "each key at most once")
@@ -248,4 +248,21 @@ func TestZeroPoolSaysUseNew(t *testing.T) {
 	assert.ErrorIs(t, p.Unbench(t.Context(), "k"), errNotNew)
 	assert.Nil(t, p.Stats())
 	assert.NoError(t, p.Close())
+}
+
+// A bad moment (KindTransient) benches the key it came from; a second of
+// the same call benches nothing and ends it: a call every key fails says
+// more of itself than of the keys, which stay for the other calls.
+func TestDoSecondBadMomentBenchesNothing(t *testing.T) {
+	clock := newTestClock()
+	var ev evictions
+	p, err := New("x", threeKeys(), WithClock(clock.Now), OnEvict(ev.add))
+	require.NoError(t, err)
+	bad := &ProviderError{Kind: KindTransient, Status: 500}
+	calls := 0
+	err = p.Do(t.Context(), "m", func(context.Context, Key) error { calls++; return bad })
+	assert.Same(t, bad, err, "the vendor's answer goes back")
+	assert.Equal(t, 2, calls, "one failover")
+	require.Len(t, ev.all(), 1, "one key benched")
+	assert.Len(t, served(t, p, 4), 2, "the other two serve the next calls")
 }

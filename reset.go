@@ -307,6 +307,11 @@ type verdict struct {
 	// request without their words cannot have written it (mayHaveWritten).
 	// Zero when the status alone gave the kind.
 	echo signs
+	// again: a bad moment (KindTransient) of a request whose earlier
+	// attempt, on another key, had one: evidence of the request, or of the
+	// vendor, more than of this key. It benches nothing, and the answer
+	// goes back to the caller.
+	again bool
 	// plan: the window the reading names is a subscription's plan window,
 	// spent on the key as a whole, so a bench holds every model of it.
 	plan bool

@@ -212,6 +212,7 @@ func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again
 			v.quoted = false // the request holds no word of it: the vendor's own
 		}
 	}
+	r.badMoment(&v)
 	until := p.observe(ctx, &l, &v, now)
 	r.sooner(until)
 	p.attempted(ctx, span, Attempt{KeyID: l.key.ID, Model: r.model, Failover: attempt, Status: resp.StatusCode, Kind: v.kind, Bench: benchLength(until, now)}, nil)
@@ -230,8 +231,9 @@ func (t *transport) attempt(r *request, attempt int) (resp *http.Response, again
 		h := r.held
 		p.benchKey(ctx, h.key, h.model, h.level, &h.v, now)
 	}
-	if v.kind == KindNone || v.oversized || p.single() || !r.body.replayable() || v.quoted {
-		// A second quoted failure is the request's: it goes back.
+	if v.kind == KindNone || v.oversized || p.single() || !r.body.replayable() || v.quoted || v.again {
+		// A second quoted failure is the request's, and so is a second
+		// bad moment: it goes back.
 		p.meter(&l, resp, r.metered)
 		if l.flying {
 			resp.Body = &landingBody{ReadCloser: resp.Body, pool: p, key: l.key}

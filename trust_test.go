@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -419,4 +420,71 @@ func TestRequestTooLargeForTheBalanceBenchesNothing(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+// poisonVendor answers 500 to any request whose body says "poison", as
+// vendors do to some inputs they cannot process, and serves the others,
+// counting what it was sent.
+func poisonVendor(t *testing.T) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	var sent atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sent.Add(1)
+		b, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		if strings.Contains(string(b), "poison") {
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = io.WriteString(w, `{"error":{"message":"The server had an error while processing your request. Sorry about that!","type":"server_error"}}`)
+			return
+		}
+		_, _ = io.WriteString(w, `{"id":"c","usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &sent
+}
+
+// One request that every key fails with a server error takes no more than
+// one key for a minute: the first key's 500 benches it, and the second's,
+// evidence of the request (or of the vendor) more than of either key,
+// benches nothing, ends the failover and goes back to the caller. Through
+// a Fallback, the route is benched for none of it: the next route serves
+// the request, and the first serves the next.
+func TestRequestEveryKeyFailsBenchesOneKey(t *testing.T) {
+	srv, sent := poisonVendor(t)
+	var ev evictions
+	pool, err := New("openai", threeKeys(), OnEvict(ev.add))
+	require.NoError(t, err)
+	client := &http.Client{Transport: pool.Transport(nil)}
+	post := func(c *http.Client, content string) int {
+		t.Helper()
+		resp, err := c.Post(srv.URL+"/v1/chat/completions", "application/json",
+			strings.NewReader(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"`+content+`"}]}`))
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		require.NoError(t, resp.Body.Close())
+		return resp.StatusCode
+	}
+	assert.Equal(t, http.StatusInternalServerError, post(client, "poison"), "the vendor's answer")
+	assert.Equal(t, int64(2), sent.Load(), "one failover")
+	assert.Len(t, ev.all(), 1, "one key benched")
+	for range 4 {
+		assert.Equal(t, http.StatusOK, post(client, "hello"), "the other keys serve the other requests")
+	}
+
+	u, _ := url.Parse(srv.URL)
+	first, err := New("first", threeKeys())
+	require.NoError(t, err)
+	second, err := New("second", threeKeys())
+	require.NoError(t, err)
+	var routes []RouteEvent
+	fb, err := NewFallback([]Route{{Name: "first", Pool: first, URL: u}, {Name: "second", Pool: second, URL: u}},
+		OnRoute(func(e RouteEvent) { routes = append(routes, e) }))
+	require.NoError(t, err)
+	via := &http.Client{Transport: fb}
+	sent.Store(0)
+	assert.Equal(t, http.StatusInternalServerError, post(via, "poison"))
+	assert.Equal(t, int64(4), sent.Load(), "two keys of each route")
+	assert.Equal(t, http.StatusOK, post(via, "hello"))
+	require.Len(t, routes, 2)
+	assert.Equal(t, "first", routes[1].Route, "the first route was benched for none of it")
 }

@@ -1,0 +1,390 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/keypool-go/keypool/internal/vendorsim"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A client that gives up on each request while the vendor has it is
+// still held to its own rpm: the vendor got (and may count, and bill)
+// each one. The library keeps a key's slot taken in that case
+// (transport.noAnswer); the proxy's proxyError marks the client's call
+// unanswered first thing, whatever the error, and settleClient then
+// releases the client's reservation — so a client at rpm 3 that cancels
+// its requests once they are upstream sends as many as it likes.
+func TestClientCancelledRequestsStillCount(t *testing.T) {
+	var arrived atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived.Add(1)
+		select { // a long completion, which the client does not wait for
+		case <-r.Context().Done():
+		case <-time.After(2 * time.Second):
+		}
+	}))
+	t.Cleanup(up.Close)
+	conf := fmt.Sprintf(`
+proxy_tokens: [%q]
+operator_tokens: [%q]
+state: %s
+clients:
+  - {name: capped, token: kp-client-capped-000001, limits: {rpm: 3}}
+upstreams:
+  - name: alpha
+    url: %s
+    keys: [{id: a1, secret: sk-alpha-1}]
+`, proxyToken, operatorToken, t.TempDir(), up.URL)
+	addr, _ := serveServer(t, clocked(t, conf, newTestClock(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))))
+	send := func(timeout time.Duration) (int, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/v1/chat/completions",
+			strings.NewReader(`{"model":"gpt-4o-mini","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}`))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer kp-client-capped-000001")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	for i := range 6 {
+		before := arrived.Load()
+		status, err := send(300 * time.Millisecond)
+		if err == nil {
+			require.Equal(t, http.StatusTooManyRequests, status, "request %d", i)
+			continue
+		}
+		if arrived.Load() == before {
+			t.Fatalf("request %d was canceled before it reached the vendor", i)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // the canceled requests' handlers end
+	assert.LessOrEqual(t, arrived.Load(), int64(3), "the vendor got more of the client's requests in a minute than its rpm")
+}
+
+// NotifySettle tells a client's call "at zero when a key refused it",
+// and nothing for a success that reports no usage. A budgeted client's
+// request that one key refuses (429) and the next serves as a stream
+// without usage (OpenAI without stream_options.include_usage) is thus
+// settled at zero — the refused key's notice — and costs the client
+// nothing, while the vendor bills it: under failover a client streams
+// for free, past its budget.
+func TestClientFailoverThenStreamWithoutUsageIsNotFree(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "Bearer sk-busy-1" {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Retry-After", "20")
+			w.WriteHeader(http.StatusTooManyRequests)
+			io.WriteString(w, `{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}`)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"gpt-4o-mini\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n")
+	}))
+	t.Cleanup(up.Close)
+	conf := fmt.Sprintf(`
+proxy_tokens: [%q]
+operator_tokens: [%q]
+state: %s
+clients:
+  - {name: spender, token: kp-client-spender-00001, budget: {per_day: 10}}
+upstreams:
+  - name: alpha
+    url: %s
+    prices: {gpt-4o-mini: {input: 1000, output: 2000}}
+    keys: [{id: busy, secret: sk-busy-1}, {id: free, secret: sk-free-1}]
+`, proxyToken, operatorToken, t.TempDir(), up.URL)
+	addr, _ := serveServer(t, clocked(t, conf, newTestClock(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))))
+	body := `{"model":"gpt-4o-mini","stream":true,"max_tokens":1000,"messages":[{"role":"user","content":"Say hello."}]}`
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer kp-client-spender-00001")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	spender := clientsOf(t, addr)["spender"]
+	require.NotNil(t, spender.Spent)
+	t.Logf("the store counts $%.4f for a stream served after a failover", spender.Spent.PerDay)
+	assert.Positive(t, spender.Spent.PerDay, "a served stream cost the client nothing")
+}
+
+// OpenAI reports no usage in a stream unless the request asks for it
+// (stream_options.include_usage), and most clients do not. The pool then
+// never settles the request (NotifySettle is not called) and
+// settleClient neither settles nor releases the client's reservation: it
+// stays held, as if the request were still in flight, until the day
+// ends. Once such streams fill a client's budget, every request after
+// gets 429 with Retry-After 1 — "requests in flight hold the budget" —
+// all day, although none is in flight (and the message says "its
+// per-minute limit (rpm, tpm)", which the client does not have). A request that is over should count as spent (its
+// reserve, when nothing better is known), and the refusal name the next
+// day, as the docs say of a spent budget.
+func TestClientStreamsWithoutUsageSpendTheBudget(t *testing.T) {
+	clock := newTestClock(time.Date(2026, 3, 10, 23, 0, 0, 0, time.UTC))
+	sim := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Clock: clock.now, Keys: []vendorsim.Key{{Secret: "sk-alpha-1", ID: "a1"}}})
+	t.Cleanup(sim.Close)
+	conf := fmt.Sprintf(`
+proxy_tokens: [%q]
+operator_tokens: [%q]
+state: %s
+clients:
+  - {name: spender, token: kp-client-spender-00001, budget: {per_day: 0.5}}
+upstreams:
+  - name: alpha
+    url: %s
+    prices: {gpt-4o-mini: {input: 1000, output: 2000}}
+    keys: [{id: a1, secret: sk-alpha-1}]
+`, proxyToken, operatorToken, t.TempDir(), sim.URL())
+	addr, _ := serveServer(t, clocked(t, conf, clock))
+	send := func() (int, string, string) {
+		body := `{"model":"gpt-4o-mini","stream":true,"max_tokens":64,"messages":[{"role":"user","content":"Say hello."}]}`
+		req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions", strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer kp-client-spender-00001")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body) // the stream, read to its end
+		return resp.StatusCode, resp.Header.Get("Retry-After"), string(b)
+	}
+	served := 0
+	var status int
+	var retryAfter, body string
+	for range 20 {
+		if status, retryAfter, body = send(); status != http.StatusOK {
+			break
+		}
+		served++
+	}
+	require.Positive(t, served)
+	require.Equal(t, http.StatusTooManyRequests, status, body)
+	time.Sleep(200 * time.Millisecond)
+	status, retryAfter, body = send() // nothing is in flight now
+	t.Logf("served %d; then %d Retry-After %s: %s", served, status, retryAfter, cut(body, 300))
+	assert.Equal(t, "3600", retryAfter, "no request is in flight: the budget is spent until midnight UTC, not held for a second")
+}
+
+// The key's side of the same: a key with a budget whose streams report no
+// usage (OpenAI without stream_options.include_usage) keeps each one's
+// reserve held as in flight until the day ends (meteredBody.settleFor:
+// "the estimate stands"). Once they fill its budget the proxy answers
+// every client 429 with Retry-After 1 and a retry_at a second away, all
+// day, while no request is in flight: clients retry every second for
+// hours. The docs promise the next day for a spent budget, and a second
+// only "when requests in flight hold the budget".
+func TestKeyStreamsWithoutUsageSpendTheBudget(t *testing.T) {
+	clock := newTestClock(time.Date(2026, 3, 10, 23, 0, 0, 0, time.UTC))
+	sim := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Clock: clock.now, Keys: []vendorsim.Key{{Secret: "sk-alpha-1", ID: "a1"}}})
+	t.Cleanup(sim.Close)
+	conf := fmt.Sprintf(`
+proxy_tokens: [%q]
+operator_tokens: [%q]
+state: %s
+upstreams:
+  - name: alpha
+    url: %s
+    prices: {gpt-4o-mini: {input: 1000, output: 2000}}
+    keys: [{id: a1, secret: sk-alpha-1, budget: {per_day: 0.5}}]
+`, proxyToken, operatorToken, t.TempDir(), sim.URL())
+	addr, _ := serveServer(t, clocked(t, conf, clock))
+	send := func() (int, string, string) {
+		body := `{"model":"gpt-4o-mini","stream":true,"max_tokens":64,"messages":[{"role":"user","content":"Say hello."}]}`
+		req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions", strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+proxyToken)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header.Get("Retry-After"), string(b)
+	}
+	served := 0
+	for range 20 {
+		if status, _, _ := send(); status != http.StatusOK {
+			break
+		}
+		served++
+	}
+	require.Positive(t, served)
+	time.Sleep(200 * time.Millisecond)
+	status, retryAfter, body := send() // nothing is in flight now
+	t.Logf("served %d; then %d Retry-After %s: %s", served, status, retryAfter, cut(body, 300))
+	assert.Equal(t, http.StatusTooManyRequests, status)
+	assert.Equal(t, "3600", retryAfter, "no request is in flight: the key's budget is spent until midnight UTC")
+}
+
+// A client held to models: [gpt-4o-mini] names it at the start of a body
+// longer than the 1 MiB the proxy reads for the client's rules
+// (maxClientScan), and names gpt-4o again after it. readForClient sees
+// only the first; a vendor's JSON parser (Go's, Python's) takes the last
+// key, so the request reaches the vendor for a model the client may not
+// use. The body is well under max_request_body (32 MiB). The proxy should
+// refuse it (403, or a 413/400 saying it cannot check the body), and send
+// nothing.
+func TestClientModelsHoldPastTheScannedHead(t *testing.T) {
+	var mu sync.Mutex
+	var models []string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Model string `json:"model"`
+		}
+		b, _ := io.ReadAll(r.Body)
+		_ = json.Unmarshal(b, &req)
+		mu.Lock()
+		models = append(models, req.Model)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"c1","object":"chat.completion","model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":1,"total_tokens":11}}`, req.Model)
+	}))
+	t.Cleanup(up.Close)
+	conf := fmt.Sprintf(`
+proxy_tokens: [%q]
+operator_tokens: [%q]
+state: %s
+clients:
+  - {name: narrow, token: kp-client-narrow-000001, models: [gpt-4o-mini]}
+upstreams:
+  - name: alpha
+    url: %s
+    keys: [{id: a1, secret: sk-alpha-1}]
+`, proxyToken, operatorToken, t.TempDir(), up.URL)
+	addr, _ := serveServer(t, clocked(t, conf, newTestClock(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))))
+	filler := strings.Repeat("x", maxClientScan+1024)
+	body := fmt.Sprintf(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":%q}],"model":"gpt-4o"}`, filler)
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer kp-client-narrow-000001")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	answer, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	assert.NotContains(t, models, "gpt-4o", "the vendor was asked for a model the client may not use (%d: %s)", resp.StatusCode, cut(string(answer), 200))
+	assert.NotEqual(t, http.StatusOK, resp.StatusCode)
+}
+
+// OpenAI's "n" asks for n completions of up to max_tokens each, and bills
+// their output together. A budget's reserve takes max_tokens alone as the
+// output bound (keypool.ReadRequest knows no "n"), and a settle clamps the
+// reported output to it (usageReport.clamp): a client with $0.05 a day
+// asks for n: 8 of max_tokens 1000 — $0.016 of output at the reserve,
+// $0.128 billed — and is served, its spend recorded at a fraction of what
+// the vendor billed. The reserve should count n (and Gemini's
+// candidateCount), so the request is refused before it is sent; and a
+// settle should not clamp away output the vendor reports.
+func TestClientBudgetCountsNCompletions(t *testing.T) {
+	var billed float64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			N         int   `json:"n"`
+			MaxTokens int64 `json:"max_tokens"`
+		}
+		b, _ := io.ReadAll(r.Body)
+		_ = json.Unmarshal(b, &req)
+		n := max(req.N, 1)
+		out := int64(n) * req.MaxTokens
+		billed += float64(10*1000+out*16) / 1e6
+		w.Header().Set("Content-Type", "application/json")
+		var choices []string
+		for i := range n {
+			choices = append(choices, fmt.Sprintf(`{"index":%d,"message":{"role":"assistant","content":"..."},"finish_reason":"length"}`, i))
+		}
+		fmt.Fprintf(w, `{"id":"c1","object":"chat.completion","model":"gpt-4o-mini","choices":[%s],"usage":{"prompt_tokens":10,"completion_tokens":%d,"total_tokens":%d}}`,
+			strings.Join(choices, ","), out, 10+out)
+	}))
+	t.Cleanup(up.Close)
+	conf := fmt.Sprintf(`
+proxy_tokens: [%q]
+operator_tokens: [%q]
+state: %s
+clients:
+  - {name: spender, token: kp-client-spender-00001, budget: {per_day: 0.05}}
+upstreams:
+  - name: alpha
+    url: %s
+    prices: {gpt-4o-mini: {input: 1000, output: 16}}
+    keys: [{id: a1, secret: sk-alpha-1}]
+`, proxyToken, operatorToken, t.TempDir(), up.URL)
+	addr, _ := serveServer(t, clocked(t, conf, newTestClock(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))))
+	body := `{"model":"gpt-4o-mini","n":8,"max_tokens":1000,"messages":[{"role":"user","content":"hi"}]}`
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer kp-client-spender-00001")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	spender := clientsOf(t, addr)["spender"]
+	require.NotNil(t, spender.Spent)
+	t.Logf("status %d; the vendor billed $%.4f; the store counts $%.4f of the client's $0.05", resp.StatusCode, billed, spender.Spent.PerDay)
+	assert.LessOrEqual(t, billed, 0.05, "the vendor billed past the client's daily budget in one request")
+	assert.InDelta(t, billed, spender.Spent.PerDay, 1e-6, "what the store counts against the budget is what the vendor billed")
+}
+
+// A budgeted client reserves "what it can cost at most, at the dearest
+// price of its model among the upstreams the client reaches". clientPrice
+// picks the dearest by input+output per million, which is not the dearest
+// for a request whose prompt is long and whose max_tokens is short: here
+// the first upstream (cheap output, dear input: 10+1) serves the request,
+// while the reserve is taken at the second's price (dear output, cheap
+// input: 1+20). A prompt of about 10,000 tokens with max_tokens 1 reserves
+// about $0.01 and costs about $0.10, so a client with $0.05 a day is let
+// through and spends twice its budget in one request. It should be refused
+// with 429 before anything is sent, as its reserve at the first upstream's
+// price does not fit.
+func TestClientReserveAtTheDearestCostForTheRequest(t *testing.T) {
+	clock := newTestClock(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))
+	first := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Clock: clock.now, Keys: []vendorsim.Key{{Secret: "sk-first-1", ID: "f1"}}})
+	second := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Clock: clock.now, Keys: []vendorsim.Key{{Secret: "sk-second-1", ID: "s1"}}})
+	t.Cleanup(first.Close)
+	t.Cleanup(second.Close)
+	conf := fmt.Sprintf(`
+proxy_tokens: [%q]
+operator_tokens: [%q]
+state: %s
+clients:
+  - {name: spender, token: kp-client-spender-00001, budget: {per_day: 0.05}}
+upstreams:
+  - name: first
+    url: %s
+    prices: {gpt-4o-mini: {input: 10, output: 1}}
+    keys: [{id: f1, secret: sk-first-1}]
+  - name: second
+    url: %s
+    prices: {gpt-4o-mini: {input: 1, output: 20}}
+    keys: [{id: s1, secret: sk-second-1}]
+`, proxyToken, operatorToken, t.TempDir(), first.URL(), second.URL())
+	addr, _ := serveServer(t, clocked(t, conf, clock))
+	prompt := strings.Repeat("word ", 8000) // about 10,000 tokens
+	body := fmt.Sprintf(`{"model":"gpt-4o-mini","max_tokens":1,"messages":[{"role":"user","content":%q}]}`, prompt)
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer kp-client-spender-00001")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+
+	spender := clientsOf(t, addr)["spender"]
+	require.NotNil(t, spender.Spent)
+	t.Logf("status %d, spent today $%.4f of $0.05", resp.StatusCode, spender.Spent.PerDay)
+	assert.LessOrEqual(t, spender.Spent.PerDay, 0.05, "one request took the client past its daily budget (%d: %s)", resp.StatusCode, cut(string(b), 200))
+	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "a request whose reserve at the upstream that would serve it does not fit the budget")
+}
