@@ -177,7 +177,7 @@ func (s *server) admit(w http.ResponseWriter, r *http.Request, call *clientCall)
 	var info keypool.RequestInfo
 	if cl.models != nil || cl.limits.TPM > 0 || cl.limits.TPD > 0 || cl.budget != (keypool.Budget{}) {
 		// Only these need the body: a request's model, or its estimate.
-		if info, ok = s.readForClient(w, r); !ok {
+		if info, ok = s.readForClient(w, r, cl.models != nil); !ok {
 			return nil, false
 		}
 	}
@@ -216,14 +216,21 @@ func readTag(h http.Header) (string, error) {
 }
 
 // readForClient reads the start of r's body — at most maxClientScan bytes,
-// which go on before the rest — and returns what the pools would read of
-// it: its model and what its token estimate counts. It answers r itself,
-// and returns ok false, when the body cannot be read.
-func (s *server) readForClient(w http.ResponseWriter, r *http.Request) (keypool.RequestInfo, bool) {
+// which go on before the rest, or all of it (within max_request_body) when
+// whole — and returns what the pools would read of it: its model and what
+// its token estimate counts. A client held to models has its body read
+// whole: a vendor's JSON parser takes a body's last "model", which may
+// come after the start. It answers r itself, and returns ok false, when
+// the body cannot be read.
+func (s *server) readForClient(w http.ResponseWriter, r *http.Request, whole bool) (keypool.RequestInfo, bool) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return keypool.ReadRequest(r.URL.Path, nil), true
 	}
-	head, err := io.ReadAll(io.LimitReader(r.Body, maxClientScan))
+	limit := int64(maxClientScan)
+	if whole {
+		limit = s.settings.maxBody + 1 // the body's own MaxBytesReader refuses what is over
+	}
+	head, err := io.ReadAll(io.LimitReader(r.Body, limit))
 	if err != nil {
 		s.proxyError(w, r, fmt.Errorf("reading the request body: %w", err))
 		return keypool.RequestInfo{}, false

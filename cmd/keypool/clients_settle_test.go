@@ -229,14 +229,11 @@ upstreams:
 	assert.Equal(t, "3600", retryAfter, "no request is in flight: the key's budget is spent until midnight UTC")
 }
 
-// A client held to models: [gpt-4o-mini] names it at the start of a body
-// longer than the 1 MiB the proxy reads for the client's rules
-// (maxClientScan), and names gpt-4o again after it. readForClient sees
-// only the first; a vendor's JSON parser (Go's, Python's) takes the last
-// key, so the request reaches the vendor for a model the client may not
-// use. The body is well under max_request_body (32 MiB). The proxy should
-// refuse it (403, or a 413/400 saying it cannot check the body), and send
-// nothing.
+// A client held to models: [gpt-4o-mini] that names it at the start of a
+// body longer than the 1 MiB read for other clients' rules
+// (maxClientScan), and names gpt-4o again after it, is refused: a vendor's
+// JSON parser (Go's, Python's) takes the last key, so the proxy reads such
+// a client's body whole (within max_request_body) and sends nothing.
 func TestClientModelsHoldPastTheScannedHead(t *testing.T) {
 	var mu sync.Mutex
 	var models []string
