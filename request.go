@@ -29,7 +29,9 @@ type RequestInfo struct {
 	// MaxOutput is the output the request reserves, in tokens: the largest
 	// of a top-level max_tokens or max_completion_tokens, and a
 	// max_output_tokens or maxOutputTokens at any depth (Gemini's
-	// generationConfig). Zero when it states none.
+	// generationConfig), times the completions it asks for (OpenAI's
+	// top-level "n", Gemini's candidateCount), which the vendor bills
+	// together. Zero when it states none.
 	MaxOutput int64
 	// Images counts the images the request carries: data URLs
 	// ("data:image/..."), base64 or file sources whose media type is an
@@ -81,6 +83,7 @@ const (
 	keyOther     requestKey = iota
 	keyModel                // the top-level "model"
 	keyMaxOutput            // a reserved output: max_tokens and its kin
+	keyCompletions          // how many completions: OpenAI's "n", Gemini's candidateCount
 	keyType                 // "type", which names an image part
 	keyMime                 // a media type: mime_type, mimeType, media_type
 	keyPayload              // base64 data, URLs, file URIs and signatures: never prompt text
@@ -130,6 +133,9 @@ type requestScanner struct {
 	// the body, escapes not decoded; convKey is which key it was.
 	conv    []byte
 	convKey requestKey
+	// completions is how many completions the request asks for, 0 when
+	// it does not say.
+	completions int64
 }
 
 // readRequest reads a JSON request body — OpenAI chat completions and
@@ -156,6 +162,11 @@ func readRequest(body []byte, in *names) (_ RequestInfo, _ conversation, pinned 
 func (s *requestScanner) finish(in *names) RequestInfo {
 	for d := min(s.lex.depth, maxTrackedDepth); d >= 1; d-- {
 		s.close(d)
+	}
+	if s.completions > 1 {
+		// Each completion may be as long as the bound: the vendor bills
+		// their output together. Saturated: the estimate caps it.
+		s.info.MaxOutput = mulTokens(s.info.MaxOutput, s.completions)
 	}
 	if !s.modelCut && len(s.model) <= maxEscape*(windowspec.MaxModelName+1) {
 		// The name as the vendor reads it, when it may be short enough
@@ -226,8 +237,13 @@ func (s *requestScanner) key(k []byte, whole bool) {
 // number records a number of the container at the current depth: n when
 // ok, else one that is no non-negative integer.
 func (s *requestScanner) number(n int64, ok bool) {
-	if d := s.lex.depth; d <= maxTrackedDepth && s.keys[d] == keyMaxOutput && ok {
-		s.info.MaxOutput = max(s.info.MaxOutput, n)
+	if d := s.lex.depth; d <= maxTrackedDepth && ok {
+		switch s.keys[d] {
+		case keyMaxOutput:
+			s.info.MaxOutput = max(s.info.MaxOutput, n)
+		case keyCompletions:
+			s.completions = max(s.completions, n)
+		}
 	}
 }
 
@@ -316,6 +332,12 @@ func classifyRequestKey(key []byte, d int, parent requestKey) requestKey {
 		}
 	case "max_output_tokens", "maxOutputTokens":
 		return keyMaxOutput
+	case "n":
+		if d == 1 {
+			return keyCompletions
+		}
+	case "candidateCount", "candidate_count":
+		return keyCompletions
 	case "metadata":
 		if d == 1 {
 			return keyMetadata

@@ -219,6 +219,13 @@ var lenientRequestCases = []struct {
 	{name: "number the body cuts", body: `{"model":"m","max_tokens":12`, want: RequestInfo{Model: "m"}},
 	{name: "key the body cuts", body: `{"model":"m","max_tok`, want: RequestInfo{Model: "m"}},
 	{name: "repeated max_tokens: the largest", body: `{"max_tokens":10,"max_tokens":5}`, want: RequestInfo{MaxOutput: 10}},
+	{name: "n completions of max_tokens each", body: `{"n":8,"max_tokens":1000}`, want: RequestInfo{MaxOutput: 8000}},
+	{name: "n before max_tokens", body: `{"max_completion_tokens":10,"n":3}`, want: RequestInfo{MaxOutput: 30}},
+	{name: "n of 1 or 0 changes nothing", body: `{"n":1,"max_tokens":10,"x":{"candidateCount":0}}`, want: RequestInfo{MaxOutput: 10}},
+	{name: "n below the top level is no count", body: `{"max_tokens":10,"x":{"n":4}}`, want: RequestInfo{MaxOutput: 10}},
+	{name: "Gemini's candidateCount", body: `{"generationConfig":{"candidateCount":2,"maxOutputTokens":64}}`, want: RequestInfo{MaxOutput: 128}},
+	{name: "n without a bound reserves nothing more", body: `{"n":5}`, want: RequestInfo{}},
+	{name: "n times a huge bound saturates", body: `{"n":4,"max_tokens":9223372036854775807}`, want: RequestInfo{MaxOutput: math.MaxInt64}},
 	// Names as the vendor reads them: escapes decoded.
 	{name: "escaped model", body: `{"model":"\u0067pt-4o"}`, want: RequestInfo{Model: "gpt-4o"}},
 	{name: "escaped model key", body: `{"mod\u0065l":"gpt-4o","model2":"x"}`, want: RequestInfo{Model: "gpt-4o", PromptBytes: 1}},
@@ -449,11 +456,13 @@ type requestReading struct {
 // largest non-negative integer of a top-level max_tokens or
 // max_completion_tokens, or of a max_output_tokens or maxOutputTokens in
 // any object the lexer tracks (maxTrackedDepth), saturated at
-// math.MaxInt64; and the conversation of the strongest of the top-level
+// math.MaxInt64, times the largest top-level "n" or candidateCount at any
+// depth when above 1; and the conversation of the strongest of the top-level
 // prompt_cache_key, metadata.user_id and user that holds a string not empty, named
 // by that string as JSON writes it (escapes not decoded, conversationOf).
 func requestOracle(v any) requestReading {
 	var r requestReading
+	var completions int64
 	var walk func(v any, d int)
 	walk = func(v any, d int) {
 		switch v := v.(type) {
@@ -465,6 +474,9 @@ func requestOracle(v any) requestReading {
 				if isNum && reserve && d <= maxTrackedDepth {
 					r.maxOutput = max(r.maxOutput, tokenCount(n))
 				}
+				if isNum && (k == "candidateCount" || k == "candidate_count" || d == 1 && k == "n") && d <= maxTrackedDepth {
+					completions = max(completions, tokenCount(n))
+				}
 				walk(x, d+1)
 			}
 		case []any:
@@ -474,6 +486,13 @@ func requestOracle(v any) requestReading {
 		}
 	}
 	walk(v, 1)
+	if completions > 1 {
+		if r.maxOutput > 0 && completions > math.MaxInt64/r.maxOutput {
+			r.maxOutput = math.MaxInt64
+		} else {
+			r.maxOutput *= completions
+		}
+	}
 	top, _ := v.(map[string]any)
 	r.model, _ = top["model"].(string)
 	meta, _ := top["metadata"].(map[string]any)

@@ -621,6 +621,15 @@ func addTokens(a, b int64) int64 {
 	return a + b
 }
 
+// mulTokens returns a×b for non-negative a and b, saturated at
+// math.MaxInt64.
+func mulTokens(a, b int64) int64 {
+	if a != 0 && b > math.MaxInt64/a {
+		return math.MaxInt64
+	}
+	return a * b
+}
+
 // Price is what a model costs, in US dollars per million tokens, and the
 // most it writes in one answer.
 type Price struct {

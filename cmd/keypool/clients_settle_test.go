@@ -20,11 +20,8 @@ import (
 
 // A client that gives up on each request while the vendor has it is
 // still held to its own rpm: the vendor got (and may count, and bill)
-// each one. The library keeps a key's slot taken in that case
-// (transport.noAnswer); the proxy's proxyError marks the client's call
-// unanswered first thing, whatever the error, and settleClient then
-// releases the client's reservation — so a client at rpm 3 that cancels
-// its requests once they are upstream sends as many as it likes.
+// each one, and the client's take stands, as a key's does
+// (transport.noAnswer).
 func TestClientCancelledRequestsStillCount(t *testing.T) {
 	var arrived atomic.Int64
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -76,13 +73,10 @@ upstreams:
 	assert.LessOrEqual(t, arrived.Load(), int64(3), "the vendor got more of the client's requests in a minute than its rpm")
 }
 
-// NotifySettle tells a client's call "at zero when a key refused it",
-// and nothing for a success that reports no usage. A budgeted client's
-// request that one key refuses (429) and the next serves as a stream
-// without usage (OpenAI without stream_options.include_usage) is thus
-// settled at zero — the refused key's notice — and costs the client
-// nothing, while the vendor bills it: under failover a client streams
-// for free, past its budget.
+// A budgeted client's request that one key refuses (429, settled at zero)
+// and the next serves as a stream without usage (OpenAI without
+// stream_options.include_usage) costs the client its reserve: the success
+// forgets the refusal's zero.
 func TestClientFailoverThenStreamWithoutUsageIsNotFree(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") == "Bearer sk-busy-1" {
@@ -125,16 +119,10 @@ upstreams:
 }
 
 // OpenAI reports no usage in a stream unless the request asks for it
-// (stream_options.include_usage), and most clients do not. The pool then
-// never settles the request (NotifySettle is not called) and
-// settleClient neither settles nor releases the client's reservation: it
-// stays held, as if the request were still in flight, until the day
-// ends. Once such streams fill a client's budget, every request after
-// gets 429 with Retry-After 1 — "requests in flight hold the budget" —
-// all day, although none is in flight (and the message says "its
-// per-minute limit (rpm, tpm)", which the client does not have). A request that is over should count as spent (its
-// reserve, when nothing better is known), and the refusal name the next
-// day, as the docs say of a spent budget.
+// (stream_options.include_usage), and most clients do not. Such a request
+// of a budgeted client is spent at its reserve, not held as if it were
+// still in flight until the day ends: once they fill the budget, the next
+// request is refused until the next day, not a second at a time all day.
 func TestClientStreamsWithoutUsageSpendTheBudget(t *testing.T) {
 	clock := newTestClock(time.Date(2026, 3, 10, 23, 0, 0, 0, time.UTC))
 	sim := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Clock: clock.now, Keys: []vendorsim.Key{{Secret: "sk-alpha-1", ID: "a1"}}})
@@ -181,13 +169,9 @@ upstreams:
 }
 
 // The key's side of the same: a key with a budget whose streams report no
-// usage (OpenAI without stream_options.include_usage) keeps each one's
-// reserve held as in flight until the day ends (meteredBody.settleFor:
-// "the estimate stands"). Once they fill its budget the proxy answers
-// every client 429 with Retry-After 1 and a retry_at a second away, all
-// day, while no request is in flight: clients retry every second for
-// hours. The docs promise the next day for a spent budget, and a second
-// only "when requests in flight hold the budget".
+// usage spends each one's reserve (meteredBody.settleFor), so that once
+// they fill its budget clients are told the next day, not a second away
+// all day while no request is in flight.
 func TestKeyStreamsWithoutUsageSpendTheBudget(t *testing.T) {
 	clock := newTestClock(time.Date(2026, 3, 10, 23, 0, 0, 0, time.UTC))
 	sim := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Clock: clock.now, Keys: []vendorsim.Key{{Secret: "sk-alpha-1", ID: "a1"}}})
@@ -278,14 +262,10 @@ upstreams:
 }
 
 // OpenAI's "n" asks for n completions of up to max_tokens each, and bills
-// their output together. A budget's reserve takes max_tokens alone as the
-// output bound (keypool.ReadRequest knows no "n"), and a settle clamps the
-// reported output to it (usageReport.clamp): a client with $0.05 a day
-// asks for n: 8 of max_tokens 1000 — $0.016 of output at the reserve,
-// $0.128 billed — and is served, its spend recorded at a fraction of what
-// the vendor billed. The reserve should count n (and Gemini's
-// candidateCount), so the request is refused before it is sent; and a
-// settle should not clamp away output the vendor reports.
+// their output together: a budget's reserve counts n times max_tokens (and
+// Gemini's candidateCount likewise), so that a client with $0.05 a day
+// asking for n: 8 of max_tokens 1000 ($0.128 at most) is refused before
+// anything is sent, and a settle counts all the output the vendor reports.
 func TestClientBudgetCountsNCompletions(t *testing.T) {
 	var billed float64
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -335,17 +315,12 @@ upstreams:
 	assert.InDelta(t, billed, spender.Spent.PerDay, 1e-6, "what the store counts against the budget is what the vendor billed")
 }
 
-// A budgeted client reserves "what it can cost at most, at the dearest
-// price of its model among the upstreams the client reaches". clientPrice
-// picks the dearest by input+output per million, which is not the dearest
-// for a request whose prompt is long and whose max_tokens is short: here
-// the first upstream (cheap output, dear input: 10+1) serves the request,
-// while the reserve is taken at the second's price (dear output, cheap
-// input: 1+20). A prompt of about 10,000 tokens with max_tokens 1 reserves
-// about $0.01 and costs about $0.10, so a client with $0.05 a day is let
-// through and spends twice its budget in one request. It should be refused
-// with 429 before anything is sent, as its reserve at the first upstream's
-// price does not fit.
+// A budgeted client reserves what its request can cost at most at the
+// price of its model in any upstream the client reaches — the dearest for
+// this request, by its input and its output bound, not by the prices' sum:
+// a prompt of about 10,000 tokens with max_tokens 1, served by an upstream
+// of dear input and cheap output, is refused with 429 before anything is
+// sent when that reserve does not fit the client's $0.05 a day.
 func TestClientReserveAtTheDearestCostForTheRequest(t *testing.T) {
 	clock := newTestClock(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))
 	first := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Clock: clock.now, Keys: []vendorsim.Key{{Secret: "sk-first-1", ID: "f1"}}})

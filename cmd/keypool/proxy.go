@@ -63,6 +63,15 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request) {
 		s.tooLarge(w)
 		return
 	}
+	if r.Header.Get("Upgrade") != "" {
+		// What crosses an upgraded connection (a WebSocket: OpenAI's
+		// Realtime API) could be neither metered nor scanned for keys,
+		// and would hold a key's place for as long as it lasts.
+		refused(r, "refused")
+		writeError(w, http.StatusNotImplemented, "invalid_request_error",
+			"keypool: the proxy does not forward protocol upgrades (WebSocket); use the vendor's HTTP endpoints", nil)
+		return
+	}
 	// Writing the answer has a deadline that each write moves on:
 	// waiting for the upstream never counts.
 	rc := http.NewResponseController(w)
@@ -176,15 +185,6 @@ func (s *server) rewrite(pr *httputil.ProxyRequest) {
 	// The transport asks for gzip itself and decompresses the answer, so
 	// that the proxy can read what it redacts.
 	delete(out.Header, "Accept-Encoding")
-	// No protocol upgrade (a WebSocket): what crosses an upgraded
-	// connection could be neither metered nor scanned for keys, and the
-	// vendor would speak first on it while the proxy waits for a body.
-	// httputil.ReverseProxy puts the client's Upgrade back on the
-	// outgoing request before Rewrite: it is taken off here.
-	if out.Header.Get("Upgrade") != "" {
-		delete(out.Header, "Upgrade")
-		delete(out.Header, "Connection")
-	}
 	out.URL.RawQuery = s.stripQuery(out.URL.RawQuery)
 	out.URL.Scheme, out.URL.Host, out.Host = "http", "upstream.invalid", ""
 }
@@ -242,8 +242,8 @@ func (s *server) holdsToken(v string) bool {
 // would hold back the events.
 func (s *server) modifyResponse(resp *http.Response) error {
 	if resp.StatusCode == http.StatusSwitchingProtocols {
-		// Never asked for (rewrite): its body is a connection, which
-		// reading would wait on.
+		// Never asked for (forward refuses an upgrade): its body is a
+		// connection, which reading would wait on.
 		_ = resp.Body.Close()
 		return errors.New("the upstream switched protocols, which the proxy does not forward")
 	}

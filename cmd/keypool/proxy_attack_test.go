@@ -44,10 +44,8 @@ func brokenStreamVendor(t *testing.T) *httptest.Server {
 // A budgeted client's stream that the vendor cuts at its end still
 // settles the client: its request is counted, its reservation of the
 // budget is settled at what the vendor reported rather than held until
-// the day ends, and the request has its log line. Today the reverse
-// proxy panics with http.ErrAbortHandler on the copy error, and forward's
-// settleClient (deferred only after ServeHTTP returns) and
-// logRequests's line never run.
+// the day ends, and the request has its log line, though the reverse
+// proxy ends the handler with http.ErrAbortHandler.
 func TestClientStreamThatBreaksIsSettledCountedAndLogged(t *testing.T) {
 	up := brokenStreamVendor(t)
 	conf := fmt.Sprintf(`
@@ -91,12 +89,8 @@ upstreams:
 
 // A request the vendor cannot process — it answers 500 to that request
 // alone, and serves every other, as vendors do for some malformed inputs —
-// must not take the keys from the other clients. Today one such request,
-// from a client held to rpm 1, fails over across every key, benches each
-// for the model for a minute (transient), and the route answers every
-// client 429 for that minute: one request a minute keeps the whole team
-// off the model. The poisoned request itself gets a 429 naming no key,
-// not the vendor's 500.
+// takes no key from the other clients: it benches one key, fails over
+// once, and gets the vendor's 500; no route is benched for it.
 func TestProxyPoisonRequestBenchesNoRoute(t *testing.T) {
 	var served atomic.Int64
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -140,16 +134,10 @@ upstreams:
 	assert.Equal(t, http.StatusOK, status, "another client's plain request: %s", cut(body, 300))
 }
 
-// A client asks for a protocol upgrade (a WebSocket, as OpenAI's Realtime
-// API takes at GET /v1/realtime). The proxy forwards the Upgrade header,
-// the vendor switches protocols and speaks first, and modifyResponse
-// then reads the 101's body — the upgraded connection — to redact it, up
-// to 256 KiB: the handler hangs until the vendor hangs up (a Realtime
-// session lasts up to 30 minutes), the client never gets an answer, the
-// key's in-flight place stays taken, and a shutdown waits out its
-// shutdown_timeout and saves nothing. The upgraded stream could be
-// neither metered nor scanned for keys anyway: the proxy should not ask
-// the vendor for an upgrade, and answer the client promptly.
+// A protocol upgrade (a WebSocket, as OpenAI's Realtime API takes at GET
+// /v1/realtime) is refused at once, 501, and never asked of the vendor:
+// what crosses the upgraded connection could be neither metered nor
+// scanned for keys, and would hold the key's place while it lasts.
 func TestProxyRefusesProtocolUpgrades(t *testing.T) {
 	var upgrades atomic.Int64
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -188,8 +176,10 @@ upstreams:
 	fmt.Fprintf(c, "GET /v1/realtime?model=gpt-4o-realtime HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", proxyToken)
 	require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	require.NoError(t, err, "the proxy never answered the upgrade request")
+	require.NoError(t, err, "the proxy answers the upgrade request at once")
+	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	assert.NotEqual(t, http.StatusSwitchingProtocols, resp.StatusCode)
+	assert.Equal(t, http.StatusNotImplemented, resp.StatusCode)
+	assert.Contains(t, string(body), "does not forward protocol upgrades")
 	assert.Zero(t, upgrades.Load(), "the vendor was asked to switch protocols")
 }
