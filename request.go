@@ -80,14 +80,14 @@ func DefaultEstimate(info RequestInfo) int64 {
 type requestKey uint8
 
 const (
-	keyOther     requestKey = iota
-	keyModel                // the top-level "model"
-	keyMaxOutput            // a reserved output: max_tokens and its kin
-	keyCompletions          // how many completions: OpenAI's "n", Gemini's candidateCount
-	keyType                 // "type", which names an image part
-	keyMime                 // a media type: mime_type, mimeType, media_type
-	keyPayload              // base64 data, URLs, file URIs and signatures: never prompt text
-	keyMetadata             // the top-level "metadata", which holds Anthropic's user_id
+	keyOther       requestKey = iota
+	keyModel                  // the top-level "model"
+	keyMaxOutput              // a reserved output: max_tokens and its kin
+	keyCompletions            // how many completions: OpenAI's "n", Gemini's candidateCount
+	keyType                   // "type", which names an image part
+	keyMime                   // a media type: mime_type, mimeType, media_type
+	keyPayload                // base64 data, URLs, file URIs and signatures: never prompt text
+	keyMetadata               // the top-level "metadata", which holds Anthropic's user_id
 	// The keys that name a conversation (see conversationOf), weakest
 	// first: a stronger one read anywhere in the body outranks a weaker.
 	keyUser           // OpenAI's top-level "user"
