@@ -314,8 +314,13 @@ func (s *server) clientReserve(cl *client, info keypool.RequestInfo, estimate in
 func (s *server) overClientLimit(w http.ResponseWriter, r *http.Request, cl *client, g keypool.Grant) {
 	refused(r, "client_limit")
 	what := "its per-minute limit (rpm, tpm)"
-	if g.Reason == keypool.KindQuota {
+	switch {
+	case g.Reason == keypool.KindQuota:
 		what = "its daily limit or its budget (rpd, tpd, budget)"
+	case cl.limits.RPM == 0 && cl.limits.TPM == 0:
+		// A second's refusal with no minute limit: its requests in
+		// flight hold what is left of its budget.
+		what = "its budget, which its requests in flight hold (budget)"
 	}
 	extra := map[string]any{"client": cl.name, "limit": "client"}
 	if !g.RetryAt.IsZero() {

@@ -360,3 +360,56 @@ upstreams:
 	assert.LessOrEqual(t, spender.Spent.PerDay, 0.05, "one request took the client past its daily budget (%d: %s)", resp.StatusCode, cut(string(b), 200))
 	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "a request whose reserve at the upstream that would serve it does not fit the budget")
 }
+
+// A client with a budget and no minute limit refused because its request
+// in flight holds what is left of its budget — one without max_tokens
+// reserves all of it — is told so, and to retry in a second: not that it
+// reached a per-minute limit it does not have.
+func TestClientRefusedByItsRequestInFlightIsToldSo(t *testing.T) {
+	release := make(chan struct{})
+	arrived := make(chan struct{}, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"c1","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
+	}))
+	t.Cleanup(up.Close)
+	conf := fmt.Sprintf(`
+proxy_tokens: [%q]
+operator_tokens: [%q]
+state: %s
+clients:
+  - {name: spender, token: kp-client-spender-00001, budget: {per_day: 1}}
+upstreams:
+  - name: alpha
+    url: %s
+    prices: {gpt-4o-mini: {input: 1, output: 2}}
+    keys: [{id: a1, secret: sk-alpha-1}, {id: a2, secret: sk-alpha-2}]
+`, proxyToken, operatorToken, t.TempDir(), up.URL)
+	addr, _ := serveServer(t, clocked(t, conf, newTestClock(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))))
+	send := func() (*http.Response, error) {
+		req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions",
+			strings.NewReader(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer kp-client-spender-00001")
+		return http.DefaultClient.Do(req)
+	}
+	first := make(chan struct{})
+	go func() {
+		defer close(first)
+		if resp, err := send(); err == nil {
+			_ = resp.Body.Close()
+		}
+	}()
+	<-arrived
+	resp, err := send()
+	close(release)
+	<-first
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	require.NoError(t, resp.Body.Close())
+	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	assert.Equal(t, "1", resp.Header.Get("Retry-After"))
+	assert.Contains(t, string(b), "client spender has reached its budget, which its requests in flight hold")
+}
