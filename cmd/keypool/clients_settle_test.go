@@ -18,6 +18,22 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// serveTeam serves conf — its clients and upstreams, below a proxy token, an
+// operator token and a state of its own — on clock (nil: one standing at
+// 2026-03-10 12:00 UTC), and returns its address.
+func serveTeam(t *testing.T, clock *testClock, conf string) string {
+	t.Helper()
+	if clock == nil {
+		clock = newTestClock(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))
+	}
+	head := fmt.Sprintf("proxy_tokens: [%q]\noperator_tokens: [%q]\nstate: %s\n", proxyToken, operatorToken, t.TempDir())
+	addr, _ := serveServer(t, clocked(t, head+conf, clock))
+	return addr
+}
+
+// streamBody asks for a stream of gpt-4o-mini without its usage.
+const streamBody = `{"model":"gpt-4o-mini","stream":true,"max_tokens":64,"messages":[{"role":"user","content":"Say hello."}]}`
+
 // A client that gives up on each request while the vendor has it is
 // still held to its own rpm: the vendor got (and may count, and bill)
 // each one, and the client's take stands, as a key's does
@@ -32,18 +48,14 @@ func TestClientCancelledRequestsStillCount(t *testing.T) {
 		}
 	}))
 	t.Cleanup(up.Close)
-	conf := fmt.Sprintf(`
-proxy_tokens: [%q]
-operator_tokens: [%q]
-state: %s
+	addr := serveTeam(t, nil, fmt.Sprintf(`
 clients:
   - {name: capped, token: kp-client-capped-000001, limits: {rpm: 3}}
 upstreams:
   - name: alpha
     url: %s
     keys: [{id: a1, secret: sk-alpha-1}]
-`, proxyToken, operatorToken, t.TempDir(), up.URL)
-	addr, _ := serveServer(t, clocked(t, conf, newTestClock(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))))
+`, up.URL))
 	send := func(timeout time.Duration) (int, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
@@ -90,10 +102,7 @@ func TestClientFailoverThenStreamWithoutUsageIsNotFree(t *testing.T) {
 		io.WriteString(w, "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"gpt-4o-mini\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n")
 	}))
 	t.Cleanup(up.Close)
-	conf := fmt.Sprintf(`
-proxy_tokens: [%q]
-operator_tokens: [%q]
-state: %s
+	addr := serveTeam(t, nil, fmt.Sprintf(`
 clients:
   - {name: spender, token: kp-client-spender-00001, budget: {per_day: 10}}
 upstreams:
@@ -101,17 +110,9 @@ upstreams:
     url: %s
     prices: {gpt-4o-mini: {input: 1000, output: 2000}}
     keys: [{id: busy, secret: sk-busy-1}, {id: free, secret: sk-free-1}]
-`, proxyToken, operatorToken, t.TempDir(), up.URL)
-	addr, _ := serveServer(t, clocked(t, conf, newTestClock(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))))
-	body := `{"model":"gpt-4o-mini","stream":true,"max_tokens":1000,"messages":[{"role":"user","content":"Say hello."}]}`
-	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions", strings.NewReader(body))
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer kp-client-spender-00001")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+`, up.URL))
+	a := clientPost(t, addr, "kp-client-spender-00001", "", `{"model":"gpt-4o-mini","stream":true,"max_tokens":1000,"messages":[{"role":"user","content":"Say hello."}]}`)
+	require.Equal(t, http.StatusOK, a.status)
 	spender := clientsOf(t, addr)["spender"]
 	require.NotNil(t, spender.Spent)
 	t.Logf("the store counts $%.4f for a stream served after a failover", spender.Spent.PerDay)
@@ -127,10 +128,7 @@ func TestClientStreamsWithoutUsageSpendTheBudget(t *testing.T) {
 	clock := newTestClock(time.Date(2026, 3, 10, 23, 0, 0, 0, time.UTC))
 	sim := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Clock: clock.now, Keys: []vendorsim.Key{{Secret: "sk-alpha-1", ID: "a1"}}})
 	t.Cleanup(sim.Close)
-	conf := fmt.Sprintf(`
-proxy_tokens: [%q]
-operator_tokens: [%q]
-state: %s
+	addr := serveTeam(t, clock, fmt.Sprintf(`
 clients:
   - {name: spender, token: kp-client-spender-00001, budget: {per_day: 0.5}}
 upstreams:
@@ -138,18 +136,10 @@ upstreams:
     url: %s
     prices: {gpt-4o-mini: {input: 1000, output: 2000}}
     keys: [{id: a1, secret: sk-alpha-1}]
-`, proxyToken, operatorToken, t.TempDir(), sim.URL())
-	addr, _ := serveServer(t, clocked(t, conf, clock))
+`, sim.URL()))
 	send := func() (int, string, string) {
-		body := `{"model":"gpt-4o-mini","stream":true,"max_tokens":64,"messages":[{"role":"user","content":"Say hello."}]}`
-		req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions", strings.NewReader(body))
-		require.NoError(t, err)
-		req.Header.Set("Authorization", "Bearer kp-client-spender-00001")
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body) // the stream, read to its end
-		return resp.StatusCode, resp.Header.Get("Retry-After"), string(b)
+		a := clientPost(t, addr, "kp-client-spender-00001", "", streamBody)
+		return a.status, a.retryAfter, a.body
 	}
 	served := 0
 	var status int
@@ -176,27 +166,16 @@ func TestKeyStreamsWithoutUsageSpendTheBudget(t *testing.T) {
 	clock := newTestClock(time.Date(2026, 3, 10, 23, 0, 0, 0, time.UTC))
 	sim := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Clock: clock.now, Keys: []vendorsim.Key{{Secret: "sk-alpha-1", ID: "a1"}}})
 	t.Cleanup(sim.Close)
-	conf := fmt.Sprintf(`
-proxy_tokens: [%q]
-operator_tokens: [%q]
-state: %s
+	addr := serveTeam(t, clock, fmt.Sprintf(`
 upstreams:
   - name: alpha
     url: %s
     prices: {gpt-4o-mini: {input: 1000, output: 2000}}
     keys: [{id: a1, secret: sk-alpha-1, budget: {per_day: 0.5}}]
-`, proxyToken, operatorToken, t.TempDir(), sim.URL())
-	addr, _ := serveServer(t, clocked(t, conf, clock))
+`, sim.URL()))
 	send := func() (int, string, string) {
-		body := `{"model":"gpt-4o-mini","stream":true,"max_tokens":64,"messages":[{"role":"user","content":"Say hello."}]}`
-		req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions", strings.NewReader(body))
-		require.NoError(t, err)
-		req.Header.Set("Authorization", "Bearer "+proxyToken)
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, resp.Header.Get("Retry-After"), string(b)
+		a := clientPost(t, addr, proxyToken, "", streamBody)
+		return a.status, a.retryAfter, a.body
 	}
 	served := 0
 	for range 20 {
@@ -234,31 +213,21 @@ func TestClientModelsHoldPastTheScannedHead(t *testing.T) {
 		fmt.Fprintf(w, `{"id":"c1","object":"chat.completion","model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":1,"total_tokens":11}}`, req.Model)
 	}))
 	t.Cleanup(up.Close)
-	conf := fmt.Sprintf(`
-proxy_tokens: [%q]
-operator_tokens: [%q]
-state: %s
+	addr := serveTeam(t, nil, fmt.Sprintf(`
 clients:
   - {name: narrow, token: kp-client-narrow-000001, models: [gpt-4o-mini]}
 upstreams:
   - name: alpha
     url: %s
     keys: [{id: a1, secret: sk-alpha-1}]
-`, proxyToken, operatorToken, t.TempDir(), up.URL)
-	addr, _ := serveServer(t, clocked(t, conf, newTestClock(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))))
+`, up.URL))
 	filler := strings.Repeat("x", maxClientScan+1024)
 	body := fmt.Sprintf(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":%q}],"model":"gpt-4o"}`, filler)
-	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions", strings.NewReader(body))
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer kp-client-narrow-000001")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	answer, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	a := clientPost(t, addr, "kp-client-narrow-000001", "", body)
 	mu.Lock()
 	defer mu.Unlock()
-	assert.NotContains(t, models, "gpt-4o", "the vendor was asked for a model the client may not use (%d: %s)", resp.StatusCode, cut(string(answer), 200))
-	assert.NotEqual(t, http.StatusOK, resp.StatusCode)
+	assert.NotContains(t, models, "gpt-4o", "the vendor was asked for a model the client may not use (%d: %s)", a.status, cut(a.body, 200))
+	assert.Equal(t, http.StatusForbidden, a.status)
 }
 
 // OpenAI's "n" asks for n completions of up to max_tokens each, and bills
@@ -287,10 +256,7 @@ func TestClientBudgetCountsNCompletions(t *testing.T) {
 			strings.Join(choices, ","), out, 10+out)
 	}))
 	t.Cleanup(up.Close)
-	conf := fmt.Sprintf(`
-proxy_tokens: [%q]
-operator_tokens: [%q]
-state: %s
+	addr := serveTeam(t, nil, fmt.Sprintf(`
 clients:
   - {name: spender, token: kp-client-spender-00001, budget: {per_day: 0.05}}
 upstreams:
@@ -298,19 +264,12 @@ upstreams:
     url: %s
     prices: {gpt-4o-mini: {input: 1000, output: 16}}
     keys: [{id: a1, secret: sk-alpha-1}]
-`, proxyToken, operatorToken, t.TempDir(), up.URL)
-	addr, _ := serveServer(t, clocked(t, conf, newTestClock(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))))
-	body := `{"model":"gpt-4o-mini","n":8,"max_tokens":1000,"messages":[{"role":"user","content":"hi"}]}`
-	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions", strings.NewReader(body))
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer kp-client-spender-00001")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+`, up.URL))
+	a := clientPost(t, addr, "kp-client-spender-00001", "", `{"model":"gpt-4o-mini","n":8,"max_tokens":1000,"messages":[{"role":"user","content":"hi"}]}`)
 	spender := clientsOf(t, addr)["spender"]
 	require.NotNil(t, spender.Spent)
-	t.Logf("status %d; the vendor billed $%.4f; the store counts $%.4f of the client's $0.05", resp.StatusCode, billed, spender.Spent.PerDay)
+	t.Logf("status %d; the vendor billed $%.4f; the store counts $%.4f of the client's $0.05", a.status, billed, spender.Spent.PerDay)
+	assert.Equal(t, http.StatusTooManyRequests, a.status, "8 completions of 1,000 tokens do not fit the budget")
 	assert.LessOrEqual(t, billed, 0.05, "the vendor billed past the client's daily budget in one request")
 	assert.InDelta(t, billed, spender.Spent.PerDay, 1e-6, "what the store counts against the budget is what the vendor billed")
 }
@@ -327,10 +286,7 @@ func TestClientReserveAtTheDearestCostForTheRequest(t *testing.T) {
 	second := vendorsim.Start(vendorsim.Config{Dialect: vendorsim.OpenAI, Clock: clock.now, Keys: []vendorsim.Key{{Secret: "sk-second-1", ID: "s1"}}})
 	t.Cleanup(first.Close)
 	t.Cleanup(second.Close)
-	conf := fmt.Sprintf(`
-proxy_tokens: [%q]
-operator_tokens: [%q]
-state: %s
+	addr := serveTeam(t, clock, fmt.Sprintf(`
 clients:
   - {name: spender, token: kp-client-spender-00001, budget: {per_day: 0.05}}
 upstreams:
@@ -342,23 +298,15 @@ upstreams:
     url: %s
     prices: {gpt-4o-mini: {input: 1, output: 20}}
     keys: [{id: s1, secret: sk-second-1}]
-`, proxyToken, operatorToken, t.TempDir(), first.URL(), second.URL())
-	addr, _ := serveServer(t, clocked(t, conf, clock))
+`, first.URL(), second.URL()))
 	prompt := strings.Repeat("word ", 8000) // about 10,000 tokens
 	body := fmt.Sprintf(`{"model":"gpt-4o-mini","max_tokens":1,"messages":[{"role":"user","content":%q}]}`, prompt)
-	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions", strings.NewReader(body))
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer kp-client-spender-00001")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-
+	a := clientPost(t, addr, "kp-client-spender-00001", "", body)
 	spender := clientsOf(t, addr)["spender"]
 	require.NotNil(t, spender.Spent)
-	t.Logf("status %d, spent today $%.4f of $0.05", resp.StatusCode, spender.Spent.PerDay)
-	assert.LessOrEqual(t, spender.Spent.PerDay, 0.05, "one request took the client past its daily budget (%d: %s)", resp.StatusCode, cut(string(b), 200))
-	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "a request whose reserve at the upstream that would serve it does not fit the budget")
+	t.Logf("status %d, spent today $%.4f of $0.05", a.status, spender.Spent.PerDay)
+	assert.LessOrEqual(t, spender.Spent.PerDay, 0.05, "one request took the client past its daily budget (%d: %s)", a.status, cut(a.body, 200))
+	assert.Equal(t, http.StatusTooManyRequests, a.status, "a request whose reserve at the upstream that would serve it does not fit the budget")
 }
 
 // A client with a budget and no minute limit refused because its request
@@ -375,10 +323,7 @@ func TestClientRefusedByItsRequestInFlightIsToldSo(t *testing.T) {
 		_, _ = io.WriteString(w, `{"id":"c1","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
 	}))
 	t.Cleanup(up.Close)
-	conf := fmt.Sprintf(`
-proxy_tokens: [%q]
-operator_tokens: [%q]
-state: %s
+	addr := serveTeam(t, nil, fmt.Sprintf(`
 clients:
   - {name: spender, token: kp-client-spender-00001, budget: {per_day: 1}}
 upstreams:
@@ -386,8 +331,7 @@ upstreams:
     url: %s
     prices: {gpt-4o-mini: {input: 1, output: 2}}
     keys: [{id: a1, secret: sk-alpha-1}, {id: a2, secret: sk-alpha-2}]
-`, proxyToken, operatorToken, t.TempDir(), up.URL)
-	addr, _ := serveServer(t, clocked(t, conf, newTestClock(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))))
+`, up.URL))
 	send := func() (*http.Response, error) {
 		req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions",
 			strings.NewReader(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`))

@@ -87,7 +87,14 @@ type clientAnswer struct {
 // it is not "", and reads the answer whole (its usage settles).
 func clientSend(t *testing.T, addr, token, model, tag string) clientAnswer {
 	t.Helper()
-	body := fmt.Sprintf(`{"model":%q,"max_tokens":64,"messages":[{"role":"user","content":"Say hello."}]}`, model)
+	return clientPost(t, addr, token, tag, fmt.Sprintf(`{"model":%q,"max_tokens":64,"messages":[{"role":"user","content":"Say hello."}]}`, model))
+}
+
+// clientPost posts body to the proxy's chat completions with token, and
+// the tag when it is not "", and reads the answer whole (its usage
+// settles, a stream to its end).
+func clientPost(t *testing.T, addr, token, tag, body string) clientAnswer {
+	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions", strings.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+token)

@@ -159,17 +159,13 @@ func TestProxyRefusesProtocolUpgrades(t *testing.T) {
 		_, _ = buf.ReadString('\n') // the session waits for the client
 	}))
 	t.Cleanup(up.Close)
-	conf := fmt.Sprintf(`
-proxy_tokens: [%q]
-operator_tokens: [%q]
-state: %s
+	addr := serveTeam(t, nil, fmt.Sprintf(`
 shutdown_timeout: 2s
 upstreams:
   - name: openai
     url: %s
     keys: [{id: k1, secret: sk-openai-1}]
-`, proxyToken, operatorToken, t.TempDir(), up.URL)
-	addr, _ := serveServer(t, clocked(t, conf, newTestClock(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))))
+`, up.URL))
 	c, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
 	defer c.Close()
