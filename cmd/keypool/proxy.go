@@ -63,6 +63,12 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request) {
 		s.tooLarge(w)
 		return
 	}
+	if onlyH2C(r.Header) {
+		// An offer of cleartext HTTP/2 (curl --http2 on http://), which a
+		// server may ignore: the request is answered as HTTP/1.1.
+		r.Header.Del("Upgrade")
+		r.Header.Del("Http2-Settings")
+	}
 	if r.Header.Get("Upgrade") != "" {
 		// What crosses an upgraded connection (a WebSocket: OpenAI's
 		// Realtime API) could be neither metered nor scanned for keys,
@@ -115,6 +121,22 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request) {
 	if hasTrailers(w.Header()) {
 		s.redact.header(w.Header()) // trailers go out after the handler returns
 	}
+}
+
+// onlyH2C reports whether h offers an upgrade to h2c and to nothing else.
+func onlyH2C(h http.Header) bool {
+	vs := h.Values("Upgrade")
+	if len(vs) == 0 {
+		return false
+	}
+	for _, v := range vs {
+		for _, p := range strings.Split(v, ",") {
+			if !strings.EqualFold(strings.TrimSpace(p), "h2c") {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // tooLarge answers a request whose body is over max_request_body.
