@@ -624,7 +624,10 @@ type call struct {
 	// passed over for it.
 	maxOutput int64
 	dear      int64
-	disabled  int // the keys passed over as out of rotation
+	// completions is how many completions of up to maxOutput each the
+	// request asks for (RequestInfo.Completions).
+	completions int
+	disabled    int // the keys passed over as out of rotation
 	// transient: an attempt of the request had a bad moment
 	// (KindTransient); a second one benches nothing (badMoment).
 	transient bool
@@ -773,7 +776,7 @@ func (p *Pool) offer(ctx context.Context, c *call, k *poolKey, model string, est
 		return false, nil
 	}
 	if price != nil {
-		cl.Cost, cl.Unbounded = price.reserve(est, c.maxOutput)
+		cl.Cost, cl.Unbounded = price.reserve(est, c.maxOutput, c.completions)
 		if cl.Budget.exceeds(cl.Cost) || cl.AccountBudget.exceeds(cl.Cost) {
 			// No day or month will ever have room for it.
 			c.dear = cl.Cost
@@ -795,7 +798,7 @@ func (p *Pool) offer(ctx context.Context, c *call, k *poolKey, model string, est
 	err := p.takeFrom(ctx, c, k, cl, &l.grant)
 	p.storeResult(opTake, err)
 	if err == nil && l.grant.OK {
-		l.key, l.probe, l.price, l.bound = k, probe, price, price.outputBound(c.maxOutput)
+		l.key, l.probe, l.price, l.bound = k, probe, price, price.outputBound(c.maxOutput, c.completions)
 		l.flying = k.flights[0] != nil || k.flights[1] != nil
 		return true, nil
 	}

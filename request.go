@@ -26,13 +26,16 @@ type RequestInfo struct {
 	// scripts and better for scripts whose characters are several bytes
 	// and about one token each.
 	PromptBytes int64
-	// MaxOutput is the output the request reserves, in tokens: the largest
-	// of a top-level max_tokens or max_completion_tokens, and a
-	// max_output_tokens or maxOutputTokens at any depth (Gemini's
-	// generationConfig), times the completions it asks for (OpenAI's
-	// top-level "n", Gemini's candidateCount), which the vendor bills
-	// together. Zero when it states none.
+	// MaxOutput is the output the request reserves for each completion,
+	// in tokens: the largest of a top-level max_tokens or
+	// max_completion_tokens, and a max_output_tokens or maxOutputTokens at
+	// any depth (Gemini's generationConfig). Zero when it states none.
 	MaxOutput int64
+	// Completions is how many completions the request asks for — OpenAI's
+	// top-level "n", Gemini's candidateCount — each of up to MaxOutput
+	// tokens, which the vendor bills together; 0 when it does not say
+	// (one).
+	Completions int
 	// Images counts the images the request carries: data URLs
 	// ("data:image/..."), base64 or file sources whose media type is an
 	// image, and image_url, input_image and image parts.
@@ -55,8 +58,8 @@ const (
 
 // DefaultEstimate is the pool's token estimate for a request before it is
 // sent: its prompt bytes over four (rounded up), plus the output it reserves
-// (MaxOutput, or 1024 when it states none, at most 32768), plus 1000 tokens
-// per image. It is never negative: negative fields count as zero, and a sum
+// (MaxOutput, or 1024 when it states none, for each of its Completions; at
+// most 32768), plus 1000 tokens per image. It is never negative: negative fields count as zero, and a sum
 // past math.MaxInt64 stays there. Wrap it to weigh a vendor differently.
 func DefaultEstimate(info RequestInfo) int64 {
 	prompt := max(info.PromptBytes, 0)
@@ -64,11 +67,7 @@ func DefaultEstimate(info RequestInfo) int64 {
 	if prompt%promptBytesPerToken != 0 {
 		tokens++
 	}
-	output := info.MaxOutput
-	if output <= 0 {
-		output = defaultReservedOutput
-	}
-	tokens = addTokens(tokens, min(output, maxReservedOutput))
+	tokens = addTokens(tokens, min(info.reservedOutput(), maxReservedOutput))
 	images := int64(max(info.Images, 0))
 	if images > math.MaxInt64/tokensPerImage {
 		return math.MaxInt64
@@ -163,11 +162,7 @@ func (s *requestScanner) finish(in *names) RequestInfo {
 	for d := min(s.lex.depth, maxTrackedDepth); d >= 1; d-- {
 		s.close(d)
 	}
-	if s.completions > 1 {
-		// Each completion may be as long as the bound: the vendor bills
-		// their output together. Saturated: the estimate caps it.
-		s.info.MaxOutput = mulTokens(s.info.MaxOutput, s.completions)
-	}
+	s.info.Completions = int(min(s.completions, math.MaxInt32))
 	if !s.modelCut && len(s.model) <= maxEscape*(windowspec.MaxModelName+1) {
 		// The name as the vendor reads it, when it may be short enough
 		// to keep: no escape is longer than maxEscape bytes.
@@ -409,15 +404,21 @@ func modelFromPath(path string) string {
 	return ""
 }
 
-// estimateUse splits a request's token estimate into the input and the
-// output it reserves: the output is what the request reserves (as
-// DefaultEstimate counts it), the input the rest.
-func estimateUse(info RequestInfo, estimate int64) usageReport {
+// reservedOutput is the output info reserves before DefaultEstimate's cap:
+// MaxOutput, or 1024 when it states none, for each of its completions.
+func (info RequestInfo) reservedOutput() int64 {
 	output := info.MaxOutput
 	if output <= 0 {
 		output = defaultReservedOutput
 	}
-	output = min(output, maxReservedOutput, estimate)
+	return mulTokens(output, int64(max(info.Completions, 1)))
+}
+
+// estimateUse splits a request's token estimate into the input and the
+// output it reserves: the output is what the request reserves (as
+// DefaultEstimate counts it), the input the rest.
+func estimateUse(info RequestInfo, estimate int64) usageReport {
+	output := min(info.reservedOutput(), maxReservedOutput, estimate)
 	return usageReport{input: estimate - output, output: output}
 }
 

@@ -219,13 +219,13 @@ var lenientRequestCases = []struct {
 	{name: "number the body cuts", body: `{"model":"m","max_tokens":12`, want: RequestInfo{Model: "m"}},
 	{name: "key the body cuts", body: `{"model":"m","max_tok`, want: RequestInfo{Model: "m"}},
 	{name: "repeated max_tokens: the largest", body: `{"max_tokens":10,"max_tokens":5}`, want: RequestInfo{MaxOutput: 10}},
-	{name: "n completions of max_tokens each", body: `{"n":8,"max_tokens":1000}`, want: RequestInfo{MaxOutput: 8000}},
-	{name: "n before max_tokens", body: `{"max_completion_tokens":10,"n":3}`, want: RequestInfo{MaxOutput: 30}},
-	{name: "n of 1 or 0 changes nothing", body: `{"n":1,"max_tokens":10,"x":{"candidateCount":0}}`, want: RequestInfo{MaxOutput: 10}},
+	{name: "n completions of max_tokens each", body: `{"n":8,"max_tokens":1000}`, want: RequestInfo{MaxOutput: 1000, Completions: 8}},
+	{name: "n before max_tokens", body: `{"max_completion_tokens":10,"n":3}`, want: RequestInfo{MaxOutput: 10, Completions: 3}},
+	{name: "n of 1", body: `{"n":1,"max_tokens":10,"x":{"candidateCount":0}}`, want: RequestInfo{MaxOutput: 10, Completions: 1}},
 	{name: "n below the top level is no count", body: `{"max_tokens":10,"x":{"n":4}}`, want: RequestInfo{MaxOutput: 10}},
-	{name: "Gemini's candidateCount", body: `{"generationConfig":{"candidateCount":2,"maxOutputTokens":64}}`, want: RequestInfo{MaxOutput: 128}},
-	{name: "n without a bound reserves nothing more", body: `{"n":5}`, want: RequestInfo{}},
-	{name: "n times a huge bound saturates", body: `{"n":4,"max_tokens":9223372036854775807}`, want: RequestInfo{MaxOutput: math.MaxInt64}},
+	{name: "Gemini's candidateCount", body: `{"generationConfig":{"candidateCount":2,"maxOutputTokens":64}}`, want: RequestInfo{MaxOutput: 64, Completions: 2}},
+	{name: "n without a bound", body: `{"n":5}`, want: RequestInfo{Completions: 5}},
+	{name: "n past the int32s", body: `{"n":99999999999}`, want: RequestInfo{Completions: math.MaxInt32}},
 	// Names as the vendor reads them: escapes decoded.
 	{name: "escaped model", body: `{"model":"\u0067pt-4o"}`, want: RequestInfo{Model: "gpt-4o"}},
 	{name: "escaped model key", body: `{"mod\u0065l":"gpt-4o","model2":"x"}`, want: RequestInfo{Model: "gpt-4o", PromptBytes: 1}},
@@ -424,7 +424,7 @@ func FuzzScanRequest(f *testing.F) {
 		}
 		canon := jsonText(v)
 		info, conv, _ := readRequest(canon, nil)
-		got := requestReading{model: info.Model, maxOutput: info.MaxOutput, conv: conv}
+		got := requestReading{model: info.Model, maxOutput: info.MaxOutput, completions: info.Completions, conv: conv}
 		want := requestOracle(v)
 		if len(want.model) > windowspec.MaxModelName {
 			got.model, want.model = "", "" // cut, and refused (TestScanRequestCutModel)
@@ -446,9 +446,10 @@ func allRequestCases() []struct {
 
 // requestReading is what requestOracle reads of a request.
 type requestReading struct {
-	model     string
-	maxOutput int64
-	conv      conversation
+	model       string
+	maxOutput   int64
+	completions int
+	conv        conversation
 }
 
 // requestOracle reads a request body as encoding/json decoded it into v
@@ -456,8 +457,8 @@ type requestReading struct {
 // largest non-negative integer of a top-level max_tokens or
 // max_completion_tokens, or of a max_output_tokens or maxOutputTokens in
 // any object the lexer tracks (maxTrackedDepth), saturated at
-// math.MaxInt64, times the largest top-level "n" or candidateCount at any
-// depth when above 1; and the conversation of the strongest of the top-level
+// math.MaxInt64; the largest top-level "n" or candidateCount at any depth,
+// at most math.MaxInt32; and the conversation of the strongest of the top-level
 // prompt_cache_key, metadata.user_id and user that holds a string not empty, named
 // by that string as JSON writes it (escapes not decoded, conversationOf).
 func requestOracle(v any) requestReading {
@@ -486,13 +487,7 @@ func requestOracle(v any) requestReading {
 		}
 	}
 	walk(v, 1)
-	if completions > 1 {
-		if r.maxOutput > 0 && completions > math.MaxInt64/r.maxOutput {
-			r.maxOutput = math.MaxInt64
-		} else {
-			r.maxOutput *= completions
-		}
-	}
+	r.completions = int(min(completions, math.MaxInt32))
 	top, _ := v.(map[string]any)
 	r.model, _ = top["model"].(string)
 	meta, _ := top["metadata"].(map[string]any)
@@ -536,6 +531,9 @@ func TestDefaultEstimate(t *testing.T) {
 		{"five bytes round up", RequestInfo{PromptBytes: 5}, 2 + 1024},
 		{"stated output", RequestInfo{PromptBytes: 400, MaxOutput: 50}, 100 + 50},
 		{"stated output capped", RequestInfo{MaxOutput: 100000}, 32768},
+		{"each completion's output", RequestInfo{MaxOutput: 100, Completions: 3}, 300},
+		{"the default for each completion", RequestInfo{Completions: 2}, 2048},
+		{"completions capped together", RequestInfo{MaxOutput: 10000, Completions: 8}, 32768},
 		{"images", RequestInfo{Images: 2, MaxOutput: 1}, 2000 + 1},
 		{"all together", RequestInfo{PromptBytes: 4000, MaxOutput: 500, Images: 1}, 1000 + 500 + 1000},
 		{"negatives count as zero", RequestInfo{PromptBytes: -9, MaxOutput: -9, Images: -9}, 1024},

@@ -761,11 +761,12 @@ const maxAnswerTokens = 1 << 24
 // that states stated (its max_tokens and kin; 0: none) can hold at price
 // p (nil: none): stated, at most p's MaxOutput when known; 0 when neither
 // bounds it.
-func (p *Price) outputBound(stated int64) int64 {
+func (p *Price) outputBound(stated int64, completions int) int64 {
+	each := max(stated, 0)
 	if p != nil && p.MaxOutput > 0 && (stated <= 0 || stated > p.MaxOutput) {
-		return p.MaxOutput
+		each = p.MaxOutput
 	}
-	return max(stated, 0)
+	return mulTokens(each, int64(max(completions, 1)))
 }
 
 // reserve returns what a request estimated at est, which states the output
@@ -773,8 +774,8 @@ func (p *Price) outputBound(stated int64) int64 {
 // cost of its estimated input and of its output bound. When nothing bounds
 // its output, it returns the cost of est and unbounded: a store then
 // reserves all that is left (Claim.Unbounded).
-func (p *Price) reserve(est usageReport, stated int64) (cost int64, unbounded bool) {
-	bound := p.outputBound(stated)
+func (p *Price) reserve(est usageReport, stated int64, completions int) (cost int64, unbounded bool) {
+	bound := p.outputBound(stated, completions)
 	if bound == 0 {
 		return p.cost(est), true
 	}
@@ -972,5 +973,5 @@ func usedOf(ctx context.Context) func(Settlement) {
 // output it returns the cost of the estimate and unbounded, as a Claim's
 // Unbounded says.
 func (p Price) Reserve(info RequestInfo, estimate int64) (cost int64, unbounded bool) {
-	return p.reserve(estimateUse(info, max(estimate, 0)), info.MaxOutput)
+	return p.reserve(estimateUse(info, max(estimate, 0)), info.MaxOutput, info.Completions)
 }

@@ -1452,3 +1452,35 @@ func TestAnswerWithoutUsageSpendsItsReserve(t *testing.T) {
 	require.NoError(t, resp.Body.Close())
 	assert.InDelta(t, (3*1+100*2)*1e-6, pool.Stats()[0].Spent.PerDay, 1e-9, "its reserve: 3 tokens of input (12 bytes of text), 100 of output")
 }
+
+// A request for n completions reserves n of them — each within its
+// max_tokens and the model's MaxOutput — and its answer counts all the
+// output the vendor reports for them, up to n times the bound.
+func TestCompletionsReserveAndCountEach(t *testing.T) {
+	price := Price{Input: 1, Output: 2, MaxOutput: 100}
+	for _, tc := range []struct {
+		info RequestInfo
+		want int64
+	}{
+		{RequestInfo{MaxOutput: 100, Completions: 8}, 800 * 2},
+		{RequestInfo{Completions: 8}, 800 * 2}, // no max_tokens: the model's MaxOutput, each
+		{RequestInfo{MaxOutput: 50, Completions: 2}, 100 * 2},
+		{RequestInfo{MaxOutput: 50}, 50 * 2},
+	} {
+		cost, unbounded := price.Reserve(tc.info, DefaultEstimate(tc.info))
+		assert.False(t, unbounded)
+		assert.Equal(t, tc.want, cost, "%+v", tc.info)
+	}
+
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"x","usage":{"prompt_tokens":0,"completion_tokens":900,"total_tokens":900}}`)
+	}))
+	t.Cleanup(srv.Close)
+	pool, client, _ := budgetPool(t, price)
+	resp, err := client.Post(srv.URL, "application/json", strings.NewReader(`{"model":"gpt-4o","n":8,"max_tokens":100,"messages":[]}`))
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	require.NoError(t, resp.Body.Close())
+	assert.InDelta(t, 800*2e-6, pool.Stats()[0].Spent.PerDay, 1e-9, "the reported 900 counted at most 8 × 100")
+}
