@@ -1264,6 +1264,8 @@ func (p *Pool) Close() error {
 	p.lines.close()
 	p.tel.close()
 	p.alarm.stop()
+	p.disabledMu.Lock() // a read starting aside has counted itself, or sees closed
+	p.disabledMu.Unlock()
 	p.readsAside.Wait() // bounded by statsTimeout
 	if p.unnotify != nil {
 		p.unnotify()
@@ -1697,7 +1699,8 @@ func (p *Pool) Enable(ctx context.Context, keyID string) error {
 // DisabledRefresh is how often a pool whose store keeps disabled keys
 // (DisabledStore) reads them again, for what another replica disabled or
 // enabled: its first request that much after the last read starts the
-// read, and goes on without waiting for it; Stats reads before it answers.
+// read, and goes on without waiting for it; Stats reads before it answers,
+// unless a read is under way.
 const DisabledRefresh = 5 * time.Second
 
 // disabledRetry is how soon a pool reads its disabled keys again after the
@@ -1751,12 +1754,16 @@ func (p *Pool) refreshDisabled(now time.Time) {
 // request its timeout. Close waits for a read under way.
 func (p *Pool) refreshDisabledAside(now time.Time) {
 	if next, ok := p.claimDisabledRead(now); ok {
-		p.readsAside.Add(1)
+		p.disabledMu.Lock()
+		if p.closed.Load() { // a closed pool asks no more of the store
+			p.disabledMu.Unlock()
+			return
+		}
+		p.readsAside.Add(1) // under disabledMu: before Close waits, or not at all
+		p.disabledMu.Unlock()
 		go func() {
 			defer p.readsAside.Done()
-			if !p.closed.Load() { // a Close since the claim asks no more of the store
-				p.readDisabled(next)
-			}
+			p.readDisabled(next)
 		}()
 	}
 }
