@@ -343,6 +343,8 @@ type Pool struct {
 	disabledDue atomic.Int64
 	disabledMu  sync.Mutex
 	disabledGen uint64 // guarded by disabledMu
+	// changingMu serializes Disable and Enable, store write and all.
+	changingMu sync.Mutex
 	// readsAside counts the reads of disabled keys that requests started
 	// and did not wait for (refreshDisabledAside); Close waits for them.
 	readsAside sync.WaitGroup
@@ -1716,13 +1718,18 @@ func (p *Pool) setDisabled(ctx context.Context, k *poolKey, d *Disabled) error {
 	if d == nil {
 		verb = "enable"
 	}
-	p.disabledMu.Lock()
-	defer p.disabledMu.Unlock()
+	// changingMu, not disabledMu, is held across the store's write: a
+	// read of the store, a request starting one and Close never wait on
+	// a slow store's write.
+	p.changingMu.Lock()
+	defer p.changingMu.Unlock()
 	if p.disabling != nil {
 		if err := p.disabling.SetDisabled(ctx, p.provider, k.ID, d); err != nil {
 			return fmt.Errorf("keypool: %s: %s %s: %w", p.provider, verb, k.ID, err)
 		}
 	}
+	p.disabledMu.Lock()
+	defer p.disabledMu.Unlock()
 	p.disabledGen++
 	if k.disabled.Swap(d) != nil && d == nil {
 		p.backInRotation()
