@@ -657,7 +657,8 @@ type Price struct {
 // its input as the pool estimates it (WithEstimator), and its output
 // bound — its max_tokens (or max_completion_tokens, max_output_tokens,
 // Gemini's maxOutputTokens), or the model's Price.MaxOutput when it states
-// none, the smaller when both — priced by WithPrices. The pool sends it
+// none, the smaller when both, for each completion it asks for (OpenAI's
+// n, Gemini's candidateCount) — priced by WithPrices. The pool sends it
 // only when that reserve fits what is left of each cap after what the
 // requests in flight reserve, in one atomic step of the store; its answer
 // then settles at what the vendor reported. A request with no output bound
@@ -969,7 +970,8 @@ func usedOf(ctx context.Context) func(Settlement) {
 // Reserve returns what a request read as info, estimated at estimate
 // tokens, can cost at most at price p, in millionths of a US dollar, as a
 // Pool reserves it against a Budget: its estimated input and its output
-// bound (info.MaxOutput, at most p.MaxOutput). When nothing bounds its
+// bound (info.MaxOutput, at most p.MaxOutput, or p.MaxOutput when it
+// states none — for each of info.Completions). When nothing bounds its
 // output it returns the cost of the estimate and unbounded, as a Claim's
 // Unbounded says.
 func (p Price) Reserve(info RequestInfo, estimate int64) (cost int64, unbounded bool) {
