@@ -633,6 +633,10 @@ type call struct {
 	// transient: an attempt of the request had a bad moment
 	// (KindTransient); a second one benches nothing (badMoment).
 	transient bool
+	// cut: the request's body was longer than the pool read of it, so a
+	// count of completions (or a bound) past what it read is unknown,
+	// and its answer's output is not clamped to maxOutput's bound.
+	cut bool
 	// conversation is the request's, 0 for none (see WithAffinity); stay
 	// the key it stays on, once looked.
 	conversation conversation
@@ -801,6 +805,9 @@ func (p *Pool) offer(ctx context.Context, c *call, k *poolKey, model string, est
 	p.storeResult(opTake, err)
 	if err == nil && l.grant.OK {
 		l.key, l.probe, l.price, l.bound = k, probe, price, price.outputBound(c.maxOutput, c.completions)
+		if c.cut {
+			l.bound = 0 // the vendor may have been asked for more completions than the pool read
+		}
 		l.flying = k.flights[0] != nil || k.flights[1] != nil
 		return true, nil
 	}

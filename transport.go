@@ -87,7 +87,8 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	r := request{req: req, body: &x.body, metered: &x.metered, out: &x.out, model: info.Model,
-		call: call{spare: &x.res, maxOutput: info.MaxOutput, completions: info.Completions, conversation: conv, pinned: pinned}}
+		call: call{spare: &x.res, maxOutput: info.MaxOutput, completions: info.Completions, conversation: conv, pinned: pinned,
+			cut: x.body.first.data != nil && !x.body.whole}}
 	if p.needTokens() {
 		r.estimate = estimateUse(info, max(p.cfg.estimator(info), 0))
 	}
