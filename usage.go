@@ -639,9 +639,10 @@ type Price struct {
 	// cache; zero prices them as Input.
 	CachedInput float64
 	// MaxOutput is the most output tokens, reasoning included, the model
-	// writes in one answer (its vendor's maximum output); zero when unknown.
-	// A budget reserves it for a request that states no max_tokens, and
-	// never more than it for one that states more (see Budget).
+	// writes in one completion (its vendor's maximum output); zero when
+	// unknown. A budget reserves it for each completion of a request that
+	// states no max_tokens, and never more than it for one that states
+	// more (see Budget).
 	MaxOutput int64
 }
 
@@ -759,9 +760,9 @@ func (p Price) cost(u usageReport) int64 {
 const maxAnswerTokens = 1 << 24
 
 // outputBound returns the most output, in tokens, an answer to a request
-// that states stated (its max_tokens and kin; 0: none) can hold at price
-// p (nil: none): stated, at most p's MaxOutput when known; 0 when neither
-// bounds it.
+// that states stated (its max_tokens and kin; 0: none) for each of its
+// completions (0: one) can hold at price p (nil: none): stated, at most
+// p's MaxOutput when known, for each; 0 when neither bounds it.
 func (p *Price) outputBound(stated int64, completions int) int64 {
 	each := max(stated, 0)
 	if p != nil && p.MaxOutput > 0 && (stated <= 0 || stated > p.MaxOutput) {
