@@ -606,7 +606,7 @@ func (l *lease) charge() charge {
 // fails over once, and goes back to the caller, rather than bench every
 // key of the pool for the others.
 func (c *call) badMoment(v *verdict) {
-	if v.kind == KindTransient {
+	if v.kind == KindTransient && !v.quoted { // a quoted answer has its own rule
 		v.again = c.transient
 		c.transient = true
 	}
