@@ -346,8 +346,11 @@ type Pool struct {
 	// changingMu serializes Disable and Enable, store write and all.
 	changingMu sync.Mutex
 	// readsAside counts the reads of disabled keys that requests started
-	// and did not wait for (refreshDisabledAside); Close waits for them.
-	readsAside sync.WaitGroup
+	// and did not wait for (refreshDisabledAside); Close waits for them,
+	// once it has set asideStopped (guarded by disabledMu), after which
+	// none starts.
+	readsAside   sync.WaitGroup
+	asideStopped bool
 }
 
 // poolKey is a key as the pool holds it. The fields every request reads
@@ -1273,7 +1276,8 @@ func (p *Pool) Close() error {
 	p.lines.close()
 	p.tel.close()
 	p.alarm.stop()
-	p.disabledMu.Lock() // a read starting aside has counted itself, or sees closed
+	p.disabledMu.Lock()
+	p.asideStopped = true // a read starting aside has counted itself, or starts none
 	p.disabledMu.Unlock()
 	p.readsAside.Wait() // bounded by statsTimeout
 	if p.unnotify != nil {
@@ -1769,7 +1773,7 @@ func (p *Pool) refreshDisabled(now time.Time) {
 func (p *Pool) refreshDisabledAside(now time.Time) {
 	if next, ok := p.claimDisabledRead(now); ok {
 		p.disabledMu.Lock()
-		if p.closed.Load() { // a closed pool asks no more of the store
+		if p.asideStopped { // a closed pool asks no more of the store
 			p.disabledMu.Unlock()
 			return
 		}

@@ -72,14 +72,17 @@ upstreams:
 	}
 	resp.Body.Close()
 
-	time.Sleep(300 * time.Millisecond) // what settles, settles as the answer ends
+	// What settles, settles as the handler ends, just after the client has
+	// read the answer.
 	var spender clientReport
-	for _, c := range srv.current().reportClients(srv.now()) {
-		if c.Name == "spender" {
-			spender = c
+	assert.Eventually(t, func() bool {
+		for _, c := range srv.current().reportClients(srv.now()) {
+			if c.Name == "spender" {
+				spender = c
+			}
 		}
-	}
-	assert.Equal(t, int64(1), spender.Today.Requests, "the client's request is counted")
+		return spender.Today.Requests == 1 && len(logLines(logs, "request")) > 0
+	}, 10*time.Second, 10*time.Millisecond, "the client's request is counted, and logged")
 	// What the vendor reported: 10 input and 2 output tokens at $1000 and
 	// $2000 a million: $0.014. The reserve was for 1000 output tokens: $2+.
 	require.NotNil(t, spender.Spent)
