@@ -200,6 +200,19 @@ func (v verdict) ofAccount() bool {
 	return (v.kind == KindRate || v.kind == KindQuota) && !v.quoted
 }
 
+// badMoment marks v again when it is a bad moment (KindTransient) and an
+// earlier attempt of c's request had one: a request every key it reaches
+// fails says more of itself, or of the vendor, than of any key — a request
+// the vendor cannot process answers 500 on each — so it benches one key,
+// fails over once, and goes back to the caller, rather than bench every
+// key of the pool for the others.
+func (c *call) badMoment(v *verdict) {
+	if v.kind == KindTransient && !v.quoted { // a quoted answer has its own rule
+		v.again = c.transient
+		c.transient = true
+	}
+}
+
 // observe records what an answer said of a lease's key — its count, the
 // vendor's reading, the end of a climb up the quota levels on a success, a
 // bench on a failure or on a success that says its window is spent — and

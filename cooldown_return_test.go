@@ -106,13 +106,10 @@ func TestReturningKeyThatFailsAgainIsBenchedAgain(t *testing.T) {
 // for good.
 func TestPanicDuringAProbeEndsTheProbe(t *testing.T) {
 	clock := newTestClock()
-	p, err := New("test", []Key{{Secret: "sk-a", ID: "a"}, {Secret: "sk-b", ID: "b"}}, WithClock(clock.Now))
-	require.NoError(t, err)
-	defer p.Close()
+	p := onlyAServes(t, clock)
 	ctx := t.Context()
-	require.NoError(t, p.Disable(ctx, "b", "only a serves"))
 	// a's quota is spent, dating nothing: benched 2 minutes, returning carefully.
-	err = p.Do(ctx, "m", func(context.Context, Key) error {
+	err := p.Do(ctx, "m", func(context.Context, Key) error {
 		return &ProviderError{Kind: KindQuota, Status: http.StatusTooManyRequests}
 	})
 	require.Error(t, err)
@@ -140,15 +137,11 @@ func TestPanicInOnEvictDuringAProbeEndsTheProbe(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	evictions := 0
-	p, err := New("test", []Key{{Secret: "sk-a", ID: "a"}, {Secret: "sk-b", ID: "b"}}, WithClock(clock.Now),
-		OnEvict(func(Eviction) {
-			if evictions++; evictions == 2 {
-				panic("the hook's bug")
-			}
-		}))
-	require.NoError(t, err)
-	defer p.Close()
-	require.NoError(t, p.Disable(t.Context(), "b", "only a serves"))
+	p := onlyAServes(t, clock, OnEvict(func(Eviction) {
+		if evictions++; evictions == 2 {
+			panic("the hook's bug")
+		}
+	}))
 	client := &http.Client{Transport: p.Transport(nil)}
 	post := func() (*http.Response, error) {
 		return client.Post(srv.URL, "application/json", strings.NewReader(`{"model":"m"}`))
@@ -177,11 +170,8 @@ func TestPanicInOnEvictDuringAProbeEndsTheProbe(t *testing.T) {
 // another model must not be sent as a second probe.
 func TestOneProbeAtATimeAcrossAModelAndTheWholeKey(t *testing.T) {
 	clock := newTestClock()
-	p, err := New("test", []Key{{Secret: "sk-a", ID: "a"}, {Secret: "sk-b", ID: "b"}}, WithClock(clock.Now))
-	require.NoError(t, err)
-	defer p.Close()
+	p := onlyAServes(t, clock)
 	ctx := t.Context()
-	require.NoError(t, p.Disable(ctx, "b", "only a serves"))
 	require.Error(t, p.Do(ctx, "m", func(context.Context, Key) error {
 		return &ProviderError{Kind: KindQuota, Status: http.StatusTooManyRequests} // m: 2 minutes
 	}))
@@ -206,16 +196,12 @@ func TestOneProbeAtATimeAcrossAModelAndTheWholeKey(t *testing.T) {
 func TestPanicInOnEvictDuringADoProbeEndsTheProbe(t *testing.T) {
 	clock := newTestClock()
 	evictions := 0
-	p, err := New("test", []Key{{Secret: "sk-a", ID: "a"}, {Secret: "sk-b", ID: "b"}}, WithClock(clock.Now),
-		OnEvict(func(Eviction) {
-			if evictions++; evictions == 2 {
-				panic("the hook's bug")
-			}
-		}))
-	require.NoError(t, err)
-	defer p.Close()
+	p := onlyAServes(t, clock, OnEvict(func(Eviction) {
+		if evictions++; evictions == 2 {
+			panic("the hook's bug")
+		}
+	}))
 	ctx := t.Context()
-	require.NoError(t, p.Disable(ctx, "b", "only a serves"))
 	spent := func(context.Context, Key) error {
 		return &ProviderError{Kind: KindQuota, Status: http.StatusPaymentRequired}
 	}
@@ -229,4 +215,15 @@ func TestPanicInOnEvictDuringADoProbeEndsTheProbe(t *testing.T) {
 	require.Equal(t, 2, evictions)
 	clock.Advance(time.Hour)
 	assert.NoError(t, p.Do(ctx, "m", func(context.Context, Key) error { return nil }), "a takes requests again after the panicked probe")
+}
+
+// onlyAServes returns a pool of the keys a and b, on clock, with b
+// disabled: a is the one key that serves, and a bench of a leaves no other.
+func onlyAServes(t *testing.T, clock *testClock, opts ...Option) *Pool {
+	t.Helper()
+	p, err := New("test", []Key{{Secret: "sk-a", ID: "a"}, {Secret: "sk-b", ID: "b"}}, append([]Option{WithClock(clock.Now)}, opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	require.NoError(t, p.Disable(t.Context(), "b", "only a serves"))
+	return p
 }

@@ -17,15 +17,16 @@ import (
 // used: fn calls Settle(ctx, input, output) with the context Do gave it,
 // once the vendor has reported its usage. When fn never calls Settle, the
 // estimate stands, and what the call reserved of a budget is spent. A call
-// names no max_tokens: against a budget it
-// reserves the model's Price.MaxOutput, or, without one, all that is left,
-// and runs alone (see Budget).
+// names no max_tokens: against a budget it reserves the model's
+// Price.MaxOutput, or, without one, all that is left, and runs alone (see
+// Budget).
 //
 // When fn returns an error that is (or wraps) a *ProviderError of a failing
 // kind, the key is benched by that error and, if another key can take the
 // call, fn is called again with it, each key at most once — but a second
 // KindTransient of one call benches nothing and is returned, as the
-// Transport's second 5xx is; a failed call counts no tokens. Any other error benches nothing and is returned as is.
+// Transport's second 5xx is; a failed call counts no tokens. Any other
+// error benches nothing and is returned as is.
 // When no key can take the call, Do returns a *NoAvailableKeyError that also
 // wraps the last error of fn.
 func (p *Pool) Do(ctx context.Context, model string, fn func(ctx context.Context, k Key) error) error {

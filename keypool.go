@@ -602,19 +602,6 @@ func (l *lease) charge() charge {
 	return charge{l.key, l.claim.Model, l.grant.Reservation, l.price, l.bound, l.claim.Tokens, l.claim.Cost}
 }
 
-// badMoment marks v again when it is a bad moment (KindTransient) and an
-// earlier attempt of c's request had one: a request every key it reaches
-// fails says more of itself, or of the vendor, than of any key — a request
-// the vendor cannot process answers 500 on each — so it benches one key,
-// fails over once, and goes back to the caller, rather than bench every
-// key of the pool for the others.
-func (c *call) badMoment(v *verdict) {
-	if v.kind == KindTransient && !v.quoted { // a quoted answer has its own rule
-		v.again = c.transient
-		c.transient = true
-	}
-}
-
 // call is what one request remembers across its attempts: the keys that
 // failed it, the soonest moment a key it saw comes back, and, once it has
 // waited for a key (WaitForKey), when its waiting must end.
@@ -1174,9 +1161,11 @@ func (a *affinity) conversations(keys int, now time.Time) []int {
 	if a == nil {
 		return n
 	}
-	for _, e := range append(a.seen.Values(), a.made.Values()...) {
-		if now.Sub(e.at) < a.idle && int(e.key) < keys {
-			n[e.key]++
+	for _, made := range []bool{false, true} {
+		for _, e := range a.of(made).Values() {
+			if now.Sub(e.at) < a.idle && int(e.key) < keys {
+				n[e.key]++
+			}
 		}
 	}
 	return n

@@ -57,10 +57,11 @@ const (
 )
 
 // DefaultEstimate is the pool's token estimate for a request before it is
-// sent: its prompt bytes over four (rounded up), plus the output it reserves
-// (MaxOutput, or 1024 when it states none, for each of its Completions; at
-// most 32768), plus 1000 tokens per image. It is never negative: negative fields count as zero, and a sum
-// past math.MaxInt64 stays there. Wrap it to weigh a vendor differently.
+// sent: its prompt bytes over four (rounded up), plus the output it
+// reserves (MaxOutput, or 1024 when it states none, for each of its
+// Completions; at most 32768), plus 1000 tokens per image. It is never
+// negative: negative fields count as zero, and a sum past math.MaxInt64
+// stays there. Wrap it to weigh a vendor differently.
 func DefaultEstimate(info RequestInfo) int64 {
 	prompt := max(info.PromptBytes, 0)
 	tokens := prompt / promptBytesPerToken

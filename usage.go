@@ -631,7 +631,7 @@ func mulTokens(a, b int64) int64 {
 }
 
 // Price is what a model costs, in US dollars per million tokens, and the
-// most it writes in one answer.
+// most it writes in one completion.
 type Price struct {
 	// Input prices input tokens; Output output tokens, reasoning included.
 	Input, Output float64
@@ -952,9 +952,9 @@ type usedKey struct{}
 // (or closed) — with its Cost, unlike OnSettle, and whether or not the
 // pool counts tokens itself. The last call counts; an answer that reports
 // no usage is settled at the request's estimate and reserve, and f is not
-// called for it. f runs on the
-// goroutine that reads the body or sends the request, and must be quick;
-// it never receives a secret. A nil f changes nothing.
+// called for it. f runs on the goroutine that reads the body or sends the
+// request, and must be quick; it never receives a secret. A nil f changes
+// nothing.
 func NotifySettle(ctx context.Context, f func(Settlement)) context.Context {
 	if f == nil {
 		return ctx

@@ -69,7 +69,7 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request) {
 		r.Header.Del("Upgrade")
 		r.Header.Del("Http2-Settings")
 	}
-	if r.Header.Get("Upgrade") != "" {
+	if len(r.Header.Values("Upgrade")) > 0 {
 		// What crosses an upgraded connection (a WebSocket: OpenAI's
 		// Realtime API) could be neither metered nor scanned for keys,
 		// and would hold a key's place for as long as it lasts.
